@@ -1,0 +1,175 @@
+"""Audit where every thread of a process runs, and where its memory lives."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from .cpuset import CpuSet
+from .errors import UsageError
+from .memory import Residency, residency
+from .threads import LinuxThreads
+
+__all__ = ["Audit", "ThreadRow", "audit"]
+
+
+@dataclass(frozen=True)
+class ThreadRow:
+    tid: int
+    name: str | None
+    cpus: CpuSet | None
+    last_cpu: int | None
+    inside: bool | None
+    numapin: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tid": self.tid,
+            "name": self.name,
+            "cpus": None if self.cpus is None else str(self.cpus),
+            "last_cpu": self.last_cpu,
+            "inside": self.inside,
+            "numapin": self.numapin,
+        }
+
+
+@dataclass(frozen=True)
+class Audit:
+    """Every thread of ``pid`` against a placement (None when no placement was named)."""
+
+    pid: int
+    placement: CpuSet | None
+    nodes: CpuSet | None
+    rows: tuple[ThreadRow, ...]
+    memory: Residency
+    marker: CpuSet | None
+
+    @property
+    def outside(self) -> tuple[ThreadRow, ...]:
+        return tuple(r for r in self.rows if r.inside is False)
+
+    def remote_share(self) -> float | None:
+        return None if self.nodes is None else self.memory.share_outside(self.nodes)
+
+    def summary(self) -> str:
+        parts = []
+        if self.placement is not None:
+            parts.append(f"{len(self.outside)} of {len(self.rows)} threads outside {self.placement}")
+        else:
+            parts.append(f"{len(self.rows)} threads (no placement to compare with)")
+        parts.append(f"memory: {self.memory}")
+        share = self.remote_share()
+        if share is not None:
+            parts.append(f"{100 * share:.1f}% outside node(s) {self.nodes}")
+        return "; ".join(parts)
+
+    def table(self) -> str:
+        header = ("tid", "name", "cpus", "last", "inside", "numapin")
+        rows = [
+            (str(r.tid), r.name or "?", "?" if r.cpus is None else str(r.cpus),
+             "?" if r.last_cpu is None else str(r.last_cpu),
+             "-" if r.inside is None else ("yes" if r.inside else "NO"), "yes" if r.numapin else "no")
+            for r in self.rows
+        ]
+        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)] if rows else \
+            [len(h) for h in header]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+        lines.append(self.summary())
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        share = self.remote_share()
+        return {
+            "pid": self.pid,
+            "placement": None if self.placement is None else str(self.placement),
+            "marker": None if self.marker is None else str(self.marker),
+            "threads": [r.as_dict() for r in self.rows],
+            "outside": len(self.outside),
+            "memory": {"bytes": {str(k): v for k, v in sorted(self.memory.bytes.items())},
+                       "remote_share": share},
+        }
+
+    def check(self, max_remote_percent: float) -> int:
+        """0 when every thread is inside and remote memory is within bounds, else 1."""
+        if self.placement is None:
+            raise UsageError("--check needs a placement: --gpu, --cpus, or a process started by numapin exec")
+        share = self.remote_share() or 0.0
+        return 1 if self.outside or 100 * share > max_remote_percent else 0
+
+
+def _marker(pid: int) -> CpuSet | None:
+    from .pinning import MARKER_ENV
+
+    if pid == os.getpid():
+        value = os.environ.get(MARKER_ENV)
+    else:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                entries = f.read().split(b"\0")
+        except OSError:
+            return None
+        prefix = MARKER_ENV.encode() + b"="
+        value = next((e[len(prefix):].decode() for e in entries if e.startswith(prefix)), None)
+    try:
+        return CpuSet.parse(value) if value else None
+    except ValueError:
+        return None
+
+
+def audit(
+    pid: int | None = None,
+    *,
+    gpu: int | None = None,
+    cpus: CpuSet | None = None,
+    root: str | None = None,
+) -> Audit:
+    """Read every thread of ``pid`` (default: this process) and its memory by node."""
+    from .pinning import _state
+    from .placement import plan
+
+    target = os.getpid() if pid is None else pid
+    if not os.path.isdir(f"/proc/{target}"):
+        raise UsageError(f"process {target} does not exist")
+    kernel = LinuxThreads(target)
+    try:
+        tids = sorted(kernel.list_threads())
+        memory = residency(target)
+    except PermissionError:
+        raise UsageError(f"process {target}: permission denied (it belongs to another user)") from None
+    except FileNotFoundError:
+        raise UsageError(f"process {target} does not exist") from None
+    marker = _marker(target)
+    placement: CpuSet | None = None
+    nodes: CpuSet | None = None
+    if gpu is not None or cpus is not None:
+        chosen = plan(gpu, cpus=cpus, root=root)
+        assert not isinstance(chosen, tuple)
+        placement, nodes = chosen.cpus, chosen.mems
+    elif marker is not None:
+        placement = marker
+    if placement is not None and nodes is None:
+        from .topology import read_topology
+
+        nodes = read_topology(root).nodes_of(placement)
+    own: set[CpuSet] = set()
+    if target == os.getpid() and _state.record is not None:
+        own = {_state.record.mask, *_state.deliberate.values()}
+    if marker is not None:
+        own.add(marker)
+    rows = []
+    for tid in tids:
+        try:
+            mask: CpuSet | None = kernel.get_affinity(tid)
+        except OSError:
+            mask = None  # exited meanwhile
+        rows.append(ThreadRow(
+            tid=tid,
+            name=kernel.thread_name(tid),
+            cpus=mask,
+            last_cpu=kernel.last_cpu(tid),
+            inside=None if placement is None or mask is None else mask <= placement,
+            numapin=mask is not None and mask in own,
+        ))
+    return Audit(target, placement, nodes, tuple(rows), memory, marker)

@@ -1,0 +1,341 @@
+"""The ``numapin`` command: show, plan, exec, threads, snapshot.
+
+A thin front end: every decision is made by the library; this module parses
+arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
+``--check``, 2 bad input or an unusable machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__, machines
+from .cpuset import CpuSet
+from .errors import NumapinError
+from .facts import Facts, gather
+from .host import HostError
+from .launch import LOCAL_RANK_VARIABLES
+from .placement import Mode
+from .topology import Topology
+
+log = logging.getLogger("numapin")
+
+_MODES = [m.value for m in Mode]
+
+
+class CliError(Exception):
+    """A one-line error for stderr, exit code 2."""
+
+
+# -- shared helpers -------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _root(args: argparse.Namespace) -> Iterator[str | None]:
+    """The filesystem root the command reads: --root, --machine (written to a temp folder), or the default."""
+    machine = getattr(args, "machine", None)
+    if machine:
+        try:
+            spec = machines.shape_named(machine)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        with tempfile.TemporaryDirectory(prefix="numapin-machine-") as tmp:
+            yield str(machines.write(spec, Path(tmp) / "root"))
+        return
+    yield getattr(args, "root", None)
+
+
+def _add_root(parser: argparse.ArgumentParser, *, machine: bool = True) -> None:
+    parser.add_argument("--root", metavar="DIR",
+                        help="read the machine from DIR instead of / (as NUMAPIN_FSROOT does)")
+    if machine:
+        parser.add_argument("--machine", metavar="NAME", choices=sorted(machines.SHAPES),
+                            help="read a synthetic machine: " + ", ".join(sorted(machines.SHAPES)))
+
+
+def _gpu_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text!r}") from None
+
+
+def _cpuset_arg(text: str) -> CpuSet:
+    try:
+        return CpuSet.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "memory unknown"
+    return f"{value / (1 << 30):.1f} GiB"
+
+
+# -- show -----------------------------------------------------------------
+
+
+def _show_text(facts: Facts) -> str:
+    t: Topology = facts.topology
+    lines = [f"numapin {__version__} — machine at {t.root}"]
+    restriction = str(t.cgroup) if t.cgroup.version else "no cgroup cpuset restriction"
+    lines.append(f"CPUs: online {t.online} ({len(t.online)}), allowed {t.allowed} ({restriction})")
+    if t.offline:
+        lines.append(f"      offline {t.offline}")
+    lines.append(f"      this process may run on {'unknown' if t.process is None else t.process}")
+    lines.append(f"NUMA nodes ({len(t.nodes)}):")
+    gpu_mem = {n: g.pci for g in facts.inventory.gpus for n in g.gpu_memory_nodes}
+    for node in t.nodes:
+        dist = " ".join(f"{k}:{v}" for k, v in node.distances)
+        if node.memory_only:
+            owner = f", memory of GPU {gpu_mem[node.id]}" if node.id in gpu_mem else ""
+            lines.append(f"  node {node.id}: memory-only, {_size(node.memory_bytes)}{owner}; distances {dist}")
+        else:
+            lines.append(f"  node {node.id}: cpus {node.cpus} ({len(node.cpus)}), {_size(node.memory_bytes)}; "
+                         f"distances {dist or 'unknown'}")
+    lines.append(f"Packages ({t.package_source}):")
+    for package in t.packages:
+        cores = [c for c in t.cores if c.cpus & package.cpus]
+        lines.append(f"  package {package.id}: cpus {package.cpus}, {len(cores)} cores")
+    smt = sorted({len(c.cpus) for c in t.cores})
+    smt_text = "/".join(map(str, smt)) or "0"
+    note = " (assumed: no core information)" if not t.cores_known else ""
+    lines.append(f"Cores: {len(t.cores)} physical, {smt_text} thread(s) each{note}")
+    if t.caches:
+        level = max(g.level for g in t.caches)
+        lines.append(f"Last-level caches (L{level}): {len(t.caches)} groups: "
+                     + "; ".join(str(g.cpus) for g in t.caches[:16]) + (" ..." if len(t.caches) > 16 else ""))
+    else:
+        lines.append("Last-level caches: unknown")
+    if facts.visible:
+        lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}; "
+                     f"NVML {facts.inventory.nvml}):")
+        for v in facts.visible:
+            g = v.gpu
+            extra = f", GPU memory node {g.gpu_memory_nodes}" if g.gpu_memory_nodes else ""
+            lines.append(f"  cuda:{v.index} {g.pci} {g.model or 'NVIDIA GPU'} {g.uuid or ''}".rstrip())
+            lines.append(f"      node {'unknown' if g.node is None else g.node}, cpus {g.cpus}, "
+                         f"memory nodes {g.memory_nodes or 'unknown'}{extra}")
+            if g.disagreement:
+                lines.append(f"      NVML and sysfs disagree: {g.disagreement}")
+    elif facts.inventory.gpus:
+        lines.append(f"GPUs: {len(facts.inventory.gpus)} found, none visible under CUDA_VISIBLE_DEVICES="
+                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}")
+    else:
+        lines.append("GPUs: none found on this machine")
+    for warning in (*t.warnings, *facts.notes):
+        lines.append(f"note: {warning}")
+    return "\n".join(lines)
+
+
+def _show_json(facts: Facts) -> dict[str, Any]:
+    data = facts.topology.as_dict()
+    data["gpus"] = [v.as_dict() for v in facts.visible]
+    data["nvml"] = facts.inventory.nvml
+    data["warnings"] = [*data["warnings"], *facts.notes]
+    return data
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _root(args) as root:
+        facts = gather(root)
+        if args.json:
+            print(json.dumps(_show_json(facts), indent=2))
+        else:
+            print(_show_text(facts))
+    return 0
+
+
+# -- plan -----------------------------------------------------------------
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .placement import place, place_all
+
+    with _root(args) as root:
+        facts = gather(root)
+        from .gpus import select_gpu
+
+        chosen = facts.visible if args.gpus is None else tuple(select_gpu(facts.visible, g) for g in args.gpus)
+        if not chosen:
+            select_gpu(facts.visible, 0)
+        if args.cpus is not None:
+            plans = tuple(place(facts.topology, facts.inventory, v, cpus=args.cpus, reserve=args.reserve, rank=r)
+                          for r, v in enumerate(chosen))
+        else:
+            plans = place_all(facts.topology, facts.inventory, chosen, mode=args.mode, reserve=args.reserve)
+    if args.json:
+        print(json.dumps([p.as_dict() for p in plans], indent=2))
+        return 0
+    header = ["rank", "gpu", "pci", "node", "cpus", "mems"] + (["reserved"] if args.reserve else [])
+    rows = [[str(p.rank), str(p.gpu), p.pci or "-", "-" if p.node is None else str(p.node), str(p.cpus), str(p.mems)]
+            + ([str(p.reserved)] if args.reserve else []) for p in plans]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print(f"mode {args.mode if args.cpus is None else 'explicit'}: {plans[0].reason}" if len(plans) == 1
+          else f"mode {args.mode if args.cpus is None else 'explicit'}")
+    return 0
+
+
+# -- exec -----------------------------------------------------------------
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    from .launch import ExecRequest, prepare_exec, run_exec
+
+    program = list(args.program)
+    if program and program[0] == "--":
+        program = program[1:]
+    if not program:
+        raise CliError("exec: no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
+    request = ExecRequest(
+        program=program,
+        gpu=args.gpu,
+        local_rank=args.local_rank,
+        mode=args.mode,
+        cpus=args.cpus,
+        reserve=args.reserve,
+        memory=args.memory,
+        policy=args.policy,
+        strict=args.strict,
+        root=args.root,
+    )
+    prepared = prepare_exec(request, os.environ)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(prepared.as_dict(), indent=2))
+        else:
+            print(prepared.describe())
+        return 0
+    return run_exec(prepared)
+
+
+# -- threads --------------------------------------------------------------
+
+
+def cmd_threads(args: argparse.Namespace) -> int:
+    from .audit import audit
+
+    report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=args.root)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(report.table())
+    return report.check(args.max_remote_memory) if args.check else 0
+
+
+# -- snapshot -------------------------------------------------------------
+
+
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from .snapshot import TOP, capture
+
+    files = capture(args.out, args.root)
+    print(f"wrote {args.out}: {len(files)} files under {TOP}/ — attach it to a bug report; "
+          f"`numapin show --root {TOP}` on the unpacked archive shows this machine")
+    return 0
+
+
+# -- parser ---------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="numapin",
+        description="Put each GPU worker process, every thread and its memory, near its GPU.",
+    )
+    parser.add_argument("--version", action="version", version=f"numapin {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what numapin does")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    show = sub.add_parser("show", help="the machine: NUMA nodes, packages, cores, caches, cgroup, GPUs",
+                          description="Show this machine's topology as numapin sees it.")
+    show.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    _add_root(show)
+    show.set_defaults(func=cmd_show)
+
+    plan = sub.add_parser("plan", help="where each local rank's worker would run",
+                          description="Print the placement of every local rank (rank r drives visible GPU r).")
+    plan.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
+    plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
+    plan.add_argument("--reserve", type=int, default=0, metavar="K",
+                      help="set K whole cores aside for one latency-critical thread")
+    plan.add_argument("--gpus", type=_gpu_list, metavar="LIST", help="only these logical GPUs, e.g. 0,2")
+    plan.add_argument("--json", action="store_true", help="a JSON list, one object per rank")
+    _add_root(plan)
+    plan.set_defaults(func=cmd_plan)
+
+    ex = sub.add_parser(
+        "exec", help="pin, then replace this process with PROGRAM (bind at birth)",
+        description="Pin this process for its GPU (CPUs and memory), mark the mask as numapin's, then exec "
+                    "PROGRAM: same pid, same stdio, PROGRAM's own exit code and signals. Local ranks are read "
+                    "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).",
+    )
+    target = ex.add_mutually_exclusive_group()
+    target.add_argument("--gpu", type=int, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
+    target.add_argument("--local-rank", default="auto", metavar="auto|N",
+                        help="the launcher's local rank (default auto: read it from the environment)")
+    ex.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
+    ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
+    ex.add_argument("--reserve", type=int, default=0, metavar="K",
+                    help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
+    ex.add_argument("--memory", choices=["none", "preferred", "bind"], default="preferred",
+                    help="memory policy for the GPU's node (default: preferred)")
+    ex.add_argument("--policy", choices=["respect", "override"], default="respect",
+                    help="what to do with a mask someone else set (default: respect)")
+    ex.add_argument("--strict", action="store_true",
+                    help="exit 2 instead of stepping down or running unpinned")
+    ex.add_argument("--dry-run", action="store_true", help="print what would be done; run nothing")
+    ex.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
+    _add_root(ex, machine=False)
+    ex.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
+    ex.set_defaults(func=cmd_exec)
+
+    th = sub.add_parser("threads", help="where every thread of a process runs",
+                        description="One row per thread: tid, name, mask, last CPU, inside the placement, "
+                                    "pinned by numapin; then memory by node.")
+    th.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: numapin itself)")
+    which = th.add_mutually_exclusive_group()
+    which.add_argument("--gpu", type=int, metavar="N", help="compare with GPU N's node placement")
+    which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
+    th.add_argument("--json", action="store_true", help="a JSON object with a list of threads")
+    th.add_argument("--check", action="store_true",
+                    help="exit 1 if a thread is outside the placement or too much memory is remote")
+    th.add_argument("--max-remote-memory", type=float, default=100.0, metavar="PCT",
+                    help="with --check: the largest share of memory allowed on other nodes (default 100)")
+    _add_root(th, machine=False)
+    th.set_defaults(func=cmd_threads)
+
+    snap = sub.add_parser("snapshot", help="capture this machine's topology files for a bug report",
+                          description="Write OUT.tar.gz with exactly the files numapin reads.")
+    snap.add_argument("out", metavar="OUT.tar.gz")
+    _add_root(snap, machine=False)
+    snap.set_defaults(func=cmd_snapshot)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    try:
+        return int(args.func(args))
+    except (CliError, HostError, NumapinError, OSError) as exc:
+        print(f"numapin {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

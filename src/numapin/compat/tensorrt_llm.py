@@ -1,0 +1,61 @@
+"""TensorRT-LLM's ``configure_cpu_affinity(device_id)``, made idempotent.
+
+The environment contract is TensorRT-LLM's own, ``TLLM_NUMA_AWARE_WORKER_AFFINITY``:
+
+- unset (auto): an unconstrained process, or one whose mask numapin applied
+  (including through ``numapin exec``), is pinned to the GPU's NUMA node; a
+  process whose mask someone else constrained has that constraint removed,
+  with TensorRT-LLM's warning;
+- ``"1"`` (force): the NUMA pin, over any external mask;
+- anything else: nothing is done and nothing is logged.
+
+Unlike the original, a second call recognises the first call's pin as its own
+and leaves every thread where it is, and a container's cpuset is not mistaken
+for a constraint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..cpuset import CpuSet
+from ..pinning import Ownership, PinResult, classify, pin
+from ..threads import LinuxThreads
+from ..topology import read_topology
+
+__all__ = ["ENV", "configure_cpu_affinity"]
+
+ENV = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
+
+log = logging.getLogger("numapin")
+
+
+def configure_cpu_affinity(device_id: int) -> PinResult | None:
+    """Pin this process for CUDA device ``device_id`` as TensorRT-LLM would, without its bugs.
+
+    Returns the :class:`~numapin.PinResult`, or None when the variable turns
+    the feature off or something unexpected went wrong (which is logged):
+    this function never raises.
+    """
+    setting = os.environ.get(ENV)
+    if setting is not None and setting != "1":
+        return None
+    try:
+        if setting == "1":
+            return pin(device_id, policy="override")
+        baseline = read_topology().allowed
+        kernel = LinuxThreads()
+        mask = kernel.get_affinity(kernel.self_tid())
+        if classify(mask, baseline) is Ownership.EXTERNAL:
+            log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), mask)
+            log.warning(
+                "numapin: process %d has constrained CPU affinity but `%s` is not set. "
+                "Removing CPU affinity constraints (back to %s).",
+                os.getpid(), ENV, baseline,
+            )
+            return pin(cpus=CpuSet(baseline), policy="reset")
+        return pin(device_id, policy="respect")
+    except Exception as exc:  # the compatibility layer must never break a worker's start-up
+        log.warning("numapin: configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
+        return None

@@ -1,0 +1,242 @@
+"""CpuSet: an immutable set of CPU (or NUMA node) ids.
+
+The set is held as one Python integer used as a bitmap: set algebra is then a
+single integer operation, hashing is free, and the kernel's hex-mask format is
+just the integer printed in 32-bit groups.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Union
+
+__all__ = ["CpuSet", "CpuSpec"]
+
+_NUMBER = re.compile(r"[0-9]+\Z")
+_HEXWORD = re.compile(r"[0-9a-fA-F]{1,8}\Z")
+
+# The kernel prints every cpumask as comma-separated groups of 32 bits.
+_MASK_WORD_BITS = 32
+
+#: Anything the API accepts where it asks for CPUs.
+CpuSpec = Union["CpuSet", Iterable[int], str]
+
+
+def _bits_of(ids: Iterable[int]) -> int:
+    bits = 0
+    for cpu in ids:
+        if isinstance(cpu, bool) or not isinstance(cpu, int):
+            raise TypeError(f"CPU ids must be integers, got {cpu!r}")
+        if cpu < 0:
+            raise ValueError(f"CPU ids must be non-negative, got {cpu}")
+        bits |= 1 << cpu
+    return bits
+
+
+class CpuSet:
+    """An immutable, hashable, ordered set of non-negative ids.
+
+    ``CpuSet([0, 1, 8])`` builds one from integers, ``CpuSet("0-3,8")`` (or
+    :meth:`parse`) from a Linux cpulist; ``str()`` gives the cpulist back.
+    Iteration is in ascending order. The usual set operators (``| & - ^``,
+    ``<=``, ``<``, ``in``) return or compare CpuSets.
+    """
+
+    __slots__ = ("_bits",)
+
+    _bits: int
+
+    def __init__(self, ids: CpuSpec = ()) -> None:
+        if isinstance(ids, CpuSet):
+            bits = ids._bits
+        elif isinstance(ids, str):
+            bits = CpuSet.parse(ids)._bits
+        else:
+            bits = _bits_of(ids)
+        object.__setattr__(self, "_bits", bits)
+
+    # -- construction -----------------------------------------------------
+
+    @classmethod
+    def from_bits(cls, bits: int) -> CpuSet:
+        """The set whose members are the 1-bits of ``bits`` (bit n = id n)."""
+        if bits < 0:
+            raise ValueError("a bitmap cannot be negative")
+        new = cls.__new__(cls)
+        object.__setattr__(new, "_bits", bits)
+        return new
+
+    @classmethod
+    def parse(cls, text: str) -> CpuSet:
+        """Parse a Linux cpulist such as ``"0-3,8,10-11"``.
+
+        Surrounding whitespace is ignored and an empty (or blank) string is the
+        empty set. Anything else that is not a comma-separated list of ``N`` or
+        ``N-M`` (with N <= M) raises ValueError naming the offending token.
+        """
+        body = text.strip()
+        if not body:
+            return cls.from_bits(0)
+        bits = 0
+        for token in body.split(","):
+            first, dash, last = token.partition("-")
+            if not _NUMBER.match(first) or (dash and not _NUMBER.match(last)):
+                raise ValueError(f"bad cpulist token {token!r} in {text!r}")
+            lo = int(first)
+            hi = int(last) if dash else lo
+            if hi < lo:
+                raise ValueError(f"bad cpulist token {token!r} in {text!r}: range runs backwards")
+            bits |= ((1 << (hi - lo + 1)) - 1) << lo
+        return cls.from_bits(bits)
+
+    @classmethod
+    def parse_mask(cls, text: str) -> CpuSet:
+        """Parse the kernel's hex mask (``cpumap``, ``local_cpus``, ``Cpus_allowed``).
+
+        The format is comma-separated 32-bit hex words, most significant first,
+        e.g. ``"00000000,000000ff"``; any number of words is accepted.
+        """
+        body = text.strip()
+        if not body:
+            raise ValueError("empty hex mask")
+        bits = 0
+        for word in body.split(","):
+            if not _HEXWORD.match(word):
+                raise ValueError(f"bad hex mask word {word!r} in {text!r}")
+            bits = (bits << _MASK_WORD_BITS) | int(word, 16)
+        return cls.from_bits(bits)
+
+    @classmethod
+    def from_words(cls, words: Sequence[int], word_bits: int = 64) -> CpuSet:
+        """Build from an array of words, least significant first (NVML's layout)."""
+        bits = 0
+        limit = 1 << word_bits
+        for index, word in enumerate(words):
+            if isinstance(word, bool) or not isinstance(word, int) or not 0 <= word < limit:
+                raise ValueError(f"word {index} ({word!r}) is not an unsigned {word_bits}-bit value")
+            bits |= word << (index * word_bits)
+        return cls.from_bits(bits)
+
+    # -- formatting -------------------------------------------------------
+
+    def to_mask(self, words: int | None = None) -> str:
+        """The kernel's hex mask format; ``words`` pads to that many 32-bit words."""
+        needed = max(1, -(-self._bits.bit_length() // _MASK_WORD_BITS))
+        count = max(needed, words or 0)
+        mask = (1 << _MASK_WORD_BITS) - 1
+        return ",".join(
+            f"{(self._bits >> (_MASK_WORD_BITS * i)) & mask:08x}" for i in reversed(range(count))
+        )
+
+    def to_words(self, count: int | None = None, word_bits: int = 64) -> list[int]:
+        """Words least significant first, as NVML returns affinity masks."""
+        needed = max(1, -(-self._bits.bit_length() // word_bits))
+        total = max(needed, count or 0)
+        mask = (1 << word_bits) - 1
+        return [(self._bits >> (word_bits * i)) & mask for i in range(total)]
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """Maximal runs ``(first, last)`` in ascending order."""
+        bits = self._bits
+        while bits:
+            lo = (bits & -bits).bit_length() - 1
+            # Adding the lowest bit of a run carries through the whole run.
+            run_end = ((bits >> lo) + 1) & ~(bits >> lo)
+            length = run_end.bit_length() - 1
+            yield lo, lo + length - 1
+            bits &= ~(((1 << length) - 1) << lo)
+
+    def __str__(self) -> str:
+        return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in self.ranges())
+
+    def __repr__(self) -> str:
+        return f"CpuSet({str(self)!r})"
+
+    # -- set protocol -----------------------------------------------------
+
+    @property
+    def bits(self) -> int:
+        return self._bits
+
+    def __iter__(self) -> Iterator[int]:
+        for lo, hi in self.ranges():
+            yield from range(lo, hi + 1)
+
+    def __len__(self) -> int:
+        return self._bits.bit_count()
+
+    def __bool__(self) -> bool:
+        return self._bits != 0
+
+    def __contains__(self, cpu: object) -> bool:
+        return isinstance(cpu, int) and cpu >= 0 and bool(self._bits >> cpu & 1)
+
+    def __hash__(self) -> int:
+        return hash(("CpuSet", self._bits))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CpuSet):
+            return self._bits == other._bits
+        return NotImplemented
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("CpuSet is immutable")
+
+    def __reduce__(self) -> tuple[object, tuple[int]]:
+        return (CpuSet.from_bits, (self._bits,))
+
+    def __or__(self, other: CpuSet) -> CpuSet:
+        return CpuSet.from_bits(self._bits | _coerce(other)._bits)
+
+    def __and__(self, other: CpuSet) -> CpuSet:
+        return CpuSet.from_bits(self._bits & _coerce(other)._bits)
+
+    def __sub__(self, other: CpuSet) -> CpuSet:
+        return CpuSet.from_bits(self._bits & ~_coerce(other)._bits)
+
+    def __xor__(self, other: CpuSet) -> CpuSet:
+        return CpuSet.from_bits(self._bits ^ _coerce(other)._bits)
+
+    def __le__(self, other: CpuSet) -> bool:
+        return self._bits & ~_coerce(other)._bits == 0
+
+    def __lt__(self, other: CpuSet) -> bool:
+        return self <= other and self != other
+
+    def __ge__(self, other: CpuSet) -> bool:
+        return _coerce(other) <= self
+
+    def __gt__(self, other: CpuSet) -> bool:
+        return _coerce(other) < self
+
+    def issubset(self, other: CpuSpec) -> bool:
+        return self <= CpuSet(other)
+
+    def isdisjoint(self, other: CpuSpec) -> bool:
+        return not self._bits & CpuSet(other)._bits
+
+    def first(self) -> int:
+        """The smallest id; ValueError on the empty set."""
+        if not self._bits:
+            raise ValueError("empty CpuSet has no first element")
+        return (self._bits & -self._bits).bit_length() - 1
+
+    def last(self) -> int:
+        """The largest id; ValueError on the empty set."""
+        if not self._bits:
+            raise ValueError("empty CpuSet has no last element")
+        return self._bits.bit_length() - 1
+
+    @staticmethod
+    def union(sets: Iterable[CpuSet]) -> CpuSet:
+        bits = 0
+        for item in sets:
+            bits |= item._bits
+        return CpuSet.from_bits(bits)
+
+
+def _coerce(value: object) -> CpuSet:
+    if isinstance(value, CpuSet):
+        return value
+    raise TypeError(f"expected a CpuSet, got {type(value).__name__}")

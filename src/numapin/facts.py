@@ -1,0 +1,36 @@
+"""Everything numapin knows about a machine, read once: topology, GPUs, CUDA's view."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .gpus import Inventory, VisibleGpu, read_gpus, resolve_visible
+from .topology import Topology, read_topology
+
+__all__ = ["Facts", "gather"]
+
+
+@dataclass(frozen=True)
+class Facts:
+    topology: Topology
+    inventory: Inventory
+    visible: tuple[VisibleGpu, ...]
+    notes: tuple[str, ...] = ()
+
+
+def gather(
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    nvml: Any = None,
+) -> Facts:
+    """Read the machine under ``root`` and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``."""
+    env = os.environ if environ is None else environ
+    topology = read_topology(root)
+    inventory = read_gpus(topology, nvml=nvml)
+    module = nvml if nvml not in (None, False) else None
+    resolution = resolve_visible(inventory, env, nvml=module)
+    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings)

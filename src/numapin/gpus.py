@@ -1,0 +1,431 @@
+"""GPU inventory and locality, and CUDA's view of which GPUs a process sees.
+
+The inventory comes from the filesystem root alone (PCI devices in sysfs and
+the NVIDIA driver's ``proc/driver/nvidia/gpus``); NVML, when the ``nvml`` extra
+is installed and a driver answers on the live machine, adds its own answer and
+any disagreement is reported. Devices are always looked up by PCI bus id or
+UUID, never by an NVML index, because NVML indices ignore
+``CUDA_VISIBLE_DEVICES``.
+
+CUDA's device order: with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` devices are ordered
+by PCI address. The default, ``FASTEST_FIRST``, puts faster devices first and
+breaks ties by PCI address, so on a host of identical GPUs (every host numapin
+targets) it is the PCI order too; when the models differ numapin still uses
+PCI order and warns that the default order is ambiguous.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .cpuset import CpuSet
+from .errors import EnvironmentProblem, UsageError
+from .host import Host
+from .topology import Topology
+
+__all__ = [
+    "Gpu",
+    "GpuError",
+    "Inventory",
+    "NoGpuError",
+    "VisibleGpu",
+    "read_gpus",
+    "visible_gpus",
+]
+
+log = logging.getLogger("numapin")
+
+_NVIDIA = 0x10DE
+# PCI base class 0x03 (display): 0x0300 VGA, 0x0302 3D controller.
+_DISPLAY_CLASSES = (0x0300, 0x0302)
+_BDF = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
+
+
+class GpuError(UsageError):
+    """A GPU named by the caller cannot be found or resolved."""
+
+
+class NoGpuError(EnvironmentProblem):
+    """No GPU is visible to this process at all."""
+
+
+def normalize_pci(bus_id: str) -> str:
+    """``0000:18:00.0`` form (lowercase, 4-digit domain) of any PCI bus id spelling."""
+    match = _BDF.match(bus_id.strip())
+    if not match:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, dev, fn = match.groups()
+    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical NVIDIA GPU and what lies near it.
+
+    ``node`` is the CPU NUMA node the GPU hangs under (None when unknown),
+    ``cpus`` its local online CPUs, ``memory_nodes`` the host-memory nodes to
+    allocate on for it, ``gpu_memory_nodes`` CPU-less nodes that hold the
+    GPU's own memory (Grace, POWER9): never CPU nodes.
+    """
+
+    pci: str
+    node: int | None
+    cpus: CpuSet
+    memory_nodes: CpuSet
+    gpu_memory_nodes: CpuSet = CpuSet()
+    model: str | None = None
+    uuid: str | None = None
+    minor: int | None = None
+    source: str = "sysfs"
+    disagreement: str | None = None
+
+    def __str__(self) -> str:
+        name = self.model or "NVIDIA GPU"
+        node = "?" if self.node is None else self.node
+        return f"{self.pci} {name} node {node} cpus {self.cpus}"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every NVIDIA GPU of the machine, in PCI order."""
+
+    gpus: tuple[Gpu, ...]
+    nvml: str = "not used"
+    warnings: tuple[str, ...] = ()
+
+    def by_pci(self, bus_id: str) -> Gpu | None:
+        wanted = normalize_pci(bus_id)
+        return next((g for g in self.gpus if g.pci == wanted), None)
+
+
+@dataclass(frozen=True)
+class VisibleGpu:
+    """A GPU as CUDA numbers it in this process (``index`` = ``cuda:index``)."""
+
+    index: int
+    gpu: Gpu
+
+    def as_dict(self) -> dict[str, Any]:
+        g = self.gpu
+        return {
+            "index": self.index,
+            "pci": g.pci,
+            "model": g.model,
+            "uuid": g.uuid,
+            "minor": g.minor,
+            "node": g.node,
+            "cpus": str(g.cpus),
+            "memory_nodes": str(g.memory_nodes),
+            "gpu_memory_nodes": str(g.gpu_memory_nodes),
+            "source": g.source,
+            "disagreement": g.disagreement,
+        }
+
+
+# -- sysfs / procfs -------------------------------------------------------
+
+
+def _driver_info(host: Host, bdf: str) -> dict[str, str]:
+    info: dict[str, str] = {}
+    for line in (host.read(f"proc/driver/nvidia/gpus/{bdf}/information") or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def _numa_status_node(host: Host, bdf: str) -> int | None:
+    for line in (host.read(f"proc/driver/nvidia/gpus/{bdf}/numa_status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Node":
+            try:
+                node = int(value.strip())
+            except ValueError:
+                return None
+            return node if node >= 0 else None
+    return None
+
+
+def _hex(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), 16)
+    except ValueError:
+        return None
+
+
+def _node_from_cpus(topology: Topology, cpus: CpuSet) -> int | None:
+    """The one CPU node that holds the local CPUs (numa_node = -1 on some firmware)."""
+    if not cpus:
+        return None
+    holders = [n for n in topology.cpu_nodes if n.cpus & cpus]
+    if len(holders) == 1:
+        return holders[0].id
+    # Local CPUs spanning several nodes mean the kernel knows no single home.
+    return None
+
+
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu]:
+    found = []
+    driver_bdfs = {normalize_pci(b) for b in host.listdir("proc/driver/nvidia/gpus") if _BDF.match(b)}
+    for name in sorted(host.listdir("sys/bus/pci/devices")):
+        if not _BDF.match(name):
+            continue
+        bdf = normalize_pci(name)
+        folder = f"sys/bus/pci/devices/{name}"
+        vendor = _hex(host.read(f"{folder}/vendor"))
+        pci_class = _hex(host.read(f"{folder}/class"))
+        # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
+        is_nvidia = vendor == _NVIDIA or (vendor is None and bdf in driver_bdfs)
+        if not is_nvidia or pci_class is None or pci_class >> 8 not in _DISPLAY_CLASSES:
+            continue
+        cpus = _local_cpus(host, folder, warnings)
+        node_text = (host.read(f"{folder}/numa_node") or "").strip()
+        node: int | None = int(node_text) if node_text.lstrip("-").isdigit() else None
+        if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
+            node = None
+        if node is None:
+            node = _node_from_cpus(topology, cpus & topology.online)
+        if not cpus & topology.online and node is not None:
+            cpus = topology.node(node).cpus
+        cpus &= topology.online
+        memory = _numa_status_node(host, bdf)
+        gpu_memory = CpuSet()
+        if memory is not None:
+            if any(n.id == memory and n.memory_only for n in topology.nodes):
+                gpu_memory = CpuSet([memory])
+            else:
+                warnings.append(f"{bdf}: driver names node {memory} for GPU memory, but it is no memory-only node")
+        info = _driver_info(host, bdf)
+        minor = info.get("Device Minor", "")
+        found.append(
+            Gpu(
+                pci=bdf,
+                node=node,
+                cpus=cpus,
+                memory_nodes=CpuSet() if node is None else CpuSet([node]),
+                gpu_memory_nodes=gpu_memory,
+                model=info.get("Model") or None,
+                uuid=info.get("GPU UUID") or None,
+                minor=int(minor) if minor.isdigit() else None,
+            )
+        )
+    return found
+
+
+def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
+    for name, parse in (("local_cpulist", CpuSet.parse), ("local_cpus", CpuSet.parse_mask)):
+        text = host.read(f"{folder}/{name}")
+        if text is not None:
+            try:
+                return parse(text)
+            except ValueError as exc:
+                warnings.append(f"{folder}/{name}: {exc}")
+    return CpuSet()
+
+
+# -- NVML -----------------------------------------------------------------
+
+
+def _load_nvml() -> Any | None:
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[str]) -> tuple[list[Gpu], str]:
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError, OSError: no driver is a normal case here
+        return gpus, f"unavailable ({exc})"
+    try:
+        words = -(-(topology.possible.last() + 1 if topology.possible else 1) // 64)
+        node_words = -(-(max((n.id for n in topology.nodes), default=0) + 1) // 64)
+        if not gpus:
+            # sysfs showed nothing (a very bare container): list NVML's devices
+            # and key them by bus id from then on.
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+                gpus.append(Gpu(pci=bus, node=None, cpus=CpuSet(), memory_nodes=CpuSet(), source="nvml"))
+            gpus.sort(key=lambda g: g.pci)
+        enriched = []
+        for gpu in gpus:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci)
+            cpus = CpuSet.from_words(list(nvml.nvmlDeviceGetCpuAffinityWithinScope(
+                handle, words, nvml.NVML_AFFINITY_SCOPE_NODE))) & topology.online
+            mems = CpuSet.from_words(list(nvml.nvmlDeviceGetMemoryAffinity(
+                handle, node_words, nvml.NVML_AFFINITY_SCOPE_NODE)))
+            # NVML can list GPU-memory nodes as memory affinity; host memory
+            # belongs on CPU nodes, so keep those apart.
+            gpu_mems = CpuSet(n.id for n in topology.memory_only_nodes if n.id in mems)
+            host_mems = mems - gpu_mems
+            notes = []
+            if gpu.source == "sysfs" and gpu.cpus and cpus != gpu.cpus:
+                notes.append(f"NVML cpus {cpus} vs sysfs {gpu.cpus}")
+            if gpu.source == "sysfs" and gpu.memory_nodes and host_mems and host_mems != gpu.memory_nodes:
+                notes.append(f"NVML memory nodes {host_mems} vs sysfs {gpu.memory_nodes}")
+            node = gpu.node if gpu.node is not None else _node_from_cpus(topology, cpus)
+            disagreement = "; ".join(notes) or None
+            if disagreement:
+                warnings.append(f"{gpu.pci}: NVML and sysfs disagree: {disagreement}")
+            enriched.append(replace(
+                gpu,
+                node=node,
+                # sysfs stays the reference where it answered; NVML fills gaps.
+                cpus=gpu.cpus or cpus,
+                memory_nodes=gpu.memory_nodes or host_mems,
+                gpu_memory_nodes=gpu.gpu_memory_nodes or gpu_mems,
+                model=gpu.model or _text(nvml.nvmlDeviceGetName(handle)),
+                uuid=gpu.uuid or _text(nvml.nvmlDeviceGetUUID(handle)),
+                source="nvml" if gpu.source == "nvml" else "sysfs+nvml",
+                disagreement=disagreement,
+            ))
+        return enriched, "used"
+    except Exception as exc:  # a driver that answers init but fails a query
+        warnings.append(f"NVML query failed: {exc}")
+        return gpus, f"failed ({exc})"
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None = None) -> Inventory:
+    """The GPUs of the machine that ``topology`` was read from.
+
+    ``nvml``: None = use NVML on the live machine when installed; False = never;
+    an object = that module (or a stand-in implementing the calls used).
+    """
+    host = Host(topology.root, journal)
+    warnings: list[str] = []
+    gpus = _sysfs_gpus(topology, host, warnings)
+    module = None
+    if nvml is None:
+        module = _load_nvml() if host.is_live else None
+    elif nvml is not False:
+        module = nvml
+    status = "not installed" if module is None else "not used"
+    if module is not None:
+        gpus, status = _nvml_enrich(module, topology, gpus, warnings)
+    return Inventory(tuple(sorted(gpus, key=lambda g: g.pci)), status, tuple(warnings))
+
+
+# -- CUDA_VISIBLE_DEVICES -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Resolution:
+    visible: tuple[VisibleGpu, ...]
+    notes: tuple[str, ...] = field(default=())
+
+
+def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
+    order = environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+    gpus = sorted(inventory.gpus, key=lambda g: g.pci)
+    if order != "PCI_BUS_ID" and len({g.model for g in gpus}) > 1:
+        notes.append(
+            "GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA's order may differ "
+            "from PCI order, which numapin uses; set CUDA_DEVICE_ORDER=PCI_BUS_ID to make it certain"
+        )
+    return gpus
+
+
+def _match_uuid(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
+    matches = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
+    if len(matches) > 1:
+        raise GpuError(
+            f"CUDA_VISIBLE_DEVICES entry {entry!r} is ambiguous: it matches "
+            + ", ".join(f"{g.uuid} ({g.pci})" for g in matches)
+        )
+    return matches[0] if matches else None
+
+
+def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
+    # Old CUDA spelling: MIG-GPU-<parent uuid>/<gi>/<ci> names its parent itself.
+    if entry.upper().startswith("MIG-GPU-"):
+        parent = _match_uuid(entry[4:].split("/", 1)[0], gpus)
+        if parent is not None:
+            return parent
+    if nvml is not None:
+        try:
+            nvml.nvmlInit()
+            try:
+                mig = nvml.nvmlDeviceGetHandleByUUID(entry)
+                parent_handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(parent_handle).busId))
+            finally:
+                nvml.nvmlShutdown()
+        except Exception as exc:
+            raise GpuError(f"MIG device {entry!r}: NVML cannot name its parent GPU ({exc})") from exc
+        parent = next((g for g in gpus if g.pci == bus), None)
+        if parent is not None:
+            return parent
+        raise GpuError(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory")
+    raise GpuError(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])")
+
+
+def resolve_visible(
+    inventory: Inventory, environ: Mapping[str, str], *, nvml: Any | None = None
+) -> _Resolution:
+    notes: list[str] = []
+    gpus = _cuda_order(inventory, environ, notes)
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes))
+    chosen: list[Gpu] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        gpu: Gpu | None = None
+        if re.fullmatch(r"[0-9]+", entry):
+            index = int(entry)
+            gpu = gpus[index] if index < len(gpus) else None
+        elif entry.upper().startswith("GPU-"):
+            gpu = _match_uuid(entry, gpus)
+        elif entry.upper().startswith("MIG-"):
+            gpu = _mig_parent(entry, gpus, nvml)
+        # CUDA's rule: an invalid entry ends the list; what came before stays
+        # visible. A device named twice counts as invalid the second time.
+        if gpu is None or gpu in chosen:
+            why = "names a GPU already listed" if gpu is not None else "names no GPU of this machine"
+            if entry:
+                notes.append(f"CUDA_VISIBLE_DEVICES entry {entry!r} {why}: the list ends before it")
+            break
+        chosen.append(gpu)
+    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes))
+
+
+def visible_gpus(
+    inventory: Inventory, environ: Mapping[str, str] | None = None, *, nvml: Any | None = None
+) -> tuple[VisibleGpu, ...]:
+    """The GPUs CUDA shows this process, in CUDA's order (index = ``cuda:N``).
+
+    Notes about the resolution (an entry that ends the list, an ambiguous
+    device order) are logged once at warning level.
+    """
+    resolution = resolve_visible(inventory, os.environ if environ is None else environ, nvml=nvml)
+    for note in resolution.notes:
+        log.warning("%s", note)
+    return resolution.visible
+
+
+def select_gpu(visible: Sequence[VisibleGpu], index: int) -> VisibleGpu:
+    """The visible GPU ``index``; a GpuError listing the visible GPUs otherwise."""
+    if not visible:
+        raise NoGpuError("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(visible):
+        listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
+        raise GpuError(f"GPU {index!r} is not visible; visible GPUs are {listing}")
+    return visible[index]

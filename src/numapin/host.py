@@ -1,0 +1,86 @@
+"""Where facts come from: a filesystem root standing in for ``/``.
+
+Every reader goes through :class:`Host`, so pointing ``NUMAPIN_FSROOT`` (or a
+``root=`` argument) at a captured or synthetic machine changes every fact at
+once. Thread and memory operations never go through here: they always act on
+the real process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["FSROOT_ENV", "Host", "HostError", "resolve_root"]
+
+FSROOT_ENV = "NUMAPIN_FSROOT"
+
+
+class HostError(Exception):
+    """The filesystem root cannot serve as a machine description."""
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """The root to read: ``root``, else ``$NUMAPIN_FSROOT``, else ``/``."""
+    if root is None:
+        root = os.environ.get(FSROOT_ENV) or "/"
+    return Path(root)
+
+
+@dataclass(frozen=True)
+class Host:
+    """A read-only view of one machine's ``sys/`` and ``proc/`` files.
+
+    ``journal``, when given, collects the relative path of every file read
+    successfully: ``numapin snapshot`` captures exactly those.
+    """
+
+    root: Path
+    journal: list[str] | None = field(default=None, compare=False)
+
+    @classmethod
+    def at(cls, root: str | os.PathLike[str] | None = None, journal: list[str] | None = None) -> Host:
+        return cls(resolve_root(root), journal)
+
+    @property
+    def is_live(self) -> bool:
+        """True when the root is the real ``/`` of the running process."""
+        try:
+            return self.root.resolve() == Path("/")
+        except OSError:
+            return False
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel.lstrip("/")
+
+    def read(self, rel: str) -> str | None:
+        """The file's text, or None when it is absent or unreadable."""
+        try:
+            # Some captures end sysfs values with NUL bytes; no real value holds one.
+            text = self.path(rel).read_text(errors="replace").replace("\x00", "")
+        except (OSError, ValueError):
+            return None
+        if self.journal is not None:
+            self.journal.append(rel.lstrip("/"))
+        return text
+
+    def listdir(self, rel: str) -> list[str]:
+        """Entry names of a folder, or an empty list when it cannot be listed."""
+        try:
+            return os.listdir(self.path(rel))
+        except OSError:
+            return []
+
+    def exists(self, rel: str) -> bool:
+        return self.path(rel).exists()
+
+    def check(self) -> None:
+        """Raise HostError when the root cannot describe a machine at all."""
+        if not self.root.is_dir():
+            raise HostError(f"root {str(self.root)!r} does not exist or is not a folder")
+        cpu = self.path("sys/devices/system/cpu")
+        if not cpu.is_dir():
+            raise HostError(f"root {str(self.root)!r} has no CPU information (no sys/devices/system/cpu)")
+        if not os.access(cpu, os.R_OK | os.X_OK):
+            raise HostError(f"root {str(self.root)!r}: {cpu} is not readable")

@@ -1,0 +1,238 @@
+"""Synthetic machines: root folders shaped like real GPU hosts.
+
+:func:`write` lays out the ``sys/`` and ``proc/`` files the readers use, the
+way the kernel and the NVIDIA driver show them, so that every reader works on
+them without special cases. The shapes in :data:`SHAPES` mirror machines our
+users run (``dgx-h100``, ``gb300``, ``epyc-nps4``, ``laptop``) plus ``pair``,
+this project's 2-CPU test machine seen as two nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cpuset import CpuSet
+
+__all__ = ["SHAPES", "MachineSpec", "shape_named", "synthetic", "temporary", "write"]
+
+_NVIDIA = "0x10de"
+_GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class MachineSpec:
+    """The shape of a machine: CPUs are numbered the way Linux numbers x86 threads.
+
+    The first thread of every core comes first (0..cores-1), then the second
+    thread of every core, so SMT siblings are ``c`` and ``c + cores``.
+    """
+
+    name: str
+    sockets: int
+    cores_per_socket: int
+    threads_per_core: int = 1
+    nodes_per_socket: int = 1
+    llc_per_node: int = 1
+    gpus_per_node: int = 0
+    gpu_model: str = "NVIDIA H100 80GB HBM3"
+    gpu_class: str = "0x030200"
+    gpu_memory_nodes: bool = False
+    memory_per_node: int = 256 * _GIB
+    gpu_memory: int = 96 * _GIB
+    arch_note: str = ""
+
+    @property
+    def cores(self) -> int:
+        return self.sockets * self.cores_per_socket
+
+    @property
+    def cpus(self) -> int:
+        return self.cores * self.threads_per_core
+
+    @property
+    def cpu_nodes(self) -> int:
+        return self.sockets * self.nodes_per_socket
+
+    @property
+    def gpus(self) -> int:
+        return self.cpu_nodes * self.gpus_per_node
+
+    def core_cpus(self, core: int) -> CpuSet:
+        return CpuSet(core + t * self.cores for t in range(self.threads_per_core))
+
+    def node_cores(self, node: int) -> range:
+        per_node = self.cores_per_socket // self.nodes_per_socket
+        return range(node * per_node, (node + 1) * per_node)
+
+    def node_cpus(self, node: int) -> CpuSet:
+        return CpuSet.union(self.core_cpus(c) for c in self.node_cores(node))
+
+
+SHAPES: dict[str, MachineSpec] = {
+    spec.name: spec
+    for spec in (
+        MachineSpec("dgx-h100", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
+                    arch_note="2 x Xeon 8480C, 8 x H100 SXM"),
+        MachineSpec("gb300", sockets=2, cores_per_socket=72, gpus_per_node=2,
+                    gpu_model="NVIDIA GB300", gpu_class="0x030200", gpu_memory_nodes=True,
+                    gpu_memory=288 * _GIB, arch_note="2 x Grace, 4 x Blackwell Ultra, GPU memory as NUMA nodes"),
+        MachineSpec("epyc-nps4", sockets=2, cores_per_socket=64, threads_per_core=2, nodes_per_socket=4,
+                    llc_per_node=2, gpus_per_node=1, arch_note="2 x EPYC in NPS4, 2 CCX per node, 8 GPUs"),
+        MachineSpec("laptop", sockets=1, cores_per_socket=4, threads_per_core=2, gpus_per_node=1,
+                    gpu_model="NVIDIA GeForce RTX 4070 Laptop GPU", gpu_class="0x030000",
+                    memory_per_node=32 * _GIB),
+        MachineSpec("pair", sockets=2, cores_per_socket=1, gpus_per_node=1, memory_per_node=8 * _GIB,
+                    arch_note="two 1-CPU nodes with a GPU each: this 2-CPU host seen as two nodes"),
+    )
+}
+
+
+def synthetic(cpus: int, *, gpus_per_node: int = 4) -> MachineSpec:
+    """A 2-socket, 2-thread machine of ``cpus`` CPUs (a multiple of 4) for benchmarks."""
+    if cpus % 4 or cpus <= 0:
+        raise ValueError(f"synthetic machines need a positive multiple of 4 CPUs, not {cpus}")
+    return MachineSpec(f"synthetic-{cpus}", sockets=2, cores_per_socket=cpus // 4, threads_per_core=2,
+                       gpus_per_node=gpus_per_node)
+
+
+def shape_named(name: str) -> MachineSpec:
+    """The spec called ``name``; ValueError listing the known names otherwise."""
+    try:
+        return SHAPES[name]
+    except KeyError:
+        raise ValueError(f"unknown machine {name!r} (known: {', '.join(SHAPES)})") from None
+
+
+def _put(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+
+
+def _bdf(gpu: int) -> str:
+    # Spread GPUs over buses the way a PCIe switch tree would.
+    return f"0000:{0x18 + 0x10 * gpu:02x}:00.0"
+
+
+def _uuid(name: str, gpu: int) -> str:
+    seed = sum(map(ord, name)) & 0xFFFF
+    return f"GPU-{seed:04x}{gpu:04x}-0000-4000-8000-{gpu:012x}"
+
+
+def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
+          cgroup_cpus: CpuSet | None = None) -> Path:
+    """Write the machine ``shape`` (a name from :data:`SHAPES` or a spec) under ``dest``.
+
+    ``cgroup_cpus`` puts the process in a cgroup v2 cpuset of those CPUs, as a
+    container would. Returns the root folder.
+    """
+    spec = shape_named(shape) if isinstance(shape, str) else shape
+    root = Path(dest)
+    cpu_dir = "sys/devices/system/cpu"
+    every = CpuSet(range(spec.cpus))
+    _put(root, f"{cpu_dir}/online", str(every))
+    _put(root, f"{cpu_dir}/possible", str(every))
+    _put(root, f"{cpu_dir}/present", str(every))
+    _put(root, f"{cpu_dir}/offline", "")
+
+    cores_per_llc = spec.cores_per_socket // spec.nodes_per_socket // spec.llc_per_node
+    for core in range(spec.cores):
+        siblings = spec.core_cpus(core)
+        socket = core // spec.cores_per_socket
+        package = CpuSet.union(spec.node_cpus(n) for n in range(socket * spec.nodes_per_socket,
+                                                                (socket + 1) * spec.nodes_per_socket))
+        first_llc_core = core - core % cores_per_llc
+        llc = CpuSet.union(spec.core_cpus(c) for c in range(first_llc_core, first_llc_core + cores_per_llc))
+        for cpu in siblings:
+            base = f"{cpu_dir}/cpu{cpu}"
+            _put(root, f"{base}/online", "1")
+            topo = f"{base}/topology"
+            _put(root, f"{topo}/physical_package_id", str(socket))
+            _put(root, f"{topo}/core_id", str(core % spec.cores_per_socket))
+            _put(root, f"{topo}/thread_siblings_list", str(siblings))
+            _put(root, f"{topo}/thread_siblings", siblings.to_mask())
+            _put(root, f"{topo}/core_cpus_list", str(siblings))
+            _put(root, f"{topo}/package_cpus_list", str(package))
+            for index, (level, kind, shared) in enumerate(
+                ((1, "Data", siblings), (1, "Instruction", siblings), (2, "Unified", siblings), (3, "Unified", llc))
+            ):
+                leaf = f"{base}/cache/index{index}"
+                _put(root, f"{leaf}/level", str(level))
+                _put(root, f"{leaf}/type", kind)
+                _put(root, f"{leaf}/shared_cpu_list", str(shared))
+                _put(root, f"{leaf}/shared_cpu_map", shared.to_mask())
+
+    cpu_nodes = list(range(spec.cpu_nodes))
+    gpu_nodes = list(range(spec.cpu_nodes, spec.cpu_nodes + spec.gpus)) if spec.gpu_memory_nodes else []
+    all_nodes = cpu_nodes + gpu_nodes
+    node_dir = "sys/devices/system/node"
+    _put(root, f"{node_dir}/online", str(CpuSet(all_nodes)))
+    _put(root, f"{node_dir}/possible", str(CpuSet(all_nodes)))
+    _put(root, f"{node_dir}/has_cpu", str(CpuSet(cpu_nodes)))
+    _put(root, f"{node_dir}/has_memory", str(CpuSet(all_nodes)))
+    _put(root, f"{node_dir}/has_normal_memory", str(CpuSet(cpu_nodes)))
+    for node in all_nodes:
+        cpus = spec.node_cpus(node) if node in cpu_nodes else CpuSet()
+        distances = []
+        for other in all_nodes:
+            if other == node:
+                distances.append(10)
+            elif node in gpu_nodes or other in gpu_nodes:
+                distances.append(80)
+            elif other // spec.nodes_per_socket == node // spec.nodes_per_socket:
+                distances.append(12)
+            else:
+                distances.append(32)
+        memory = spec.memory_per_node if node in cpu_nodes else spec.gpu_memory
+        base = f"{node_dir}/node{node}"
+        _put(root, f"{base}/cpulist", str(cpus))
+        _put(root, f"{base}/cpumap", cpus.to_mask(words=-(-spec.cpus // 32)))
+        _put(root, f"{base}/distance", " ".join(map(str, distances)))
+        _put(root, f"{base}/meminfo", f"Node {node} MemTotal:       {memory // 1024} kB\n"
+                                      f"Node {node} MemFree:        {memory // 2048} kB")
+
+    for gpu in range(spec.gpus):
+        node = gpu // spec.gpus_per_node
+        bdf = _bdf(gpu)
+        local = spec.node_cpus(node)
+        device = f"sys/devices/pci0000:{0x10 * gpu:02x}/0000:{0x10 * gpu:02x}:01.0/{bdf}"
+        _put(root, f"{device}/vendor", _NVIDIA)
+        _put(root, f"{device}/device", "0x2330")
+        _put(root, f"{device}/class", spec.gpu_class)
+        _put(root, f"{device}/numa_node", str(node))
+        _put(root, f"{device}/local_cpulist", str(local))
+        _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
+        link = root / "sys/bus/pci/devices" / bdf
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.is_symlink():
+            link.symlink_to(os.path.relpath(root / device, link.parent))
+        info = f"proc/driver/nvidia/gpus/{bdf}"
+        _put(root, f"{info}/information",
+             f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {200 + gpu}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
+             f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+             f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {gpu}\n"
+             f"GPU Excluded:\t No")
+        if gpu_nodes:
+            _put(root, f"{info}/numa_status",
+                 f"Node:      {gpu_nodes[gpu]}\nStatus:    online\n"
+                 f"Address:   {0x40000000000 + gpu * 0x1000000000:x}\nSize:      {spec.gpu_memory:x}")
+
+    allowed = every if cgroup_cpus is None else cgroup_cpus & every
+    _put(root, "proc/self/cgroup", "0::/")
+    _put(root, "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0")
+    _put(root, "sys/fs/cgroup/cpuset.cpus.effective", str(allowed))
+    _put(root, "sys/fs/cgroup/cpuset.mems.effective", str(CpuSet(all_nodes)))
+    _put(root, "proc/self/status", f"Name:\tpython3\nCpus_allowed:\t{allowed.to_mask()}\n"
+                                   f"Cpus_allowed_list:\t{allowed}\n"
+                                   f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
+    return root
+
+
+def temporary(shape: str | MachineSpec) -> tempfile.TemporaryDirectory[str]:
+    """A temporary folder holding ``shape``; the machine's root is ``<dir>/root``."""
+    holder = tempfile.TemporaryDirectory(prefix="numapin-machine-")
+    write(shape, Path(holder.name) / "root")
+    return holder

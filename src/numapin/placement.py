@@ -1,0 +1,300 @@
+"""Placement policies: pure functions from facts (topology, GPUs) to CPU and memory sets.
+
+Nothing here reads or changes kernel state. Every placement is computed
+against the unconstrained baseline (online CPUs inside the cgroup cpuset),
+never against the process's current mask, so planning again after pinning
+gives the same answer.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .cpuset import CpuSet, CpuSpec
+from .errors import EnvironmentProblem, UsageError
+from .gpus import Gpu, Inventory, VisibleGpu
+from .topology import Core, Topology
+
+__all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "place_all", "plan"]
+
+
+class PlacementError(EnvironmentProblem):
+    """The machine offers nothing to place on (say, the GPU's node lies outside the cgroup)."""
+
+
+class Mode(str, enum.Enum):
+    """Where a GPU's worker runs. Examples are for ``dgx-h100`` (GPU 0 on node 0)."""
+
+    NODE = "node"
+    """Every allowed CPU of the GPU's NUMA node: GPU 0 → ``0-55,112-167``."""
+
+    SOCKET = "socket"
+    """Every allowed CPU of the GPU's package, all its nodes: on ``epyc-nps4`` GPU 0 → 4 nodes."""
+
+    EXCLUSIVE = "exclusive"
+    """The node's physical cores split among the node's GPUs, SMT siblings together:
+    GPU 0 → ``0-13,112-125`` (14 of the node's 56 cores)."""
+
+    CORE_COMPLEX = "core-complex"
+    """One last-level-cache group (CCX) per GPU on its node: on ``epyc-nps4`` one 8-core CCX."""
+
+    SINGLE = "single"
+    """One physical core per GPU, distinct per GPU: GPU 0 → ``0,112``."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_mode(mode: str | Mode) -> Mode:
+    try:
+        return Mode(mode)
+    except ValueError:
+        known = ", ".join(m.value for m in Mode)
+        raise UsageError(f"unknown mode {mode!r} (modes: {known}, or explicit cpus)") from None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one GPU's worker runs.
+
+    ``cpus`` is the whole placement; ``reserved`` (part of ``cpus``) is set
+    aside for one latency-critical thread, ``workers`` is the rest.
+    """
+
+    cpus: CpuSet
+    mems: CpuSet
+    reason: str
+    mode: str
+    gpu: int | None = None
+    pci: str | None = None
+    node: int | None = None
+    rank: int | None = None
+    reserved: CpuSet = CpuSet()
+
+    @property
+    def workers(self) -> CpuSet:
+        return self.cpus - self.reserved
+
+    def __str__(self) -> str:
+        text = f"cpus {self.cpus} mems {self.mems}"
+        if self.reserved:
+            text += f" (reserved {self.reserved})"
+        return f"{text}: {self.reason}"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "gpu": self.gpu,
+            "pci": self.pci,
+            "node": self.node,
+            "mode": self.mode,
+            "cpus": str(self.cpus),
+            "mems": str(self.mems),
+            "reason": self.reason,
+        }
+        if self.reserved:
+            out["reserved"] = str(self.reserved)
+            out["workers"] = str(self.workers)
+        return out
+
+
+def _domain(topology: Topology, gpu: Gpu) -> tuple[CpuSet, str]:
+    """The allowed CPUs of the GPU's node (its local CPUs when the node is unknown)."""
+    if gpu.node is not None:
+        return topology.node(gpu.node).cpus & topology.allowed, f"node {gpu.node}"
+    return gpu.cpus & topology.allowed, f"local CPUs {gpu.cpus} (node unknown)"
+
+
+def _siblings(inventory: Inventory, gpu: Gpu) -> list[Gpu]:
+    """Every GPU of the machine sharing ``gpu``'s node, in PCI order.
+
+    Physical GPUs, not the visible ones: processes that each see one GPU
+    through CUDA_VISIBLE_DEVICES must still get disjoint shares.
+    """
+    if gpu.node is not None:
+        return [g for g in inventory.gpus if g.node == gpu.node]
+    return [g for g in inventory.gpus if g.node is None and g.cpus == gpu.cpus]
+
+
+def _cores(topology: Topology, cpus: CpuSet) -> list[Core]:
+    return sorted(topology.cores_within(cpus), key=lambda c: c.cpus.first())
+
+
+def _exclusive(topology: Topology, inventory: Inventory, gpu: Gpu, domain: CpuSet, where: str) -> CpuSet:
+    peers = _siblings(inventory, gpu)
+    cores = _cores(topology, domain)
+    if len(cores) < len(peers):
+        raise UsageError(
+            f"exclusive: {where} has {len(cores)} allowed cores for {len(peers)} GPUs; every GPU needs one"
+        )
+    share, extra = divmod(len(cores), len(peers))
+    rank = peers.index(gpu)
+    # Leftover cores go to the lowest ranks, one each, so shares differ by at most one.
+    start = rank * share + min(rank, extra)
+    stop = start + share + (1 if rank < extra else 0)
+    return CpuSet.union(c.cpus for c in cores[start:stop])
+
+
+def _core_complex(topology: Topology, inventory: Inventory, gpu: Gpu, domain: CpuSet) -> CpuSet | None:
+    groups = sorted(topology.caches_within(domain), key=lambda g: g.cpus.first())
+    if not groups:
+        return None
+    rank = _siblings(inventory, gpu).index(gpu)
+    return groups[rank % len(groups)].cpus
+
+
+def _single(topology: Topology, inventory: Inventory, gpu: Gpu, domain: CpuSet) -> CpuSet:
+    cores = _cores(topology, domain)
+    rank = _siblings(inventory, gpu).index(gpu)
+    return cores[rank % len(cores)].cpus
+
+
+def _mems(topology: Topology, cpus: CpuSet) -> CpuSet:
+    mems = topology.nodes_of(cpus) & topology.allowed_mems
+    return mems or topology.allowed_mems
+
+
+def _reserve(topology: Topology, cpus: CpuSet, reserve: int) -> CpuSet:
+    if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
+        raise UsageError(f"reserve must be a non-negative number of cores, not {reserve!r}")
+    if reserve == 0:
+        return CpuSet()
+    cores = _cores(topology, cpus)
+    if reserve >= len(cores):
+        raise UsageError(
+            f"reserve={reserve} leaves no core for the other threads: the placement {cpus} has {len(cores)} cores"
+        )
+    # The highest cores: low-numbered CPUs tend to carry interrupts and
+    # housekeeping, which a latency-critical loop should not share.
+    return CpuSet.union(c.cpus for c in cores[-reserve:])
+
+
+def explicit_cpus(topology: Topology, cpus: CpuSpec) -> CpuSet:
+    """Validate an explicit CPU request against the allowed CPUs."""
+    try:
+        wanted = CpuSet(cpus)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"bad CPU list {cpus!r}: {exc}") from None
+    if not wanted:
+        raise UsageError("the explicit CPU list is empty")
+    outside = wanted - topology.allowed
+    if outside:
+        raise UsageError(f"CPUs {outside} of {wanted} are outside the allowed CPUs {topology.allowed}")
+    return wanted
+
+
+def place(
+    topology: Topology,
+    inventory: Inventory,
+    gpu: VisibleGpu | None,
+    *,
+    mode: str | Mode = Mode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    rank: int | None = None,
+) -> Placement:
+    """The placement for one visible GPU (or for explicit ``cpus``)."""
+    if cpus is not None:
+        chosen = explicit_cpus(topology, cpus)
+        return Placement(
+            cpus=chosen,
+            mems=_mems(topology, chosen),
+            reason=f"explicit CPUs {chosen}",
+            mode="explicit",
+            gpu=None if gpu is None else gpu.index,
+            pci=None if gpu is None else gpu.gpu.pci,
+            node=None,
+            rank=rank,
+            reserved=_reserve(topology, chosen, reserve),
+        )
+    chosen_mode = parse_mode(mode)
+    if gpu is None:
+        raise UsageError("a placement needs a GPU or explicit cpus")
+    physical = gpu.gpu
+    domain, where = _domain(topology, physical)
+    if not domain:
+        raise PlacementError(
+            f"GPU {gpu.index} ({physical.pci}): {where} has no CPU inside the allowed CPUs {topology.allowed}"
+        )
+    reason = f"GPU {gpu.index} ({physical.pci}) on {where}"
+    if chosen_mode is Mode.NODE:
+        chosen = domain
+    elif chosen_mode is Mode.SOCKET:
+        packages = [p for p in topology.packages if p.cpus & domain]
+        chosen = CpuSet.union(p.cpus for p in packages) & topology.allowed
+        reason += ", package " + ",".join(str(p.id) for p in packages)
+    elif chosen_mode is Mode.EXCLUSIVE:
+        chosen = _exclusive(topology, inventory, physical, domain, where)
+        reason += f", share {_siblings(inventory, physical).index(physical) + 1}" \
+                  f" of {len(_siblings(inventory, physical))}"
+    elif chosen_mode is Mode.CORE_COMPLEX:
+        group = _core_complex(topology, inventory, physical, domain)
+        if group is None:
+            chosen = domain
+            reason += ", no cache information: whole node"
+        else:
+            chosen = group
+            reason += ", last-level cache group"
+    else:
+        chosen = _single(topology, inventory, physical, domain)
+        reason += ", one core"
+    return Placement(
+        cpus=chosen,
+        mems=_mems(topology, chosen),
+        reason=reason,
+        mode=chosen_mode.value,
+        gpu=gpu.index,
+        pci=physical.pci,
+        node=physical.node,
+        rank=rank,
+        reserved=_reserve(topology, chosen, reserve),
+    )
+
+
+def place_all(
+    topology: Topology,
+    inventory: Inventory,
+    visible: Sequence[VisibleGpu],
+    *,
+    mode: str | Mode = Mode.NODE,
+    reserve: int = 0,
+) -> tuple[Placement, ...]:
+    """One placement per local rank: rank r drives ``visible[r]``."""
+    parse_mode(mode)
+    return tuple(place(topology, inventory, v, mode=mode, reserve=reserve, rank=r) for r, v in enumerate(visible))
+
+
+def plan(
+    gpu: int | None = None,
+    *,
+    mode: str | Mode = Mode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    gpus: Sequence[int] | None = None,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Placement | tuple[Placement, ...]:
+    """Where GPU ``gpu``'s worker should run, or (``gpu`` None) one placement per local rank.
+
+    ``gpus`` limits the per-rank table to those logical GPUs (rank i drives
+    ``gpus[i]``). Reads the machine under ``root``; changes nothing.
+    """
+    from .facts import gather
+    from .gpus import select_gpu
+
+    if cpus is None:
+        parse_mode(mode)
+    facts = gather(root, environ)
+    if cpus is not None:
+        visible = None if gpu is None else select_gpu(facts.visible, gpu)
+        return place(facts.topology, facts.inventory, visible, cpus=cpus, reserve=reserve)
+    if gpu is not None:
+        return place(facts.topology, facts.inventory, select_gpu(facts.visible, gpu), mode=mode, reserve=reserve)
+    chosen = facts.visible if gpus is None else tuple(select_gpu(facts.visible, g) for g in gpus)
+    if not chosen:
+        select_gpu(facts.visible, 0)  # raises the "no GPU visible" error
+    return place_all(facts.topology, facts.inventory, chosen, mode=mode, reserve=reserve)

@@ -1,0 +1,67 @@
+"""Capture a machine's topology files for a bug report.
+
+The capture holds exactly the files that numapin's readers read on this
+machine (recorded as they read them), plus the process's CPU and memory masks
+from ``proc/self/status``. Nothing else: no environment, no command lines, no
+other process's data. ``numapin show --root`` on the unpacked capture prints
+what ``numapin show`` prints here.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from pathlib import Path
+
+from .gpus import read_gpus
+from .host import Host
+from .topology import read_topology
+
+__all__ = ["TOP", "capture"]
+
+#: The folder inside the archive that stands in for ``/``.
+TOP = "numapin-snapshot"
+
+# Lines of proc/self/status that describe placement; the rest (name, ids,
+# memory use) is not the readers' business.
+_STATUS_KEYS = ("Cpus_allowed:", "Cpus_allowed_list:", "Mems_allowed:", "Mems_allowed_list:")
+# Mount entries the cgroup reader needs; other mounts stay private.
+_CGROUP_TYPES = (" cgroup ", " cgroup2 ", " cpuset ")
+
+
+def _filtered(rel: str, text: str) -> str:
+    if rel == "proc/self/status":
+        return "".join(line for line in text.splitlines(keepends=True) if line.startswith(_STATUS_KEYS))
+    if rel in ("proc/self/mountinfo", "proc/mounts"):
+        return "".join(line for line in text.splitlines(keepends=True) if any(t in line for t in _CGROUP_TYPES))
+    return text
+
+
+def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
+    """Write ``out`` (a .tar.gz) holding the files numapin reads under ``root``; returns their paths."""
+    journal: list[str] = []
+    topology = read_topology(root, journal=journal)
+    read_gpus(topology, nvml=False, journal=journal)
+    host = Host(topology.root)
+    wanted = list(dict.fromkeys([*journal, "proc/self/status"]))
+    captured: list[str] = []
+    stamp = time.time()
+    with tarfile.open(Path(out), "w:gz") as archive:
+        # Folders the readers list must exist even when empty of files we keep.
+        for folder in ("sys/devices/system/cpu", "sys/devices/system/node"):
+            if host.path(folder).is_dir():
+                info = tarfile.TarInfo(f"{TOP}/{folder}")
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
+                archive.addfile(info)
+        for rel in wanted:
+            text = host.read(rel)
+            if text is None:
+                continue
+            data = _filtered(rel, text).encode()
+            info = tarfile.TarInfo(f"{TOP}/{rel}")
+            info.size, info.mode, info.mtime = len(data), 0o644, stamp
+            archive.addfile(info, io.BytesIO(data))
+            captured.append(rel)
+    return captured

@@ -1,0 +1,98 @@
+"""The kernel interface for per-thread CPU affinity: list threads, get and set one mask.
+
+Linux affinity belongs to a thread, not a process: ``sched_setaffinity(pid)``
+moves only the thread whose id equals ``pid``. Every affinity call numapin
+makes goes through a :class:`ThreadKernel`, so the pinning logic can be driven
+by the real kernel (:class:`LinuxThreads`) or, in tests, by a model of it.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import os
+import threading
+from typing import Protocol
+
+from .cpuset import CpuSet
+
+__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "errno_name", "outcome_of"]
+
+
+class Outcome(str, enum.Enum):
+    """What happened to one thread."""
+
+    PINNED = "pinned"
+    ALREADY = "already correct"
+    KEPT = "kept"
+    VANISHED = "vanished"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ThreadKernel(Protocol):
+    """The four calls pinning needs; each raises OSError as the kernel would."""
+
+    def self_tid(self) -> int: ...
+
+    def list_threads(self) -> list[int]: ...
+
+    def get_affinity(self, tid: int) -> CpuSet: ...
+
+    def set_affinity(self, tid: int, cpus: CpuSet) -> None: ...
+
+
+class LinuxThreads:
+    """The real kernel: ``/proc/<pid>/task`` and ``sched_{get,set}affinity`` on thread ids."""
+
+    def __init__(self, pid: int | None = None) -> None:
+        # None = this process, as seen at call time (stays right after fork).
+        self._pid = pid
+
+    @property
+    def pid(self) -> int:
+        return os.getpid() if self._pid is None else self._pid
+
+    def self_tid(self) -> int:
+        return threading.get_native_id()
+
+    def list_threads(self) -> list[int]:
+        return [int(name) for name in os.listdir(f"/proc/{self.pid}/task") if name.isdigit()]
+
+    def get_affinity(self, tid: int) -> CpuSet:
+        return CpuSet(os.sched_getaffinity(tid))
+
+    def set_affinity(self, tid: int, cpus: CpuSet) -> None:
+        os.sched_setaffinity(tid, list(cpus))
+
+    def thread_name(self, tid: int) -> str | None:
+        try:
+            with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    def last_cpu(self, tid: int) -> int | None:
+        """The CPU the thread last ran on (field 39 of its ``stat``)."""
+        try:
+            with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            return None
+        # The name (field 2) may hold spaces and parentheses: split after the last ')'.
+        fields = text[text.rfind(")") + 2:].split()
+        try:
+            return int(fields[36])
+        except (IndexError, ValueError):
+            return None
+
+
+def errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
+
+
+def outcome_of(exc: OSError) -> Outcome:
+    """ESRCH means the thread exited meanwhile; anything else is a failure."""
+    return Outcome.VANISHED if exc.errno == errno.ESRCH else Outcome.FAILED

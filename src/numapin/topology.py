@@ -1,0 +1,468 @@
+"""The machine as a tree of facts: CPUs, cores, caches, packages, NUMA nodes, cgroup.
+
+:func:`read_topology` reads ``sys/devices/system`` (and the cgroup files) once
+and returns a frozen :class:`Topology`; every consumer asks the Topology rather
+than re-reading files. Missing or unreadable files never raise: the reader
+falls back to the plainest grouping that is still true and records what it
+could not read in ``Topology.warnings``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from .cgroup import Cgroup, read_cgroup
+from .cpuset import CpuSet
+from .host import Host
+
+__all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
+
+_CPU = "sys/devices/system/cpu"
+_NODE = "sys/devices/system/node"
+
+
+@dataclass(frozen=True)
+class Node:
+    """A NUMA node. ``cpus`` are its online CPUs; a node without CPUs is memory-only."""
+
+    id: int
+    cpus: CpuSet
+    memory_bytes: int | None = None
+    distances: tuple[tuple[int, int], ...] = ()
+    has_memory: bool = True
+    memory_only: bool = False
+
+    def distance_to(self, other: int) -> int | None:
+        return dict(self.distances).get(other)
+
+
+@dataclass(frozen=True)
+class Package:
+    """A socket (``physical_package_id``), or the reader's stand-in grouping."""
+
+    id: int
+    cpus: CpuSet
+
+
+@dataclass(frozen=True)
+class Core:
+    """A physical core: its online SMT siblings."""
+
+    package: int
+    id: int
+    cpus: CpuSet
+
+
+@dataclass(frozen=True)
+class CacheGroup:
+    """CPUs sharing one last-level cache (an L3 slice, a CCX, ...)."""
+
+    level: int
+    cpus: CpuSet
+
+
+@dataclass(frozen=True)
+class Topology:
+    root: Path
+    online: CpuSet
+    possible: CpuSet
+    offline: CpuSet
+    nodes: tuple[Node, ...]
+    packages: tuple[Package, ...]
+    cores: tuple[Core, ...]
+    caches: tuple[CacheGroup, ...]
+    cgroup: Cgroup
+    allowed: CpuSet
+    allowed_mems: CpuSet
+    process: CpuSet | None
+    package_source: str = "physical_package_id"
+    core_source: str = "thread siblings"
+    warnings: tuple[str, ...] = field(default=())
+
+    # -- questions consumers ask ------------------------------------------
+
+    @cached_property
+    def _node_of_cpu(self) -> dict[int, Node]:
+        return {cpu: node for node in self.nodes for cpu in node.cpus}
+
+    @cached_property
+    def _core_of_cpu(self) -> dict[int, Core]:
+        return {cpu: core for core in self.cores for cpu in core.cpus}
+
+    @property
+    def cores_known(self) -> bool:
+        """False when the kernel said nothing about cores and each CPU stands for one."""
+        return self.core_source != "assumed"
+
+    @property
+    def cpu_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if not n.memory_only)
+
+    @property
+    def memory_only_nodes(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.memory_only)
+
+    def node(self, node_id: int) -> Node:
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        known = ",".join(str(n.id) for n in self.nodes)
+        raise KeyError(f"no NUMA node {node_id} (nodes: {known})")
+
+    def node_of(self, cpu: int) -> Node | None:
+        return self._node_of_cpu.get(cpu)
+
+    def nodes_of(self, cpus: CpuSet) -> CpuSet:
+        """Ids of the nodes holding any of ``cpus``."""
+        return CpuSet({n.id for c in cpus if (n := self._node_of_cpu.get(c)) is not None})
+
+    def core_of(self, cpu: int) -> Core | None:
+        return self._core_of_cpu.get(cpu)
+
+    def cores_within(self, cpus: CpuSet) -> tuple[Core, ...]:
+        """Cores with at least one CPU in ``cpus``, each cut down to those CPUs."""
+        seen: list[Core] = []
+        for core in self.cores:
+            inside = core.cpus & cpus
+            if inside:
+                seen.append(Core(core.package, core.id, inside))
+        return tuple(seen)
+
+    def package_of(self, cpu: int) -> Package | None:
+        for package in self.packages:
+            if cpu in package.cpus:
+                return package
+        return None
+
+    def caches_within(self, cpus: CpuSet) -> tuple[CacheGroup, ...]:
+        return tuple(CacheGroup(g.level, g.cpus & cpus) for g in self.caches if g.cpus & cpus)
+
+    def distance(self, a: int, b: int) -> int | None:
+        return self.node(a).distance_to(b)
+
+    # -- output -----------------------------------------------------------
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``numapin show --json`` (GPUs are added by the caller)."""
+        return {
+            "root": str(self.root),
+            "cpus": {
+                "online": str(self.online),
+                "possible": str(self.possible),
+                "offline": str(self.offline),
+                "allowed": str(self.allowed),
+                "process": None if self.process is None else str(self.process),
+            },
+            "cgroup": {
+                "version": self.cgroup.version,
+                "path": self.cgroup.path,
+                "cpus": None if self.cgroup.cpus is None else str(self.cgroup.cpus),
+                "mems": None if self.cgroup.mems is None else str(self.cgroup.mems),
+            },
+            "allowed_mems": str(self.allowed_mems),
+            "nodes": [
+                {
+                    "id": n.id,
+                    "cpus": str(n.cpus),
+                    "memory_only": n.memory_only,
+                    "memory_bytes": n.memory_bytes,
+                    "distances": {str(k): v for k, v in n.distances},
+                }
+                for n in self.nodes
+            ],
+            "packages": [{"id": p.id, "cpus": str(p.cpus)} for p in self.packages],
+            "package_source": self.package_source,
+            "cores": [{"package": c.package, "id": c.id, "cpus": str(c.cpus)} for c in self.cores],
+            "core_source": self.core_source,
+            "caches": [{"level": g.level, "cpus": str(g.cpus)} for g in self.caches],
+            "warnings": list(self.warnings),
+        }
+
+
+# -- the reader -----------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.warnings: list[str] = []
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def text(self, rel: str) -> str | None:
+        return self.host.read(rel)
+
+    def cpuset(self, rel: str, *, mask: bool = False, quiet: bool = False) -> CpuSet | None:
+        text = self.host.read(rel)
+        if text is None:
+            return None
+        try:
+            return CpuSet.parse_mask(text) if mask else CpuSet.parse(text)
+        except ValueError as exc:
+            if not quiet:
+                self.warn(f"{rel}: {exc}")
+            return None
+
+    def either(self, folder: str, listname: str, maskname: str) -> CpuSet | None:
+        """A set from ``folder/listname`` (cpulist) or else ``folder/maskname`` (hex mask)."""
+        found = self.cpuset(f"{folder}/{listname}")
+        return found if found is not None else self.cpuset(f"{folder}/{maskname}", mask=True)
+
+    def integer(self, rel: str) -> int | None:
+        text = self.host.read(rel)
+        if text is None or not text.strip():
+            return None
+        try:
+            return int(text.strip())
+        except ValueError:
+            self.warn(f"{rel}: not an integer: {text.strip()!r}")
+            return None
+
+    def numbered(self, folder: str, prefix: str) -> list[int]:
+        ids = []
+        for name in self.host.listdir(folder):
+            digits = name[len(prefix):]
+            if name.startswith(prefix) and digits.isdigit():
+                ids.append(int(digits))
+        return sorted(ids)
+
+
+def _read_cpus(r: _Reader) -> tuple[CpuSet, CpuSet, CpuSet]:
+    folders = CpuSet(r.numbered(_CPU, "cpu"))
+    online = r.cpuset(f"{_CPU}/online")
+    if online is None:
+        # Old kernels and partial captures: a cpuN folder is online unless its
+        # own `online` file says 0.
+        online = CpuSet(c for c in folders if r.integer(f"{_CPU}/cpu{c}/online") != 0)
+        r.warn(f"{_CPU}/online missing: online CPUs taken from the cpuN folders")
+    elif folders and not online <= folders:
+        # A capture can list CPUs whose folders were trimmed away; nothing can
+        # be known about those, so (like hwloc) they are left out.
+        r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
+        online &= folders
+    possible = r.cpuset(f"{_CPU}/possible")
+    if possible is None:
+        possible = folders | online
+    offline = r.cpuset(f"{_CPU}/offline")
+    if offline is None:
+        offline = possible - online
+    return online, possible | online, offline - online
+
+
+def _read_nodes(r: _Reader, online: CpuSet) -> list[Node]:
+    ids = r.numbered(_NODE, "node")
+    if not ids:
+        r.warn(f"{_NODE} has no nodes: one node 0 holds every online CPU")
+        return [Node(0, online)]
+    order = r.cpuset(f"{_NODE}/online")
+    order_ids = list(order) if order is not None and set(order) >= set(ids) else ids
+    has_memory = r.cpuset(f"{_NODE}/has_memory")
+    nodes = []
+    claimed = CpuSet()
+    for node_id in ids:
+        folder = f"{_NODE}/node{node_id}"
+        raw = r.either(folder, "cpulist", "cpumap")
+        if raw is None:
+            links = r.numbered(folder, "cpu")
+            raw = CpuSet(links)
+            if not links:
+                r.warn(f"{folder}: no cpulist or cpumap; taken as a node without CPUs")
+        memory = _node_memory(r, folder)
+        distances: tuple[tuple[int, int], ...] = ()
+        text = r.text(f"{folder}/distance")
+        if text is not None:
+            values = text.split()
+            if len(values) == len(order_ids) and all(v.isdigit() for v in values):
+                distances = tuple(zip(order_ids, (int(v) for v in values), strict=True))
+            else:
+                r.warn(f"{folder}/distance: {len(values)} values for {len(order_ids)} nodes; ignored")
+        with_memory = node_id in has_memory if has_memory is not None else memory is None or memory > 0
+        cpus = raw & online
+        # Buggy firmware can give several nodes the same CPUs; a CPU has one
+        # home, so the lowest node keeps it.
+        if cpus & claimed:
+            r.warn(f"node {node_id}: CPUs {cpus & claimed} already belong to a lower node; left there")
+            cpus -= claimed
+        claimed |= cpus
+        nodes.append(
+            Node(
+                id=node_id,
+                cpus=cpus,
+                memory_bytes=memory,
+                distances=distances,
+                has_memory=with_memory,
+                memory_only=not raw,
+            )
+        )
+    return nodes
+
+
+def _node_memory(r: _Reader, folder: str) -> int | None:
+    for line in (r.text(f"{folder}/meminfo") or "").splitlines():
+        fields = line.split()
+        # "Node 0 MemTotal:       129839104 kB"
+        if len(fields) >= 4 and fields[2] == "MemTotal:" and fields[3].isdigit():
+            return int(fields[3]) * 1024
+    return None
+
+
+def _read_cores_and_packages(
+    r: _Reader, online: CpuSet, nodes: list[Node]
+) -> tuple[list[Core], str, list[Package], str]:
+    by_key: dict[tuple[int | None, int | None, int | None], list[int]] = {}
+    package_ids: dict[int, int | None] = {}
+    package_groups: set[CpuSet] = set()
+    any_core_info = False
+    for cpu in online:
+        folder = f"{_CPU}/cpu{cpu}/topology"
+        package = r.integer(f"{folder}/physical_package_id")
+        package_ids[cpu] = None if package is None or package < 0 else package
+        core_id = r.integer(f"{folder}/core_id")
+        siblings = r.either(folder, "core_cpus_list", "core_cpus")
+        if siblings is None:
+            siblings = r.either(folder, "thread_siblings_list", "thread_siblings")
+        if siblings is not None or core_id is not None:
+            any_core_info = True
+        group = r.either(folder, "package_cpus_list", "package_cpus")
+        if group is None:
+            group = r.either(folder, "core_siblings_list", "core_siblings")
+        if group is not None:
+            package_groups.add(group & online)
+        # The core id takes part in the key: on AMD family 15h the kernel lists
+        # both cores of a compute unit as siblings while each has its own id.
+        key = (package_ids[cpu], core_id, None if siblings is None else (siblings & online).bits)
+        by_key.setdefault(key, []).append(cpu)
+
+    packages, package_source = _packages(r, online, nodes, package_ids, package_groups)
+    package_of = {cpu: p.id for p in packages for cpu in p.cpus}
+    if not any_core_info:
+        if online:
+            r.warn("no core information: each CPU counted as one core")
+        cores = [Core(package_of.get(cpu, 0), cpu, CpuSet([cpu])) for cpu in online]
+        return cores, "assumed", packages, package_source
+    cores = []
+    for (_, core_id, _), members in by_key.items():
+        cpus = CpuSet(members)
+        first = cpus.first()
+        cores.append(Core(package_of.get(first, 0), first if core_id is None else core_id, cpus))
+    cores.sort(key=lambda c: c.cpus.first())
+    return cores, "thread siblings", packages, package_source
+
+
+def _packages(
+    r: _Reader,
+    online: CpuSet,
+    nodes: list[Node],
+    package_ids: dict[int, int | None],
+    groups: set[CpuSet],
+) -> tuple[list[Package], str]:
+    if online and all(p is not None for p in package_ids.values()):
+        members: dict[int, list[int]] = {}
+        for cpu, pid in package_ids.items():
+            assert pid is not None
+            members.setdefault(pid, []).append(cpu)
+        return [Package(pid, CpuSet(cpus)) for pid, cpus in sorted(members.items())], "physical_package_id"
+    # No usable package ids (s390, ppc, partial captures): use the kernel's own
+    # package sibling lists when they tile the CPUs, else one package for all.
+    if groups and CpuSet.union(groups) == online and sum(len(g) for g in groups) == len(online):
+        ordered = sorted(groups, key=lambda g: g.first())
+        r.warn("no physical_package_id: packages grouped by the kernel's package sibling lists")
+        return [Package(i, g) for i, g in enumerate(ordered)], "package siblings"
+    if online:
+        r.warn("no physical_package_id: all online CPUs counted as one package")
+    return [Package(0, online)], "whole machine"
+
+
+def _read_caches(r: _Reader, online: CpuSet) -> list[CacheGroup]:
+    groups: dict[int, int] = {}
+    covered = CpuSet()
+    for cpu in online:
+        # Every CPU that shares a cache has that same cache as its last level,
+        # so a CPU already inside a group needs no reading of its own.
+        if cpu in covered:
+            continue
+        best: tuple[int, CpuSet] | None = None
+        folder = f"{_CPU}/cpu{cpu}/cache"
+        for index in r.numbered(folder, "index"):
+            leaf = f"{folder}/index{index}"
+            kind = (r.text(f"{leaf}/type") or "").strip()
+            level = r.integer(f"{leaf}/level")
+            if kind not in ("Unified", "Data") or level is None:
+                continue
+            shared = r.either(leaf, "shared_cpu_list", "shared_cpu_map")
+            if shared is None:
+                continue
+            if best is None or level > best[0]:
+                best = (level, shared & online | CpuSet([cpu]))
+        if best is None:
+            continue
+        level, cpus = best
+        groups[cpus.bits] = level
+        covered |= cpus
+    if online and not groups:
+        r.warn("no cache information: no last-level-cache groups")
+    return sorted((CacheGroup(level, CpuSet.from_bits(bits)) for bits, level in groups.items()),
+                  key=lambda g: g.cpus.first())
+
+
+def _process_mask(host: Host, r: _Reader) -> CpuSet | None:
+    if host.is_live:
+        return CpuSet(os.sched_getaffinity(0))
+    for line in (r.text("proc/self/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            try:
+                return CpuSet.parse(line.split(":", 1)[1])
+            except ValueError as exc:
+                r.warn(f"proc/self/status: {exc}")
+    return None
+
+
+def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[str] | None = None) -> Topology:
+    """Read the machine under ``root`` (default ``$NUMAPIN_FSROOT``, else ``/``).
+
+    Raises :class:`numapin.host.HostError` only when the root does not exist
+    or holds no ``sys/devices/system/cpu``; any other gap becomes a warning.
+    """
+    host = Host.at(root, journal)
+    host.check()
+    r = _Reader(host)
+    online, possible, offline = _read_cpus(r)
+    nodes = _read_nodes(r, online)
+    homeless = online - CpuSet.union(n.cpus for n in nodes)
+    if homeless:
+        r.warn(f"CPUs {homeless} belong to no NUMA node")
+    cores, core_source, packages, package_source = _read_cores_and_packages(r, online, nodes)
+    caches = _read_caches(r, online)
+    cgroup = read_cgroup(host)
+    allowed = online
+    if cgroup.cpus is not None:
+        allowed = online & cgroup.cpus
+        if not allowed:
+            r.warn(f"cgroup cpuset {cgroup.cpus} holds no online CPU; ignored")
+            allowed = online
+    node_ids = CpuSet(n.id for n in nodes if n.has_memory)
+    allowed_mems = node_ids
+    if cgroup.mems is not None and node_ids & cgroup.mems:
+        allowed_mems = node_ids & cgroup.mems
+    return Topology(
+        root=host.root,
+        online=online,
+        possible=possible,
+        offline=offline,
+        nodes=tuple(nodes),
+        packages=tuple(packages),
+        cores=tuple(cores),
+        caches=tuple(caches),
+        cgroup=cgroup,
+        allowed=allowed,
+        allowed_mems=allowed_mems,
+        process=_process_mask(host, r),
+        package_source=package_source,
+        core_source=core_source,
+        warnings=tuple(r.warnings),
+    )
