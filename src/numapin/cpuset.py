@@ -11,13 +11,18 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Union
 
-__all__ = ["CpuSet", "CpuSpec"]
+__all__ = ["MAX_ID", "CpuSet", "CpuSpec"]
 
 _NUMBER = re.compile(r"[0-9]+\Z")
 _HEXWORD = re.compile(r"[0-9a-fA-F]{1,8}\Z")
 
 # The kernel prints every cpumask as comma-separated groups of 32 bits.
 _MASK_WORD_BITS = 32
+
+#: The largest id accepted. Linux builds for at most 8192 CPUs (NR_CPUS) and
+#: 1024 nodes; the cap keeps a typo such as "0-4000000000" from allocating a
+#: bitmap of gigabytes.
+MAX_ID = (1 << 16) - 1
 
 #: Anything the API accepts where it asks for CPUs.
 CpuSpec = Union["CpuSet", Iterable[int], str]
@@ -28,8 +33,8 @@ def _bits_of(ids: Iterable[int]) -> int:
     for cpu in ids:
         if isinstance(cpu, bool) or not isinstance(cpu, int):
             raise TypeError(f"CPU ids must be integers, got {cpu!r}")
-        if cpu < 0:
-            raise ValueError(f"CPU ids must be non-negative, got {cpu}")
+        if not 0 <= cpu <= MAX_ID:
+            raise ValueError(f"CPU ids must lie in 0..{MAX_ID}, got {cpu}")
         bits |= 1 << cpu
     return bits
 
@@ -61,8 +66,8 @@ class CpuSet:
     @classmethod
     def from_bits(cls, bits: int) -> CpuSet:
         """The set whose members are the 1-bits of ``bits`` (bit n = id n)."""
-        if bits < 0:
-            raise ValueError("a bitmap cannot be negative")
+        if bits < 0 or bits.bit_length() > MAX_ID + 1:
+            raise ValueError(f"a bitmap must be non-negative with ids up to {MAX_ID}")
         new = cls.__new__(cls)
         object.__setattr__(new, "_bits", bits)
         return new
@@ -85,6 +90,8 @@ class CpuSet:
                 raise ValueError(f"bad cpulist token {token!r} in {text!r}")
             lo = int(first)
             hi = int(last) if dash else lo
+            if hi > MAX_ID:
+                raise ValueError(f"bad cpulist token {token!r} in {text!r}: ids stop at {MAX_ID}")
             if hi < lo:
                 raise ValueError(f"bad cpulist token {token!r} in {text!r}: range runs backwards")
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
@@ -100,8 +107,11 @@ class CpuSet:
         body = text.strip()
         if not body:
             raise ValueError("empty hex mask")
+        words = body.split(",")
+        if len(words) * _MASK_WORD_BITS > MAX_ID + 1:
+            raise ValueError(f"hex mask of {len(words)} words is longer than ids go ({MAX_ID})")
         bits = 0
-        for word in body.split(","):
+        for word in words:
             if not _HEXWORD.match(word):
                 raise ValueError(f"bad hex mask word {word!r} in {text!r}")
             bits = (bits << _MASK_WORD_BITS) | int(word, 16)
@@ -110,6 +120,8 @@ class CpuSet:
     @classmethod
     def from_words(cls, words: Sequence[int], word_bits: int = 64) -> CpuSet:
         """Build from an array of words, least significant first (NVML's layout)."""
+        if len(words) * word_bits > MAX_ID + 1:
+            raise ValueError(f"{len(words)} words of {word_bits} bits are longer than ids go ({MAX_ID})")
         bits = 0
         limit = 1 << word_bits
         for index, word in enumerate(words):

@@ -1,0 +1,110 @@
+"""Shared fixtures: real machine snapshots, synthetic machines, and running a test in a child process."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tarfile
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from numapin import machines
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("NUMAPIN_FIXTURES", REPO.parent / "shared" / "fixtures" / "hwloc-linux"))
+
+
+def snapshot_names() -> list[str]:
+    if not FIXTURES.is_dir():
+        raise RuntimeError(f"hwloc snapshots not found at {FIXTURES} (set NUMAPIN_FIXTURES)")
+    return sorted(p.name[: -len(".tar.bz2")] for p in FIXTURES.glob("*.tar.bz2"))
+
+
+class Snapshots:
+    """Unpacks each tarball once, into a temporary folder, on first use."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.roots: dict[str, Path] = {}
+
+    def root(self, name: str) -> Path:
+        if name not in self.roots:
+            dest = self.base / name
+            with tarfile.open(FIXTURES / f"{name}.tar.bz2") as archive:
+                top = archive.getnames()[0].split("/")[0]
+                archive.extractall(dest, filter="tar")
+            self.roots[name] = dest / top
+        return self.roots[name]
+
+
+@pytest.fixture(scope="session")
+def snapshots(tmp_path_factory: pytest.TempPathFactory) -> Snapshots:
+    return Snapshots(tmp_path_factory.mktemp("snapshots"))
+
+
+@pytest.fixture(scope="session")
+def machine_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """Write each synthetic machine once per session; returns its root."""
+    made: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in made:
+            made[name] = machines.write(name, tmp_path_factory.mktemp(name) / "root")
+        return made[name]
+
+    return make
+
+
+@pytest.fixture
+def pair_root(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """This 2-CPU machine described as two nodes (CPU 0 + GPU 0, CPU 1 + GPU 1), as NUMAPIN_FSROOT."""
+    root = machine_root("pair")
+    monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
+    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED", "LOCAL_RANK",
+                 "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    yield root
+
+
+def in_child(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in a forked child so that no pin or memory policy leaks; re-raise its failure here.
+
+    Returns what ``fn`` returned (it must pickle).
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        try:
+            payload = (True, fn())
+        except BaseException:  # report everything, including assertion failures
+            payload = (False, traceback.format_exc())
+        try:
+            data = pickle.dumps(payload)
+        except Exception:
+            data = pickle.dumps((False, "result did not pickle:\n" + traceback.format_exc()))
+        with os.fdopen(write_end, "wb") as pipe:
+            pipe.write(data)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise AssertionError(f"child died without a report (wait status {status})")
+    ok, value = pickle.loads(data)
+    if not ok:
+        raise AssertionError("in child process:\n" + value)
+    return value
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_pin() -> Iterator[None]:
+    """Every test must leave pytest's own CPU mask as it found it."""
+    before = os.sched_getaffinity(0)
+    yield
+    assert os.sched_getaffinity(0) == before, "a test leaked a CPU pin into the test process"

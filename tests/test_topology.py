@@ -1,0 +1,196 @@
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, Snapshots, snapshot_names
+
+from numapin import CpuSet, HostError, read_topology
+from numapin.machines import SHAPES
+
+EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
+
+
+@pytest.mark.parametrize("name", snapshot_names())
+def test_snapshot_agrees_with_hwloc(name: str, snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root(name))
+    assert topo.online, "every snapshot has online CPUs"
+    # A CPU belongs to at most one node, and the nodes' CPUs are online.
+    seen = CpuSet()
+    for node in topo.nodes:
+        assert node.cpus <= topo.online
+        assert not node.cpus & seen
+        seen |= node.cpus
+    expected = EXPECTED.get(name)
+    if expected is None:
+        return  # hwloc checks this one with options that change its output: parsing is the test
+    assert str(topo.allowed) == expected["pus"]
+    compared = 0
+    for node in topo.nodes:
+        mine = node.cpus & topo.allowed
+        # hwloc leaves out nodes whose memory the cgroup forbids, and hangs a
+        # node without CPUs of its own under its parent: nothing to compare.
+        if node.memory_only or not mine or str(node.id) not in expected["nodes"]:
+            continue
+        assert str(mine) == expected["nodes"][str(node.id)], f"node {node.id}"
+        compared += 1
+    assert compared == sum(1 for v in expected["nodes"].values() if v) - _parent_hung(topo, expected)
+    cores = sum(1 for c in topo.cores if c.cpus & topo.allowed) if topo.cores_known else 0
+    assert cores == expected["cores"]
+
+
+def _parent_hung(topo, expected: dict) -> int:  # type: ignore[no-untyped-def]
+    """hwloc entries for nodes we know to have no allowed CPU of their own (listed with a parent's CPUs)."""
+    count = 0
+    for key, value in expected["nodes"].items():
+        node = next((n for n in topo.nodes if n.id == int(key)), None)
+        if value and node is not None and (node.memory_only or not node.cpus & topo.allowed):
+            count += 1
+    return count
+
+
+def test_snapshot_cgroup_v1_restricts_allowed(snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root("4fake-4gr1nu1pu"))
+    assert topo.cgroup.version == 1 and topo.cgroup.path == "/dummy"
+    assert topo.online == CpuSet("0-3") and topo.allowed == CpuSet("0-1")
+    assert topo.allowed_mems == CpuSet([0, 2])
+    assert not topo.cores_known and "no core information" in " ".join(topo.warnings)
+
+
+def test_snapshot_cgroup_v2_restricts_allowed(snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root("32amd64-4s2n4c-cgroup2"))
+    assert topo.cgroup.version == 2
+    assert topo.allowed == CpuSet("0-5") and topo.online == CpuSet("0-31")
+
+
+def test_memory_only_gpu_nodes_of_power9(snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root("nvidiagpunumanodes"))
+    assert [n.id for n in topo.memory_only_nodes] == [250, 251, 252, 253, 254, 255]
+    assert [n.id for n in topo.cpu_nodes] == [0, 8]
+    assert topo.node(0).distance_to(8) == 40 and topo.distance(250, 250) == 10
+    assert topo.node(250).memory_bytes == 15728640 * 1024
+
+
+def test_buggy_numa_gives_each_cpu_one_home(snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root("8em64t-2s2ca2c-buggynuma"))
+    assert topo.node(0).cpus == CpuSet("0-7")
+    assert all(not n.cpus for n in topo.nodes if n.id)
+    assert any("already belong to a lower node" in w for w in topo.warnings)
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_synthetic_machines(name: str, machine_root: Callable[[str], Path]) -> None:
+    spec = SHAPES[name]
+    topo = read_topology(machine_root(name))
+    assert len(topo.online) == spec.cpus
+    assert len(topo.cpu_nodes) == spec.cpu_nodes
+    assert len(topo.memory_only_nodes) == (spec.gpus if spec.gpu_memory_nodes else 0)
+    assert len(topo.packages) == spec.sockets
+    assert len(topo.cores) == spec.cores
+    assert all(len(c.cpus) == spec.threads_per_core for c in topo.cores)
+    assert len(topo.caches) == spec.cpu_nodes * spec.llc_per_node
+    assert topo.allowed == topo.online and topo.process == topo.online
+    assert topo.warnings == ()
+
+
+def test_dgx_h100_numbering(machine_root: Callable[[str], Path]) -> None:
+    topo = read_topology(machine_root("dgx-h100"))
+    assert topo.node(0).cpus == CpuSet("0-55,112-167")
+    assert topo.core_of(0) is not None and topo.core_of(0).cpus == CpuSet([0, 112])  # type: ignore[union-attr]
+    assert topo.node_of(170) is not None and topo.node_of(170).id == 1  # type: ignore[union-attr]
+    assert topo.nodes_of(CpuSet([1, 60])) == CpuSet([0, 1])
+
+
+def test_fsroot_environment_variable(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NUMAPIN_FSROOT", str(machine_root("laptop")))
+    assert len(read_topology().online) == 8
+
+
+def test_live_machine_matches_the_kernel() -> None:
+    topo = read_topology("/")
+    assert topo.process == CpuSet(os.sched_getaffinity(0))
+    assert topo.online >= topo.allowed >= topo.process
+
+
+def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(HostError, match="does not exist"):
+        read_topology(tmp_path / "nowhere")
+
+
+def test_root_without_cpu_information_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "sys").mkdir()
+    with pytest.raises(HostError, match="no CPU information"):
+        read_topology(tmp_path)
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def test_bare_root_falls_back_and_says_so(tmp_path: Path) -> None:
+    root = _write(tmp_path, {"sys/devices/system/cpu/cpu0/x": "", "sys/devices/system/cpu/cpu1/x": ""})
+    topo = read_topology(root)
+    assert topo.online == CpuSet("0-1")
+    assert [n.cpus for n in topo.nodes] == [CpuSet("0-1")]
+    assert [c.cpus for c in topo.cores] == [CpuSet([0]), CpuSet([1])]
+    assert topo.package_source == "whole machine"
+    text = " ".join(topo.warnings)
+    assert "no nodes" in text and "no core information" in text and "online missing" in text
+
+
+def test_unreadable_and_malformed_files_become_warnings(tmp_path: Path) -> None:
+    root = _write(tmp_path, {
+        "sys/devices/system/cpu/online": "0-3",
+        "sys/devices/system/cpu/cpu0/topology/thread_siblings_list": "garbage",
+        "sys/devices/system/cpu/cpu1/x": "", "sys/devices/system/cpu/cpu2/x": "", "sys/devices/system/cpu/cpu3/x": "",
+        "sys/devices/system/node/node0/cpulist": "0-1",
+        "sys/devices/system/node/node1/cpulist": "2-3",
+        "sys/devices/system/node/node1/distance": "10 20 30",
+    })
+    topo = read_topology(root)
+    assert [n.cpus for n in topo.nodes] == [CpuSet("0-1"), CpuSet("2-3")]
+    assert any("garbage" in w for w in topo.warnings)
+    assert any("distance" in w for w in topo.warnings)
+
+
+def test_cgroup_v2_effective_walks_up_to_the_parent(tmp_path: Path) -> None:
+    root = _write(tmp_path, {
+        "sys/devices/system/cpu/online": "0-7",
+        **{f"sys/devices/system/cpu/cpu{i}/x": "" for i in range(8)},
+        "proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
+        "proc/self/mountinfo": "30 20 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+        "sys/fs/cgroup/kubepods/cpuset.cpus.effective": "2-5\n",
+        "sys/fs/cgroup/kubepods/pod1/ctr/cgroup.procs": "1\n",
+    })
+    topo = read_topology(root)
+    assert topo.cgroup.version == 2 and topo.allowed == CpuSet("2-5")
+
+
+def test_cgroup_namespace_root_in_mountinfo(tmp_path: Path) -> None:
+    # Without a cgroup namespace, the path names the full tree while the mount shows a part of it.
+    root = _write(tmp_path, {
+        "sys/devices/system/cpu/online": "0-7",
+        **{f"sys/devices/system/cpu/cpu{i}/x": "" for i in range(8)},
+        "proc/self/cgroup": "5:cpuset:/docker/abc\n",
+        "proc/self/mountinfo": "31 23 0:29 /docker/abc /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n",
+        "sys/fs/cgroup/cpuset/cpuset.cpus": "0,1\n",
+        "sys/fs/cgroup/cpuset/cpuset.mems": "0\n",
+    })
+    topo = read_topology(root)
+    assert topo.cgroup.version == 1 and topo.allowed == CpuSet("0-1")
+
+
+def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
+    from numapin import machines
+
+    root = machines.write("dgx-h100", tmp_path / "root", cgroup_cpus=CpuSet("0-15"))
+    topo = read_topology(root)
+    assert topo.allowed == CpuSet("0-15") and topo.online == CpuSet("0-223")
+    assert topo.process == CpuSet("0-15")
