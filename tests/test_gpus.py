@@ -1,0 +1,326 @@
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Snapshots
+
+from numapin import CpuSet, read_topology
+from numapin.gpus import GpuError, Inventory, NoGpuError, read_gpus, resolve_visible, select_gpu
+from numapin.launch import LOCAL_RANK_VARIABLES, gpu_for_rank, local_rank
+from numapin.machines import SHAPES
+
+# -- inventory --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_every_synthetic_gpu_is_found_on_its_node(name: str, machine_root: Callable[[str], Path]) -> None:
+    spec = SHAPES[name]
+    topo = read_topology(machine_root(name))
+    inv = read_gpus(topo, nvml=False)
+    assert len(inv.gpus) == spec.gpus
+    for number, gpu in enumerate(inv.gpus):
+        node = number // spec.gpus_per_node
+        assert gpu.node == node
+        assert gpu.cpus == topo.node(node).cpus
+        assert gpu.memory_nodes == CpuSet([node])
+        assert gpu.model == spec.gpu_model
+        assert gpu.minor == number and gpu.uuid is not None and gpu.uuid.startswith("GPU-")
+        # GPU-memory nodes are CPU-less, and never the GPU's CPU node.
+        if spec.gpu_memory_nodes:
+            (mem,) = gpu.gpu_memory_nodes
+            assert topo.node(mem).memory_only and mem not in gpu.memory_nodes
+        else:
+            assert not gpu.gpu_memory_nodes
+    assert [g.pci for g in inv.gpus] == sorted(g.pci for g in inv.gpus)
+
+
+def test_power9_gpus_and_their_memory_nodes(snapshots: Snapshots) -> None:
+    topo = read_topology(snapshots.root("nvidiagpunumanodes"))
+    inv = read_gpus(topo, nvml=False)
+    # The capture has no `vendor` files: the driver's own entries tell these are NVIDIA's.
+    assert [(g.pci, g.node, str(g.cpus), str(g.gpu_memory_nodes)) for g in inv.gpus] == [
+        ("0004:05:00.0", 0, "0-15", "255"),
+        ("0004:06:00.0", 0, "0-15", "254"),
+        ("0006:00:00.0", 0, "0-15", "253"),
+        ("0007:00:00.0", 8, "88-103", "252"),
+        ("0035:04:00.0", 8, "88-103", "251"),
+        ("0035:05:00.0", 8, "88-103", "250"),
+    ]
+    assert all(topo.node(n).memory_only for g in inv.gpus for n in g.gpu_memory_nodes)
+
+
+@pytest.mark.parametrize("name", ["16amd64-8n2c", "40intel64-2g2n4c+pcilocality", "fakepcilocalities"])
+def test_snapshots_without_nvidia_devices_have_no_gpus(name: str, snapshots: Snapshots) -> None:
+    assert read_gpus(read_topology(snapshots.root(name)), nvml=False).gpus == ()
+
+
+def test_unknown_numa_node_is_resolved_from_local_cpus(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
+    from numapin import machines
+
+    root = machines.write("dgx-h100", tmp_path / "root")
+    for device in (root / "sys/bus/pci/devices").iterdir():
+        (device / "numa_node").write_text("-1\n")
+        (device / "local_cpulist").unlink()  # only the hex mask is left
+    inv = read_gpus(read_topology(root), nvml=False)
+    assert [g.node for g in inv.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert inv.gpus[5].cpus == CpuSet("56-111,168-223")
+
+
+# -- NVML through a stand-in ------------------------------------------------
+
+
+class FakeNVML:
+    """The NVML calls numapin uses, answering from a table keyed by PCI bus id."""
+
+    NVML_AFFINITY_SCOPE_NODE = 0
+    NVML_AFFINITY_SCOPE_SOCKET = 1
+
+    def __init__(self, devices: dict[str, dict[str, Any]], *, fail_init: bool = False) -> None:
+        self.devices = devices
+        self.fail_init = fail_init
+        self.calls: list[str] = []
+        self.migs: dict[str, str] = {}
+
+    def nvmlInit(self) -> None:
+        self.calls.append("init")
+        if self.fail_init:
+            raise OSError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return sorted(self.devices)[index]
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus: str) -> str:
+        self.calls.append(f"bus {bus}")
+        return bus
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> str:
+        return uuid
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, mig: str) -> str:
+        return self.migs[mig]
+
+    def nvmlDeviceGetPciInfo(self, handle: str) -> Any:
+        class Info:
+            busId = ("0000" + handle).encode()  # NVML spells the domain with 8 digits
+
+        return Info()
+
+    def nvmlDeviceGetCpuAffinityWithinScope(self, handle: str, words: int, scope: int) -> list[int]:
+        assert scope == self.NVML_AFFINITY_SCOPE_NODE
+        return CpuSet(self.devices[handle]["cpus"]).to_words(words)
+
+    def nvmlDeviceGetMemoryAffinity(self, handle: str, words: int, scope: int) -> list[int]:
+        return CpuSet(self.devices[handle]["mems"]).to_words(words)
+
+    def nvmlDeviceGetName(self, handle: str) -> str:
+        return "NVML name"
+
+    def nvmlDeviceGetUUID(self, handle: str) -> bytes:
+        return f"GPU-nvml-{handle}".encode()
+
+
+def _dgx(machine_root: Callable[[str], Path]) -> Any:
+    topo = read_topology(machine_root("dgx-h100"))
+    table = {g.pci: {"cpus": str(g.cpus), "mems": str(g.memory_nodes)} for g in read_gpus(topo, nvml=False).gpus}
+    return topo, table
+
+
+def test_nvml_agreeing_with_sysfs(machine_root: Callable[[str], Path]) -> None:
+    topo, table = _dgx(machine_root)
+    fake = FakeNVML(table)
+    inv = read_gpus(topo, nvml=fake)
+    assert inv.nvml == "used"
+    assert all(g.source == "sysfs+nvml" and g.disagreement is None for g in inv.gpus)
+    # Handles come from bus ids, never from an index; the library is shut down again.
+    assert [c for c in fake.calls if c.startswith("bus")] == [f"bus {g.pci}" for g in inv.gpus]
+    assert fake.calls[0] == "init" and fake.calls[-1] == "shutdown"
+
+
+def test_nvml_disagreement_is_reported(machine_root: Callable[[str], Path]) -> None:
+    topo, table = _dgx(machine_root)
+    table["0000:18:00.0"]["cpus"] = "56-111"
+    inv = read_gpus(topo, nvml=FakeNVML(table))
+    first = inv.gpus[0]
+    assert first.disagreement is not None and "56-111" in first.disagreement
+    assert first.cpus == CpuSet("0-55,112-167"), "sysfs stays the reference"
+    assert any("disagree" in w for w in inv.warnings)
+
+
+def test_nvml_fills_in_when_sysfs_shows_nothing(tmp_path: Path) -> None:
+    from numapin import machines
+
+    root = machines.write("pair", tmp_path / "root")
+    for gone in ("sys/bus", "proc/driver"):
+        import shutil
+
+        shutil.rmtree(root / gone)
+    topo = read_topology(root)
+    fake = FakeNVML({"0000:18:00.0": {"cpus": "0", "mems": "0"}, "0000:28:00.0": {"cpus": "1", "mems": "1"}})
+    inv = read_gpus(topo, nvml=fake)
+    assert [(g.pci, g.node, str(g.cpus), g.source) for g in inv.gpus] == [
+        ("0000:18:00.0", 0, "0", "nvml"), ("0000:28:00.0", 1, "1", "nvml")]
+
+
+def test_nvml_without_driver_is_silent(machine_root: Callable[[str], Path]) -> None:
+    topo, table = _dgx(machine_root)
+    inv = read_gpus(topo, nvml=FakeNVML(table, fail_init=True))
+    assert inv.nvml.startswith("unavailable") and len(inv.gpus) == 8 and inv.warnings == ()
+
+
+# -- CUDA_VISIBLE_DEVICES ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dgx_inventory(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
+    from numapin import machines
+
+    root = machines.write("dgx-h100", tmp_path_factory.mktemp("dgx") / "root")
+    return read_gpus(read_topology(root), nvml=False)
+
+
+def _uuid(inv: Inventory, n: int) -> str:
+    uuid = inv.gpus[n].uuid
+    assert uuid is not None
+    return uuid
+
+
+CASES: list[tuple[str, str | None, list[int]]] = [
+    ("unset", None, [0, 1, 2, 3, 4, 5, 6, 7]),
+    ("empty", "", []),
+    ("reordered like Ray", "3,6,5,4,0,7,1,2", [3, 6, 5, 4, 0, 7, 1, 2]),
+    ("spaces", " 2 , 1 ", [2, 1]),
+    ("duplicate ends the list", "1,2,1,3", [1, 2]),
+    ("invalid entry in the middle", "4,9,5", [4]),
+    ("garbage in the middle", "0,abc,1", [0]),
+    ("negative", "-1,0", []),
+    ("full uuid", "UUID:7", [7]),
+    ("unique uuid prefix", "PREFIX:6", [6]),
+    ("unknown uuid ends the list", "5,GPU-ffffffff", [5]),
+    ("legacy MIG naming its parent", "MIGGPU:3", [3]),
+]
+
+
+@pytest.mark.parametrize(("label", "value", "physical"), CASES, ids=[c[0] for c in CASES])
+def test_cuda_visible_devices(label: str, value: str | None, physical: list[int], dgx_inventory: Inventory) -> None:
+    env = {}
+    if value is not None:
+        inv = dgx_inventory
+        value = value.replace("UUID:7", _uuid(inv, 7)).replace("PREFIX:6", _uuid(inv, 6)[:13])
+        value = value.replace("MIGGPU:3", "MIG-" + _uuid(inv, 3) + "/1/0")
+        env["CUDA_VISIBLE_DEVICES"] = value
+    resolved = resolve_visible(dgx_inventory, env)
+    assert [v.index for v in resolved.visible] == list(range(len(physical)))
+    assert [v.gpu.pci for v in resolved.visible] == [dgx_inventory.gpus[p].pci for p in physical]
+    if label.endswith("ends the list") or "middle" in label:
+        assert any("the list ends" in n for n in resolved.notes)
+
+
+def test_ambiguous_uuid_prefix_is_a_clear_error(dgx_inventory: Inventory) -> None:
+    # Every synthetic UUID of one machine shares its first 8 hex digits but the last four.
+    prefix = _uuid(dgx_inventory, 0)[:8]
+    with pytest.raises(GpuError, match="ambiguous"):
+        resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": prefix})
+
+
+def test_mig_without_nvml_is_a_clear_error(dgx_inventory: Inventory) -> None:
+    with pytest.raises(GpuError, match="without NVML"):
+        resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "MIG-7f3c2a10-1111-2222-3333-444455556666"})
+
+
+def test_mig_through_nvml_finds_the_parent(dgx_inventory: Inventory) -> None:
+    fake = FakeNVML({})
+    fake.migs["MIG-abc"] = "0000:48:00.0"
+    resolved = resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "MIG-abc"}, nvml=fake)
+    assert [v.gpu.pci for v in resolved.visible] == ["0000:48:00.0"]
+
+
+def test_device_order_and_mixed_models(dgx_inventory: Inventory) -> None:
+    from dataclasses import replace
+
+    mixed = Inventory((replace(dgx_inventory.gpus[0], model="other"), *dgx_inventory.gpus[1:]))
+    assert any("FASTEST_FIRST" in n for n in resolve_visible(mixed, {}).notes)
+    assert not resolve_visible(mixed, {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}).notes
+    assert not resolve_visible(dgx_inventory, {}).notes
+
+
+def test_unknown_logical_index_lists_the_visible_gpus(dgx_inventory: Inventory) -> None:
+    visible = resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "3,1"}).visible
+    assert select_gpu(visible, 1).gpu.pci == dgx_inventory.gpus[1].pci
+    with pytest.raises(GpuError) as info:
+        select_gpu(visible, 2)
+    assert "0: 0000:48:00.0" in str(info.value) and "1: 0000:28:00.0" in str(info.value)
+
+
+def test_no_gpu_at_all_is_an_environment_problem() -> None:
+    with pytest.raises(NoGpuError, match="no GPU is visible"):
+        select_gpu((), 0)
+
+
+def test_visible_gpus_logs_resolution_notes(dgx_inventory: Inventory, caplog: pytest.LogCaptureFixture) -> None:
+    from numapin.gpus import visible_gpus
+
+    with caplog.at_level(logging.WARNING, logger="numapin"):
+        assert len(visible_gpus(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "0,0"})) == 1
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+
+
+# -- local ranks ---------------------------------------------------------------
+
+RANKS: list[tuple[dict[str, str], int | None, str | None, list[str]]] = [
+    ({}, None, None, []),
+    ({"LOCAL_RANK": "3"}, 3, "LOCAL_RANK", []),
+    ({"SLURM_LOCALID": "2"}, 2, "SLURM_LOCALID", []),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "5"}, 5, "OMPI_COMM_WORLD_LOCAL_RANK", []),
+    ({"MPI_LOCALRANKID": "1"}, 1, "MPI_LOCALRANKID", []),
+    ({"PMI_LOCAL_RANK": "4"}, 4, "PMI_LOCAL_RANK", []),
+    ({"MV2_COMM_WORLD_LOCAL_RANK": "6"}, 6, "MV2_COMM_WORLD_LOCAL_RANK", []),
+    ({"PALS_LOCAL_RANKID": "7"}, 7, "PALS_LOCAL_RANKID", []),
+    # torchrun under srun: one srun task per node, so SLURM_LOCALID is 0 for every worker.
+    ({"LOCAL_RANK": "3", "SLURM_LOCALID": "0"}, 3, "LOCAL_RANK", ["SLURM_LOCALID"]),
+    ({"SLURM_LOCALID": "1", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, 1, "SLURM_LOCALID", []),
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "2", "PMI_LOCAL_RANK": "0", "PALS_LOCAL_RANKID": "9"}, 2,
+     "OMPI_COMM_WORLD_LOCAL_RANK", ["PMI_LOCAL_RANK", "PALS_LOCAL_RANKID"]),
+]
+
+
+@pytest.mark.parametrize(("env", "rank", "variable", "ignored"), RANKS)
+def test_local_rank_detection(env: dict[str, str], rank: int | None, variable: str | None,
+                              ignored: list[str]) -> None:
+    found = local_rank(env)
+    if rank is None:
+        assert found is None
+        return
+    assert found is not None and (found.rank, found.variable) == (rank, variable)
+    assert [name for name, _ in found.ignored] == ignored
+
+
+def test_every_documented_launcher_is_read() -> None:
+    for n, name in enumerate(LOCAL_RANK_VARIABLES):
+        found = local_rank({name: str(n)})
+        assert found is not None and found.rank == n
+
+
+@pytest.mark.parametrize("value", ["", "x", "-1", "1.5"])
+def test_malformed_local_rank_is_a_clear_error(value: str) -> None:
+    with pytest.raises(ValueError, match="LOCAL_RANK"):
+        local_rank({"LOCAL_RANK": value})
+
+
+def test_rank_to_gpu_mapping() -> None:
+    assert [gpu_for_rank(r, 4) for r in range(6)] == [0, 1, 2, 3, 0, 1]
+    assert [gpu_for_rank(r, 4, "3,2,1,0") for r in range(4)] == [3, 2, 1, 0]
+    assert gpu_for_rank(1, 2, [1, 0]) == 0
+    with pytest.raises(ValueError, match="NUMAPIN_RANK_MAP"):
+        gpu_for_rank(4, 4, "3,2,1,0")
+    with pytest.raises(ValueError, match="visible"):
+        gpu_for_rank(0, 2, "5")
