@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import tarfile
+import tempfile
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,9 +43,32 @@ class Snapshots:
         return self.roots[name]
 
 
+_OWN_BASETEMP = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The tests write tens of thousands of small files (snapshots, synthetic
+    # machines); on tmpfs that is about ten times faster than on disk.
+    shm = Path("/dev/shm")
+    if config.option.basetemp is None and shm.is_dir() and os.access(shm, os.W_OK):
+        config.option.basetemp = tempfile.mkdtemp(prefix="numapin-tests-", dir=shm)
+        config.stash[_OWN_BASETEMP] = config.option.basetemp
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    own = config.stash.get(_OWN_BASETEMP, None)
+    if own:
+        shutil.rmtree(own, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
-def snapshots(tmp_path_factory: pytest.TempPathFactory) -> Snapshots:
-    return Snapshots(tmp_path_factory.mktemp("snapshots"))
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    return lambda name: tmp_path_factory.mktemp(name)
+
+
+@pytest.fixture(scope="session")
+def snapshots(scratch: Callable[[str], Path]) -> Snapshots:
+    return Snapshots(scratch("snapshots"))
 
 
 @pytest.fixture(scope="session")
