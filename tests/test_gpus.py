@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Snapshots
 
+from conftest import Snapshots
 from numapin import CpuSet, read_topology
 from numapin.gpus import GpuError, Inventory, NoGpuError, read_gpus, resolve_visible, select_gpu
 from numapin.launch import LOCAL_RANK_VARIABLES, gpu_for_rank, local_rank

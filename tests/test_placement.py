@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Snapshots
 
+from conftest import Snapshots
 from numapin import CpuSet, UsageError, machines, plan, read_topology
 from numapin.facts import gather
 from numapin.gpus import VisibleGpu

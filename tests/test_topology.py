@@ -6,8 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, Snapshots, snapshot_names
 
+from conftest import FIXTURES, Snapshots, snapshot_names
 from numapin import CpuSet, HostError, read_topology
 from numapin.machines import SHAPES
 
