@@ -430,20 +430,19 @@ def _apply(
         if reserved_tid is not None:
             ops.set_affinity(me, placement.reserved)
     except OSError as exc:
-        walk.rollback()
-        results = tuple(walk.results.values())
-        message = f"cannot list this process's threads ({errno_name(exc)})"
         # Nothing may stay half-applied when the walk itself broke.
+        walk.rollback()
+        message = f"cannot list this process's threads ({errno_name(exc)}); changes rolled back"
         return _fail(strict, message, PinResult("nothing pinned", wanted, placement=placement,
                                                 policy=policy.value, ownership=ownership.value,
-                                                previous=previous, threads=results, message=message))
+                                                previous=previous, message=message))
     results = tuple(walk.results.values())
     failed = [r for r in results if r.outcome is Outcome.FAILED]
     result = PinResult(action, wanted, wanted, placement, policy.value, ownership.value, previous, results)
     if failed and strict:
         walk.rollback()
-        raise PinError(f"{len(failed)} threads refused the mask {wanted}: "
-                       + ", ".join(str(r) for r in failed[:5]), result)
+        raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
+                       + ", ".join(str(r) for r in failed[:5]), replace(result, action="rolled back"))
     if not result.count(Outcome.PINNED) and not result.count(Outcome.ALREADY):
         return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action="nothing pinned"))
     try:

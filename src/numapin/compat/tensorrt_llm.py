@@ -21,7 +21,7 @@ import os
 
 from ..cpuset import CpuSet
 from ..pinning import Ownership, PinResult, classify, pin
-from ..threads import LinuxThreads
+from ..threads import LinuxThreads, ThreadKernel
 from ..topology import read_topology
 
 __all__ = ["ENV", "configure_cpu_affinity"]
@@ -31,22 +31,23 @@ ENV = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
 log = logging.getLogger("numapin")
 
 
-def configure_cpu_affinity(device_id: int) -> PinResult | None:
+def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None) -> PinResult | None:
     """Pin this process for CUDA device ``device_id`` as TensorRT-LLM would, without its bugs.
 
     Returns the :class:`~numapin.PinResult`, or None when the variable turns
     the feature off or something unexpected went wrong (which is logged):
-    this function never raises.
+    this function never raises. ``kernel`` replaces the thread interface
+    (tests drive it with a model of the kernel).
     """
     setting = os.environ.get(ENV)
     if setting is not None and setting != "1":
         return None
     try:
         if setting == "1":
-            return pin(device_id, policy="override")
+            return pin(device_id, policy="override", kernel=kernel)
         baseline = read_topology().allowed
-        kernel = LinuxThreads()
-        mask = kernel.get_affinity(kernel.self_tid())
+        ops = kernel or LinuxThreads()
+        mask = ops.get_affinity(ops.self_tid())
         if classify(mask, baseline) is Ownership.EXTERNAL:
             log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), mask)
             log.warning(
@@ -54,8 +55,8 @@ def configure_cpu_affinity(device_id: int) -> PinResult | None:
                 "Removing CPU affinity constraints (back to %s).",
                 os.getpid(), ENV, baseline,
             )
-            return pin(cpus=CpuSet(baseline), policy="reset")
-        return pin(device_id, policy="respect")
+            return pin(cpus=CpuSet(baseline), policy="reset", kernel=kernel)
+        return pin(device_id, policy="respect", kernel=kernel)
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
         log.warning("numapin: configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
         return None

@@ -1,0 +1,62 @@
+"""An in-memory model of the kernel's per-thread CPU masks, for scale and fault injection.
+
+It implements numapin's ThreadKernel interface. The real-syscall tests stay the
+reference; this model only adds machines larger than this one and faults that
+cannot be provoked on demand (a thread exiting mid-walk, EPERM, EINVAL).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Callable
+
+from numapin import CpuSet
+
+
+class ModelKernel:
+    def __init__(self, allowed: CpuSet, threads: int = 1) -> None:
+        self.allowed = allowed
+        self.masks: dict[int, CpuSet] = {}
+        self.next_tid = 1000
+        self.me = self.spawn(mask=allowed)
+        for _ in range(threads - 1):
+            self.spawn(mask=allowed)
+        self.refuse: dict[int, int] = {}  # tid -> errno for set_affinity
+        self.vanish_on_get: set[int] = set()  # tids that exit just before they are read
+        self.list_error: int | None = None
+        self.on_set: Callable[[int], None] | None = None
+        self.sets = 0
+
+    def spawn(self, parent: int | None = None, mask: CpuSet | None = None) -> int:
+        """A new thread inherits its creator's mask, as clone() does."""
+        tid = self.next_tid
+        self.next_tid += 1
+        self.masks[tid] = mask if mask is not None else self.masks[parent if parent is not None else self.me]
+        return tid
+
+    def self_tid(self) -> int:
+        return self.me
+
+    def list_threads(self) -> list[int]:
+        if self.list_error is not None:
+            raise OSError(self.list_error, "cannot list /proc/self/task")
+        return list(self.masks)
+
+    def get_affinity(self, tid: int) -> CpuSet:
+        if tid in self.vanish_on_get:
+            self.masks.pop(tid, None)
+        if tid not in self.masks:
+            raise OSError(errno.ESRCH, "No such process")
+        return self.masks[tid]
+
+    def set_affinity(self, tid: int, cpus: CpuSet) -> None:
+        if tid not in self.masks:
+            raise OSError(errno.ESRCH, "No such process")
+        if tid in self.refuse:
+            raise OSError(self.refuse[tid], "refused")
+        if not cpus & self.allowed:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        self.masks[tid] = cpus & self.allowed
+        self.sets += 1
+        if self.on_set is not None:
+            self.on_set(tid)

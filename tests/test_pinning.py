@@ -1,0 +1,456 @@
+"""Pinning with real threads and real syscalls on this 2-CPU machine.
+
+Every test runs in a forked child (``in_child``) so that no mask or policy
+leaks into pytest. The root folder ``pair_root`` describes this machine as two
+nodes: CPU 0 = node 0 with GPU 0, CPU 1 = node 1 with GPU 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+import numapin
+from conftest import in_child
+from numapin import CpuSet, UsageError
+from numapin.compat.tensorrt_llm import configure_cpu_affinity
+from numapin.threads import Outcome
+
+ALL, NODE0, NODE1 = {0, 1}, {0}, {1}
+
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+
+
+class Workers:
+    """Threads held alive until closed; each can be asked to run a function on itself."""
+
+    def __init__(self, count: int) -> None:
+        self.stop = threading.Event()
+        self.ready = threading.Barrier(count + 1)
+        self.tids: list[int] = []
+        self._lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+        for t in self.threads:
+            t.start()
+        self.ready.wait()
+
+    def _run(self) -> None:
+        with self._lock:
+            self.tids.append(threading.get_native_id())
+        self.ready.wait()
+        self.stop.wait()
+
+    def close(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join()
+
+
+def masks() -> dict[int, set[int]]:
+    """Every live thread's mask, read from the kernel."""
+    found = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            found[int(name)] = os.sched_getaffinity(int(name))
+        except ProcessLookupError:
+            pass
+    return found
+
+
+def set_all(cpus: set[int]) -> None:
+    """What an outside party (a launcher, numactl, old TensorRT-LLM) does to every thread."""
+    for tid in masks():
+        os.sched_setaffinity(tid, cpus)
+
+
+@contextmanager
+def logs() -> Iterator[list[logging.LogRecord]]:
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    handler = Keep(logging.DEBUG)
+    logger = logging.getLogger("numapin")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+
+
+def warnings(records: list[logging.LogRecord]) -> list[str]:
+    return [r.getMessage() for r in records if r.levelno >= logging.WARNING]
+
+
+# -- the TensorRT-LLM field failure, reproduced and fixed --------------------
+
+
+def test_second_configure_call_keeps_the_numa_pin(pair_root: Path) -> None:
+    def body() -> None:
+        assert all(m == ALL for m in masks().values())
+        workers = Workers(6)
+        first = configure_cpu_affinity(0)
+        assert first is not None and first.count(Outcome.PINNED) == 7
+        assert all(m == NODE0 for m in masks().values()), "main + 6 on node 0"
+        late = Workers(1)  # created between the calls: inherits node 0
+        assert os.sched_getaffinity(late.tids[0]) == NODE0
+        with logs() as records:
+            second = configure_cpu_affinity(0)
+            third = configure_cpu_affinity(0)
+        assert warnings(records) == [], "the second call logs no warning"
+        for result in (second, third):
+            assert result is not None and not result.changed
+            assert result.count(Outcome.ALREADY) == 8 and result.ownership == "numapin"
+        assert all(m == NODE0 for m in masks().values()) and len(masks()) == 8
+        workers.close()
+        late.close()
+
+    in_child(body)
+
+
+def test_retarget_moves_every_thread(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(6)
+        configure_cpu_affinity(0)
+        with logs() as records:
+            result = configure_cpu_affinity(1)
+        assert result is not None and result.count(Outcome.PINNED) == 7
+        assert all(m == NODE1 for m in masks().values())
+        assert warnings(records) == []
+        workers.close()
+
+    in_child(body)
+
+
+def test_force_over_an_external_mask(pair_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TLLM_NUMA_AWARE_WORKER_AFFINITY", "1")
+
+    def body() -> None:
+        workers = Workers(6)
+        set_all(NODE1)  # someone else's constraint
+        result = configure_cpu_affinity(0)
+        assert result is not None and result.ownership == "external"
+        assert all(m == NODE0 for m in masks().values())
+        workers.close()
+
+    in_child(body)
+
+
+def test_external_change_after_our_pin(pair_root: Path) -> None:
+    def body() -> tuple[list[str], list[str]]:
+        workers = Workers(6)
+        configure_cpu_affinity(0)
+        set_all(NODE1)  # a launcher moves the process after numapin pinned it
+        with logs() as respected:
+            kept = numapin.pin(0)  # policy respect: never widen someone else's mask
+            again = numapin.pin(0)
+        assert kept.action == "kept external mask" and not kept.changed
+        assert again.action == "kept external mask"
+        assert all(m == NODE1 for m in masks().values())
+        with logs() as reset:
+            result = configure_cpu_affinity(0)  # TensorRT-LLM's auto mode removes the constraint
+        assert result is not None and result.ownership == "external"
+        assert all(m == ALL for m in masks().values())
+        workers.close()
+        return warnings(respected), warnings(reset)
+
+    respected, reset = in_child(body)
+    assert len(respected) == 1 and "left as it is" in respected[0], "warned once"
+    assert len(reset) == 1 and "has constrained CPU affinity" in reset[0]
+
+
+@pytest.mark.parametrize("value", ["0", "", "true", "2"])
+def test_other_values_do_nothing_and_log_nothing(value: str, pair_root: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TLLM_NUMA_AWARE_WORKER_AFFINITY", value)
+
+    def body() -> None:
+        workers = Workers(2)
+        set_all(NODE1)
+        with logs() as records:
+            assert configure_cpu_affinity(0) is None
+        assert records == []
+        assert all(m == NODE1 for m in masks().values())
+        workers.close()
+
+    in_child(body)
+
+
+def test_a_container_cpuset_is_not_an_external_constraint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Same mask {0}: inside a container whose cpuset is {0} it is the baseline;
+    # on a host whose cpuset is {0,1} somebody constrained it.
+    from numapin import machines
+
+    container = machines.write("pair", tmp_path / "container", cgroup_cpus=CpuSet([0]))
+    host = machines.write("pair", tmp_path / "host")
+    monkeypatch.delenv("TLLM_NUMA_AWARE_WORKER_AFFINITY", raising=False)
+    monkeypatch.delenv("NUMAPIN_APPLIED", raising=False)
+
+    def body(root: Path) -> tuple[str | None, list[str]]:
+        os.environ["NUMAPIN_FSROOT"] = str(root)
+        workers = Workers(2)
+        set_all(NODE0)
+        with logs() as records:
+            result = configure_cpu_affinity(0)
+        workers.close()
+        assert result is not None
+        return result.ownership, warnings(records)
+
+    assert in_child(lambda: body(container)) == ("unconstrained", [])
+    ownership, warned = in_child(lambda: body(host))
+    assert ownership == "external" and "has constrained CPU affinity" in warned[0]
+
+
+# -- numapin.pin ------------------------------------------------------------
+
+
+def test_pin_reports_every_thread_and_reads_back(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(3)
+        with logs() as records:
+            result = numapin.pin(1)
+        assert result.target == CpuSet(NODE1) and result.mask == CpuSet(NODE1)
+        assert set(result.tids(Outcome.PINNED)) == set(masks())
+        assert result.threads[0].tid == threading.get_native_id(), "the calling thread goes first"
+        assert "pinned" in str(result) and "GPU 1" in str(result)
+        assert [r.levelname for r in records] == ["INFO"]
+        now = numapin.current()
+        assert now.matches and now.record is not None and now.record.target == CpuSet(NODE1)
+        workers.close()
+
+    in_child(body)
+
+
+def test_deliberately_pinned_threads_are_kept(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(2)
+        os.sched_setaffinity(workers.tids[0], NODE1)  # someone's own decision
+        result = numapin.pin(0)
+        assert result.tids(Outcome.KEPT) == (workers.tids[0],)
+        assert os.sched_getaffinity(workers.tids[0]) == NODE1
+        forced = numapin.pin(0, all_threads=True)
+        assert forced.tids(Outcome.PINNED) == (workers.tids[0],)
+        assert all(m == NODE0 for m in masks().values())
+        workers.close()
+
+    in_child(body)
+
+
+def test_pin_thread_survives_process_wide_pins(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(2)
+        hot: dict[str, object] = {}
+
+        def loop() -> None:
+            hot["result"] = numapin.pin_thread("1")
+            hot["tid"] = threading.get_native_id()
+            release.wait()
+
+        release = threading.Event()
+        t = threading.Thread(target=loop)
+        t.start()
+        while "tid" not in hot:
+            pass
+        result = numapin.pin(0)
+        assert hot["tid"] in result.tids(Outcome.KEPT)
+        assert os.sched_getaffinity(hot["tid"]) == NODE1  # type: ignore[call-overload]
+        assert numapin.pin(0).count(Outcome.PINNED) == 0
+        release.set()
+        t.join()
+        workers.close()
+
+    in_child(body)
+
+
+def test_reserved_core_for_the_calling_thread(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(2)
+        result = numapin.pin(cpus="0-1", reserve=1)
+        assert result.placement is not None and result.placement.reserved == CpuSet(NODE1)
+        assert os.sched_getaffinity(0) == NODE1
+        assert all(os.sched_getaffinity(t) == NODE0 for t in workers.tids)
+        again = numapin.pin(cpus="0-1", reserve=1)
+        assert not again.changed and os.sched_getaffinity(0) == NODE1
+        workers.close()
+
+    in_child(body)
+
+
+def test_bad_input_raises_before_anything_changes(pair_root: Path) -> None:
+    def body() -> None:
+        for call in (lambda: numapin.pin(5), lambda: numapin.pin(cpus="0-9"), lambda: numapin.pin(cpus="1,,2"),
+                     lambda: numapin.pin(0, mode="numa"), lambda: numapin.pin(0, policy="maybe"),
+                     lambda: numapin.pin(0, memory="everywhere")):
+            with pytest.raises(UsageError):
+                call()
+            assert all(m == ALL for m in masks().values())
+
+    in_child(body)
+
+
+def test_no_gpu_is_one_warning_not_a_crash(pair_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+
+    def body() -> list[str]:
+        with logs() as records:
+            result = numapin.pin(0)
+        assert result.action == "nothing pinned" and not result.threads
+        assert all(m == ALL for m in masks().values())
+        with pytest.raises(numapin.PinError):
+            numapin.pin(0, strict=True)
+        return warnings(records)
+
+    assert len(in_child(body)) == 1
+
+
+def test_policy_off_and_override_and_respect_intersection(pair_root: Path) -> None:
+    def body() -> None:
+        assert numapin.pin(0, policy="off").action.startswith("off")
+        assert all(m == ALL for m in masks().values())
+        os.sched_setaffinity(0, NODE1)
+        overridden = numapin.pin(0, policy="override")
+        assert overridden.ownership == "external" and os.sched_getaffinity(0) == NODE0
+
+    in_child(body)
+
+
+def test_plan_after_pin_equals_plan_before(pair_root: Path) -> None:
+    def body() -> None:
+        before = numapin.plan()
+        numapin.pin(1)
+        assert numapin.plan() == before
+
+    in_child(body)
+
+
+def test_exec_marker_is_numapin_own_only_while_it_matches(pair_root: Path) -> None:
+    from numapin.pinning import classify
+
+    def body() -> tuple[str, str, str | None]:
+        os.sched_setaffinity(0, NODE0)
+        os.environ["NUMAPIN_APPLIED"] = "1"  # the live mask differs from the marker
+        stale = str(classify(CpuSet(NODE0), CpuSet(ALL)))
+        os.environ["NUMAPIN_APPLIED"] = "0"
+        fresh = str(classify(CpuSet(NODE0), CpuSet(ALL)))
+        return stale, fresh, numapin.pin(0).ownership
+
+    assert in_child(body) == ("external", "numapin", "numapin")
+
+
+# -- races and fork ------------------------------------------------------------
+
+
+def test_threads_spawning_threads_during_pin(pair_root: Path) -> None:
+    def body() -> None:
+        for round_ in range(25):
+            stop = threading.Event()
+            children: list[threading.Thread] = []
+
+            def spawner() -> None:
+                while not stop.is_set() and len(children) < 200:
+                    child = threading.Thread(target=stop.wait)
+                    child.start()
+                    children.append(child)
+
+            spawners = [threading.Thread(target=spawner) for _ in range(4)]
+            for s in spawners:
+                s.start()
+            target = NODE0 if round_ % 2 == 0 else NODE1
+            result = numapin.pin(0 if round_ % 2 == 0 else 1)
+            assert result.count(Outcome.FAILED) == 0
+            survivors = masks()
+            stop.set()
+            for t in spawners + children:
+                t.join()
+            wrong = {tid: m for tid, m in survivors.items() if m != target}
+            assert not wrong, f"round {round_}: threads off target: {wrong}"
+
+    in_child(body)
+
+
+def test_pin_from_eight_threads_at_once(pair_root: Path) -> None:
+    def body() -> None:
+        results: list[numapin.PinResult] = []
+        barrier = threading.Barrier(8)
+
+        def call(gpu: int) -> None:
+            barrier.wait()
+            results.append(numapin.pin(gpu))
+
+        callers = [threading.Thread(target=call, args=(n % 2,)) for n in range(8)]
+        for t in callers:
+            t.start()
+        for t in callers:
+            t.join()
+        assert len(results) == 8 and all(r.count(Outcome.FAILED) == 0 for r in results)
+        live = set(map(frozenset, masks().values()))
+        record = numapin.current().record
+        assert record is not None and live == {frozenset(record.mask)}, "one consistent outcome"
+
+    in_child(body)
+
+
+def test_forked_child_repins_quietly(pair_root: Path) -> None:
+    def body() -> None:
+        numapin.pin(0)
+
+        def child() -> list[str]:
+            with logs() as records:
+                result = numapin.pin(1)
+            assert result.ownership == "numapin", "the mask it was born with is numapin's"
+            assert all(m == NODE1 for m in masks().values())
+            assert numapin.current().record is not None
+            return warnings(records)
+
+        assert in_child(child) == []
+        assert os.sched_getaffinity(0) == NODE0, "the parent is untouched"
+
+    in_child(body)
+
+
+# -- leases ------------------------------------------------------------------
+
+
+def test_lease_restores_and_keeps_others_changes(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(3)
+        meddled = workers.tids[0]
+        with numapin.pinned(0) as result:
+            assert result.count(Outcome.PINNED) == 4
+            assert all(m == NODE0 for m in masks().values())
+            born = Workers(1)  # created during the lease
+            os.sched_setaffinity(meddled, NODE1)  # someone else's change meanwhile
+        after = masks()
+        assert after[born.tids[0]] == ALL, "new threads get the lease-taker's original mask"
+        assert after[meddled] == NODE1, "someone else's change is kept"
+        assert all(after[t] == ALL for t in [threading.get_native_id(), *workers.tids[1:]])
+        assert numapin.current().record is None
+        workers.close()
+        born.close()
+
+    in_child(body)
+
+
+def test_nested_leases(pair_root: Path) -> None:
+    def body() -> None:
+        workers = Workers(2)
+        with numapin.pinned(0):
+            with numapin.pinned(1):
+                assert all(m == NODE1 for m in masks().values())
+            assert all(m == NODE0 for m in masks().values())
+            assert numapin.current().matches
+        assert all(m == ALL for m in masks().values())
+        workers.close()
+
+    in_child(body)

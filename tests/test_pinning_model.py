@@ -1,0 +1,146 @@
+"""Pinning at scale and under faults, against an in-memory model of the kernel.
+
+The real-syscall tests in test_pinning.py are the reference; this model adds a
+144-CPU Grace machine and faults that cannot be provoked on demand.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import numapin
+from kernel_model import ModelKernel
+from numapin import CpuSet, PinError, read_topology
+from numapin.compat.tensorrt_llm import configure_cpu_affinity
+from numapin.threads import Outcome
+
+GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
+
+
+@pytest.fixture
+def gb300(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = machine_root("gb300")
+    monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
+    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _fresh_record() -> None:
+    # The model is not the real process: forget what numapin recorded about it between tests.
+    from numapin import pinning
+
+    pinning._state = pinning._State()
+
+
+def table(kernel: ModelKernel) -> tuple[str, int, int]:
+    main = kernel.masks[kernel.me]
+    others = [m for t, m in kernel.masks.items() if t != kernel.me]
+    name = "NUMA" if main == GRACE0 else "ALL" if main == ALL else str(main)
+    return name, sum(1 for m in others if m == GRACE0), sum(1 for m in others if m == ALL)
+
+
+def test_the_field_table_at_scale(gb300: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kernel = ModelKernel(ALL, threads=7)
+    assert read_topology().allowed == ALL
+    assert table(kernel) == ("ALL", 0, 6)
+    configure_cpu_affinity(0, kernel=kernel)
+    assert table(kernel) == ("NUMA", 6, 0)
+    kernel.spawn()  # a thread created between the calls inherits the pin
+    with caplog.at_level(logging.WARNING, logger="numapin"):
+        result = configure_cpu_affinity(0, kernel=kernel)
+    assert table(kernel) == ("NUMA", 7, 0)
+    assert caplog.records == []
+    assert result is not None and result.count(Outcome.ALREADY) == 8
+    configure_cpu_affinity(2, kernel=kernel)
+    assert set(kernel.masks.values()) == {GRACE1}
+
+
+def test_a_thread_exiting_mid_walk(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=5)
+    gone = list(kernel.masks)[3]
+    kernel.vanish_on_get.add(gone)
+    result = numapin.pin(0, kernel=kernel)
+    assert result.tids(Outcome.VANISHED) == (gone,)
+    assert result.count(Outcome.PINNED) == 4 and result.count(Outcome.FAILED) == 0
+    assert next(t for t in result.threads if t.tid == gone).error == "ESRCH"
+
+
+def test_threads_born_during_the_walk_are_caught(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=10)
+    last = list(kernel.masks)[-1]  # visited last by the first pass
+    births: list[int] = []
+
+    def on_set(tid: int) -> None:
+        # A thread not yet pinned keeps spawning while the walk is under way;
+        # its children inherit its old mask and need pinning themselves.
+        births.append(kernel.spawn(parent=last))
+
+    kernel.on_set = on_set
+    result = numapin.pin(0, kernel=kernel)
+    inherited_old = [t for t in births if next(r for r in result.threads if r.tid == t).before == ALL]
+    assert len(inherited_old) >= 9
+    assert set(kernel.masks.values()) == {GRACE0}
+    assert result.count(Outcome.PINNED) + result.count(Outcome.ALREADY) == len(kernel.masks)
+
+
+@pytest.mark.parametrize("code", [errno.EPERM, errno.EINVAL])
+def test_kernel_refusals_non_strict(code: int, gb300: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kernel = ModelKernel(ALL, threads=6)
+    refused = list(kernel.masks)[1:3]
+    for tid in refused:
+        kernel.refuse[tid] = code
+    with caplog.at_level(logging.INFO, logger="numapin"):
+        result = numapin.pin(0, kernel=kernel)
+    assert result.tids(Outcome.FAILED) == tuple(refused)
+    assert {t.error for t in result.threads if t.outcome is Outcome.FAILED} == {errno.errorcode[code]}
+    assert [r.levelname for r in caplog.records] == ["WARNING"], "one warning, no success line"
+    assert all(kernel.masks[t] == ALL for t in refused)
+
+
+def test_kernel_refusal_strict_rolls_back(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=6)
+    kernel.refuse[list(kernel.masks)[4]] = errno.EPERM
+    with pytest.raises(PinError) as info:
+        numapin.pin(0, kernel=kernel, strict=True)
+    assert set(kernel.masks.values()) == {ALL}, "every change rolled back"
+    assert info.value.result.count(Outcome.FAILED) == 1
+    assert numapin.current(kernel=kernel).record is None
+
+
+def test_unreadable_task_folder(gb300: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kernel = ModelKernel(ALL, threads=4)
+    kernel.list_error = errno.EACCES
+    with caplog.at_level(logging.INFO, logger="numapin"):
+        result = numapin.pin(0, kernel=kernel)
+    assert result.action == "nothing pinned" and not result.changed
+    assert set(kernel.masks.values()) == {ALL}, "the calling thread's pin was rolled back"
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    with pytest.raises(PinError, match="EACCES"):
+        numapin.pin(0, kernel=kernel, strict=True)
+    assert set(kernel.masks.values()) == {ALL}
+
+
+def test_every_thread_refused_is_not_success(gb300: Path, caplog: pytest.LogCaptureFixture) -> None:
+    kernel = ModelKernel(ALL, threads=3)
+    for tid in kernel.masks:
+        kernel.refuse[tid] = errno.EPERM
+    with caplog.at_level(logging.INFO, logger="numapin"):
+        result = numapin.pin(0, kernel=kernel)
+    assert result.action == "nothing pinned"
+    assert all(r.levelno >= logging.WARNING for r in caplog.records)
+    assert numapin.current(kernel=kernel).record is None
+
+
+def test_lease_at_scale(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=100)
+    with numapin.pinned(2, kernel=kernel):
+        assert set(kernel.masks.values()) == {GRACE1}
+        born = kernel.spawn()
+    assert set(kernel.masks.values()) == {ALL} and kernel.masks[born] == ALL
