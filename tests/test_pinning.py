@@ -7,6 +7,7 @@ nodes: CPU 0 = node 0 with GPU 0, CPU 1 = node 1 with GPU 1.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -56,10 +57,8 @@ def masks() -> dict[int, set[int]]:
     """Every live thread's mask, read from the kernel."""
     found = {}
     for name in os.listdir("/proc/self/task"):
-        try:
+        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
             found[int(name)] = os.sched_getaffinity(int(name))
-        except ProcessLookupError:
-            pass
     return found
 
 
@@ -357,7 +356,7 @@ def test_threads_spawning_threads_during_pin(pair_root: Path) -> None:
             stop = threading.Event()
             children: list[threading.Thread] = []
 
-            def spawner() -> None:
+            def spawner(stop: threading.Event = stop, children: list[threading.Thread] = children) -> None:
                 while not stop.is_set() and len(children) < 200:
                     child = threading.Thread(target=stop.wait)
                     child.start()
