@@ -1,0 +1,200 @@
+"""Memory policies through the real syscalls on this machine (node 0), each in a child process."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numapin
+from conftest import in_child
+from numapin import CpuSet, MemoryPolicy, UsageError, get_mempolicy, set_mempolicy
+from numapin.memory import MemoryPolicyError, migrate, parse_numa_maps, residency, system_nodes
+
+pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node 0")
+
+
+def test_bind_preferred_default_read_back() -> None:
+    def body() -> list[tuple[str, str]]:
+        seen = [(get_mempolicy()[0].name, str(get_mempolicy()[1]))]
+        for policy in (MemoryPolicy.BIND, MemoryPolicy.PREFERRED, MemoryPolicy.INTERLEAVE):
+            got = set_mempolicy(policy, [0])
+            assert got == get_mempolicy()
+            seen.append((got[0].name, str(got[1])))
+        set_mempolicy("local")
+        seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
+        set_mempolicy("default")
+        seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
+        return seen
+
+    seen = in_child(body)
+    assert seen[0] == ("DEFAULT", "")
+    assert seen[1:4] == [("BIND", "0"), ("PREFERRED", "0"), ("INTERLEAVE", "0")]
+    assert seen[4] in (("LOCAL", ""), ("PREFERRED", ""))
+    assert seen[5] == ("DEFAULT", "")
+
+
+def test_policy_belongs_to_the_thread_and_its_children() -> None:
+    def body() -> tuple[str, str, str]:
+        import threading
+
+        out: dict[str, str] = {}
+        before = threading.Thread(target=lambda: (threading.Event().wait(0.2), out.__setitem__(
+            "old", get_mempolicy()[0].name)))
+        before.start()
+        set_mempolicy(MemoryPolicy.BIND, [0])
+        after = threading.Thread(target=lambda: out.__setitem__("new", get_mempolicy()[0].name))
+        after.start()
+        after.join()
+        before.join()
+        return get_mempolicy()[0].name, out["new"], out["old"]
+
+    assert in_child(body) == ("BIND", "BIND", "DEFAULT")
+
+
+def test_node_that_does_not_exist_fails_before_the_syscall_and_changes_nothing() -> None:
+    def body() -> tuple[str, str]:
+        set_mempolicy(MemoryPolicy.PREFERRED, [0])
+        missing = system_nodes().last() + 1
+        with pytest.raises(UsageError, match=f"node\\(s\\) {missing} do not exist"):
+            set_mempolicy(MemoryPolicy.BIND, [missing])
+        policy, nodes = get_mempolicy()
+        return policy.name, str(nodes)
+
+    assert in_child(body) == ("PREFERRED", "0")
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(UsageError, match="needs at least one node"):
+        set_mempolicy(MemoryPolicy.BIND, [])
+    with pytest.raises(UsageError, match="takes no nodes"):
+        set_mempolicy(MemoryPolicy.DEFAULT, [0])
+    with pytest.raises(UsageError, match="unknown memory policy"):
+        set_mempolicy("sometimes", [0])
+
+
+def test_kernel_refusal_names_syscall_nodes_and_errno(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node that exists for numapin's check but not for the kernel: the kernel's EINVAL must surface.
+    import numapin.memory as memory
+
+    monkeypatch.setattr(memory, "system_nodes", lambda: CpuSet("0-1000"))
+    monkeypatch.setattr(memory, "allowed_nodes", lambda: CpuSet("0-1000"))
+
+    def body() -> str:
+        with pytest.raises(MemoryPolicyError) as info:
+            set_mempolicy(MemoryPolicy.BIND, [900])
+        assert get_mempolicy()[0] is MemoryPolicy.DEFAULT, "the previous policy stays"
+        return str(info.value)
+
+    message = in_child(body)
+    assert "set_mempolicy(BIND, nodes 900)" in message and "EINVAL" in message
+
+
+def test_migrate_to_node_zero() -> None:
+    def body() -> int:
+        buf = mmap.mmap(-1, 1 << 20)
+        buf.write(b"x" * (1 << 20))  # touch the pages
+        result = migrate([0])
+        assert result.to_nodes == CpuSet([0])
+        return result.not_moved
+
+    assert in_child(body) == 0
+
+
+def test_migrate_to_a_missing_node_is_a_clear_error() -> None:
+    with pytest.raises(UsageError, match="do not exist"):
+        migrate([system_nodes().last() + 1])
+
+
+def test_pin_binds_memory_and_migrates(pair_root: Path) -> None:
+    def body() -> tuple[str, str, bool, str]:
+        result = numapin.pin(0, memory="bind", migrate=True)
+        assert result.memory is not None and result.memory.migration is not None
+        policy, nodes = get_mempolicy()
+        return policy.name, str(nodes), result.memory.migration.not_moved >= 0, str(result)
+
+    policy, nodes, migrated, text = in_child(body)
+    assert (policy, nodes, migrated) == ("BIND", "0", True)
+    assert "memory bind 0" in text and "migrated" in text
+
+
+def test_pin_steps_down_when_memory_is_refused(pair_root: Path) -> None:
+    # GPU 1's node 1 exists on the test root but not on this machine: bind and
+    # preferred are refused, so the pin keeps its CPU part and memory steps down.
+    def body() -> tuple[str, tuple[str, ...], str]:
+        result = numapin.pin(1, memory="bind")
+        assert result.memory is not None
+        with pytest.raises(UsageError):
+            numapin.pin(1, memory="bind", strict=True)
+        return result.memory.applied, result.memory.problems, get_mempolicy()[0].name
+
+    applied, problems, policy = in_child(body)
+    assert applied == "none" and len(problems) == 2 and policy == "DEFAULT"
+
+
+# -- numa_maps -------------------------------------------------------------------
+
+SAMPLE = """\
+00400000 default file=/usr/bin/python3.11 mapped=100 mapmax=3 N0=60 N1=40 kernelpagesize_kB=4
+7f0000000000 bind:1 anon=512 dirty=512 N1=512 kernelpagesize_kB=4
+7f2000000000 default file=/anon_hugepage\\040(deleted) huge anon=4 dirty=4 N0=1 N1=3 kernelpagesize_kB=2048
+7f4000000000 interleave:0-1 anon=8 dirty=8 N0=4 N1=4 kernelpagesize_kB=1048576
+7ffd00000000 default stack anon=3 dirty=3 N0=3 kernelpagesize_kB=4
+7ffe00000000 default
+7fff00000000 default file=/dev/zero
+"""
+
+
+def test_numa_maps_sample_with_huge_pages() -> None:
+    r = parse_numa_maps(SAMPLE, pid=7)
+    assert r.pages == {0: 60 + 1 + 4 + 3, 1: 40 + 512 + 3 + 4}
+    kib = 1024
+    assert r.bytes[0] == (60 + 3) * 4 * kib + 1 * 2048 * kib + 4 * 1048576 * kib
+    assert r.bytes[1] == (40 + 512) * 4 * kib + 3 * 2048 * kib + 4 * 1048576 * kib
+    assert r.share_outside([0, 1]) == 0.0
+    assert 0.49 < r.share_outside([0]) < 0.51
+    assert str(r).startswith("pid 7: node 0 ")
+
+
+def test_numa_maps_without_page_size_uses_the_base_page() -> None:
+    r = parse_numa_maps("1000 default anon=2 N3=2\n", page_size=4096)
+    assert r.bytes == {3: 8192} and r.total == 8192
+
+
+def test_numa_maps_of_this_process() -> None:
+    text = Path("/proc/self/numa_maps").read_text()
+    r = residency()
+    assert r.total > 0 and set(r.pages) <= set(system_nodes())
+    assert parse_numa_maps(text).pages.keys() == r.pages.keys()
+
+
+def test_residency_of_a_missing_process() -> None:
+    with pytest.raises(UsageError, match="does not exist"):
+        residency(2**22 + 12345)
+
+
+@given(st.text())
+def test_numa_maps_parser_never_raises(text: str) -> None:
+    r = parse_numa_maps(text, page_size=4096)
+    assert all(v >= 0 for v in r.bytes.values())
+
+
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 10**6), st.sampled_from([4, 64, 2048])), max_size=20))
+def test_numa_maps_counts_add_up(entries: list[tuple[int, int, int]]) -> None:
+    text = "".join(f"{i:x}000 default anon={n} N{node}={n} kernelpagesize_kB={k}\n"
+                   for i, (node, n, k) in enumerate(entries))
+    r = parse_numa_maps(text)
+    assert r.total == sum(n * k * 1024 for _, n, k in entries)
+
+
+def test_unsupported_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
+    import platform
+
+    from numapin.memory import NotSupported
+
+    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    with pytest.raises(NotSupported, match="riscv64"):
+        get_mempolicy()
