@@ -1,0 +1,196 @@
+"""``numapin exec`` for real: the program replaces numapin and reports what it inherited."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from numapin.launch import LOCAL_RANK_VARIABLES, ExecRequest, prepare_exec
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+
+REPORT = """
+import json, os, sys
+import numapin
+policy, nodes = numapin.get_mempolicy()
+print(json.dumps({"pid": os.getpid(), "mask": sorted(os.sched_getaffinity(0)), "policy": policy.name,
+                  "nodes": str(nodes), "applied": os.environ.get("NUMAPIN_APPLIED"),
+                  "reserved": os.environ.get("NUMAPIN_RESERVED")}))
+"""
+
+
+def run(args: list[str], env: dict[str, str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NUMAPIN, *args], env=env, capture_output=True, text=True, timeout=60,
+                          **kwargs)  # type: ignore[call-overload]
+
+
+@pytest.fixture
+def env(pair_root: Path) -> dict[str, str]:
+    clean = {k: v for k, v in os.environ.items()
+             if k not in LOCAL_RANK_VARIABLES and not k.startswith(("NUMAPIN_", "TLLM_", "CUDA_"))}
+    clean["NUMAPIN_FSROOT"] = str(pair_root)
+    return clean
+
+
+needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+
+
+@needs_two
+@pytest.mark.parametrize(("gpu", "cpu"), [("0", 0), ("1", 1)])
+def test_child_inherits_mask_policy_and_marker(gpu: str, cpu: int, env: dict[str, str]) -> None:
+    memory = "bind" if gpu == "0" else "none"  # this machine has node 0 only
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", gpu, "--memory", memory, "--", sys.executable, "-c", REPORT],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    report = json.loads(out)
+    assert report["pid"] == proc.pid, "exec keeps the pid"
+    assert report["mask"] == [cpu]
+    assert report["applied"] == str(cpu)
+    assert (report["policy"], report["nodes"]) == (("BIND", "0") if gpu == "0" else ("DEFAULT", ""))
+    assert err == ""
+
+
+def test_exit_code_passes_through(env: dict[str, str]) -> None:
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", "import sys; sys.exit(7)"], env)
+    assert proc.returncode == 7
+
+
+def test_signal_passes_through(env: dict[str, str]) -> None:
+    code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", code], env)
+    assert proc.returncode == -signal.SIGTERM
+
+
+def test_stdin_and_stdout_are_untouched(env: dict[str, str]) -> None:
+    code = "import sys; data = sys.stdin.read(); sys.stdout.write(data.upper()); sys.stderr.write('e')"
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", code], env, input="hello\nworld\n")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "HELLO\nWORLD\n", "e")
+
+
+COMPAT = """
+import logging, os, sys
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stdout)
+if len(sys.argv) > 1:
+    os.sched_setaffinity(0, {int(sys.argv[1])})
+from numapin.compat.tensorrt_llm import configure_cpu_affinity
+result = configure_cpu_affinity(0)
+print("RESULT", result.ownership, sorted(os.sched_getaffinity(0)))
+"""
+
+
+@needs_two
+def test_tensorrt_llm_keeps_the_execd_mask(env: dict[str, str]) -> None:
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", COMPAT], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT numapin [0]" in proc.stdout
+    assert "WARNING" not in proc.stdout and "constrained" not in proc.stdout
+
+
+@needs_two
+def test_a_mask_changed_in_the_child_is_still_external(env: dict[str, str]) -> None:
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", COMPAT, "1"], env)
+    assert proc.returncode == 0, proc.stderr
+    assert "has constrained CPU affinity" in proc.stdout
+    assert "RESULT external [0, 1]" in proc.stdout
+
+
+@needs_two
+def test_reserved_cores_are_exported(env: dict[str, str]) -> None:
+    proc = run(["exec", "--cpus", "0-1", "--reserve", "1", "--memory", "none", "--", sys.executable, "-c", REPORT],
+               env)
+    report = json.loads(proc.stdout)
+    assert report["mask"] == [0] and report["reserved"] == "1"
+
+
+# -- local ranks under a reordering CUDA_VISIBLE_DEVICES ----------------------------
+
+ORDER = "3,6,5,4,0,7,1,2"
+
+
+@pytest.mark.parametrize("variable", LOCAL_RANK_VARIABLES)
+@pytest.mark.parametrize("rank", [0, 2, 5])
+def test_local_rank_picks_the_reordered_gpu(variable: str, rank: int,
+                                            machine_root: Callable[[str], Path]) -> None:
+    environ = {variable: str(rank), "CUDA_VISIBLE_DEVICES": ORDER, "PATH": os.environ["PATH"]}
+    prepared = prepare_exec(ExecRequest(program=["true"], root=str(machine_root("dgx-h100"))), environ)
+    physical = int(ORDER.split(",")[rank])
+    assert prepared.rank is not None and prepared.rank.variable == variable
+    assert prepared.placement is not None
+    assert prepared.placement.pci == f"0000:{0x18 + 0x10 * physical:02x}:00.0"
+    assert prepared.placement.node == physical // 4
+
+
+def test_dry_run_json_runs_nothing(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
+    flag = tmp_path / "ran"
+    environ = {**os.environ, "LOCAL_RANK": "1", "SLURM_LOCALID": "0", "CUDA_VISIBLE_DEVICES": ORDER}
+    proc = run(["exec", "--root", str(machine_root("dgx-h100")), "--mode", "exclusive", "--dry-run", "--json",
+                "--", "touch", str(flag)], environ)
+    assert proc.returncode == 0, proc.stderr
+    plan = json.loads(proc.stdout)
+    assert plan["local_rank"] == {"rank": 1, "variable": "LOCAL_RANK"}
+    assert plan["placement"]["pci"] == "0000:78:00.0" and plan["placement"]["cpus"] == "84-97,196-209"
+    assert any("SLURM_LOCALID=0" in n for n in plan["notes"])
+    assert not flag.exists()
+
+
+# -- bad input and the environment --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--gpu", "9"], "GPU 9 is not visible"),
+     (["--mode", "numa"], "invalid choice"),
+     (["--local-rank", "x"], "not a local rank"),
+     (["--cpus", "0-99"], "outside the allowed CPUs")],
+)
+def test_bad_input_exits_2_and_runs_nothing(args: list[str], message: str, env: dict[str, str],
+                                            tmp_path: Path) -> None:
+    flag = tmp_path / "ran"
+    proc = run(["exec", *args, "--", "touch", str(flag)], env)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert not flag.exists()
+
+
+def test_no_program(env: dict[str, str]) -> None:
+    for args in (["exec"], ["exec", "--"], ["exec", "--gpu", "0", "--"]):
+        proc = run(args, env)
+        assert proc.returncode == 2 and "no PROGRAM" in proc.stderr
+
+
+def test_program_not_found(env: dict[str, str]) -> None:
+    proc = run(["exec", "--", "no-such-program-numapin"], env)
+    assert proc.returncode == 2 and "not found" in proc.stderr
+    proc = run(["exec", "--", "/nonexistent/prog"], env)
+    assert proc.returncode == 2 and "not an executable" in proc.stderr
+
+
+def test_no_gpu_runs_unpinned_unless_strict(env: dict[str, str], tmp_path: Path) -> None:
+    env = {**env, "CUDA_VISIBLE_DEVICES": ""}
+    proc = run(["exec", "--", sys.executable, "-c", REPORT], env)
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout)["mask"] == sorted(os.sched_getaffinity(0))
+    assert proc.stderr.count("unpinned") == 1
+    flag = tmp_path / "ran"
+    strict = run(["exec", "--strict", "--", "touch", str(flag)], env)
+    assert strict.returncode == 2 and "no GPU is visible" in strict.stderr and not flag.exists()
+
+
+@needs_two
+def test_refused_memory_policy_steps_down_unless_strict(env: dict[str, str], tmp_path: Path) -> None:
+    # GPU 1's node 1 is on the test root only: binding there is refused on this machine.
+    proc = run(["exec", "--gpu", "1", "--memory", "bind", "--", sys.executable, "-c", REPORT], env)
+    assert proc.returncode == 0
+    report = json.loads(proc.stdout)
+    assert report["mask"] == [1] and report["policy"] == "DEFAULT"
+    assert proc.stderr.count("memory placement") == 1
+    flag = tmp_path / "ran"
+    strict = run(["exec", "--gpu", "1", "--memory", "bind", "--strict", "--", "touch", str(flag)], env)
+    assert strict.returncode == 2 and not flag.exists()
