@@ -13,7 +13,7 @@ from .gpus import Gpu, GpuError, NoGpuError, read_gpus, visible_gpus
 from .host import HostError
 from .launch import local_rank
 from .memory import MemoryPolicy, get_mempolicy, migrate, residency, set_mempolicy
-from .pinning import PinError, PinResult, Policy, current, pin, pin_thread, pinned
+from .pinning import PinError, PinResult, Policy, current, pin, pin_thread, pinned, refresh
 from .placement import Mode, Placement, plan
 from .topology import Topology, read_topology
 
@@ -43,6 +43,7 @@ __all__ = [
     "plan",
     "read_gpus",
     "read_topology",
+    "refresh",
     "residency",
     "set_mempolicy",
     "visible_gpus",

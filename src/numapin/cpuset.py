@@ -185,7 +185,7 @@ class CpuSet:
         return isinstance(cpu, int) and cpu >= 0 and bool(self._bits >> cpu & 1)
 
     def __hash__(self) -> int:
-        return hash(("CpuSet", self._bits))
+        return hash(self._bits)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, CpuSet):

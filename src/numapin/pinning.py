@@ -18,13 +18,14 @@ import os
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
 from .errors import EnvironmentProblem, NumapinError, UsageError
 from .facts import Facts, gather
 from .gpus import select_gpu
+from .host import resolve_root
 from .launch import RANK_MAP_ENV, gpu_for_rank, local_rank
 from .placement import Mode, Placement, parse_mode, place
 from .threads import LinuxThreads, Outcome, ThreadKernel, errno_name, outcome_of
@@ -42,6 +43,7 @@ __all__ = [
     "pin",
     "pin_thread",
     "pinned",
+    "refresh",
 ]
 
 log = logging.getLogger("numapin")
@@ -99,8 +101,9 @@ class Record:
     source: str = "pin"
 
 
-@dataclass(frozen=True)
-class ThreadResult:
+class ThreadResult(NamedTuple):
+    """One thread's fate. An immutable record (a named tuple: pinning makes one per thread)."""
+
     tid: int
     outcome: Outcome
     before: CpuSet | None = None
@@ -179,6 +182,7 @@ class _State:
     record: Record | None = None
     deliberate: dict[int, CpuSet] = field(default_factory=dict)
     warned: set[tuple[str, int]] = field(default_factory=set)
+    facts: dict[tuple[str, str | None, str | None], Facts] = field(default_factory=dict)
 
 
 _state = _State()
@@ -267,42 +271,65 @@ class _Walk:
         self.all_threads = all_threads
         self.results: dict[int, ThreadResult] = {}
 
-    def visit(self, tid: int) -> None:
-        try:
-            before = self.ops.get_affinity(tid)
-        except OSError as exc:
-            self.results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc))
-            return
-        if before == self.target:
-            self.results[tid] = ThreadResult(tid, Outcome.ALREADY, before, before)
-            return
-        deliberate = _state.deliberate.get(tid)
-        foreign = before not in self.movable or deliberate == before
-        if foreign and not self.all_threads:
-            self.results[tid] = ThreadResult(tid, Outcome.KEPT, before, before)
-            return
-        try:
-            self.ops.set_affinity(tid, self.target)
-        except OSError as exc:
-            self.results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc))
-            return
-        self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, self.target)
-
     def run(self, first: int) -> None:
-        # The calling thread first: threads it creates from now on inherit the target.
-        self.visit(first)
-        while True:
-            fresh = [tid for tid in self.ops.list_threads() if tid not in self.results]
-            if not fresh:
-                return
+        # The calling thread first: threads it creates from now on inherit the
+        # target. Then passes over /proc/self/task until one finds nobody new,
+        # so threads spawned meanwhile by not-yet-pinned threads are caught.
+        # This loop runs once per thread: locals instead of attributes, masks
+        # compared as integers, results built as plain tuples.
+        get, put = self.ops.get_affinity, self.ops.set_affinity
+        target, results = self.target, self.results
+        target_bits = target.bits
+        movable = frozenset(m.bits for m in self.movable)
+        deliberate, force = _state.deliberate, self.all_threads
+        new = tuple.__new__
+        fresh = [first]
+        while fresh:
             for tid in fresh:
-                self.visit(tid)
+                try:
+                    before = get(tid)
+                except OSError as exc:
+                    results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc))
+                    continue
+                bits = before.bits
+                if bits == target_bits:
+                    results[tid] = new(ThreadResult, (tid, Outcome.ALREADY, before, before, None))
+                elif not force and (bits not in movable or (deliberate and deliberate.get(tid) == before)):
+                    results[tid] = new(ThreadResult, (tid, Outcome.KEPT, before, before, None))
+                else:
+                    try:
+                        put(tid, target)
+                    except OSError as exc:
+                        results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc))
+                        continue
+                    results[tid] = new(ThreadResult, (tid, Outcome.PINNED, before, target, None))
+            fresh = [tid for tid in self.ops.list_threads() if tid not in results]
 
     def rollback(self) -> None:
         for result in self.results.values():
             if result.outcome is Outcome.PINNED and result.before is not None:
                 with contextlib.suppress(OSError):
                     self.ops.set_affinity(result.tid, result.before)
+
+
+def facts_for(root: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Facts:
+    """The machine's facts, read once per root and CUDA environment (see :func:`refresh`)."""
+    key = (str(resolve_root(root)), env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER"))
+    with _state.lock:
+        found = _state.facts.get(key)
+        if found is None:
+            found = _state.facts[key] = gather(root, env)
+        return found
+
+
+def refresh() -> None:
+    """Forget the facts numapin read (after CPU hotplug or a change of the cgroup cpuset).
+
+    Topology, GPUs and the cgroup are read on the first pin and kept: pinning
+    is then as cheap as its syscalls. A forked child reads them afresh.
+    """
+    with _state.lock:
+        _state.facts.clear()
 
 
 def _warn_once(key: tuple[str, int], message: str) -> None:
@@ -366,7 +393,7 @@ def pin(
     ops = kernel or LinuxThreads()
     with _state.lock:
         try:
-            facts = gather(root, env)
+            facts = facts_for(root, env)
             if cpus is None:
                 index = _choose_gpu(facts, gpu, env)
                 placement = place(facts.topology, facts.inventory, select_gpu(facts.visible, index),
@@ -479,7 +506,7 @@ def pin_thread(
     """
     ops = kernel or LinuxThreads()
     with _state.lock:
-        facts = gather(root)
+        facts = facts_for(root, os.environ)
         placement = place(facts.topology, facts.inventory, None, cpus=cpus)
         me = ops.self_tid()
         try:

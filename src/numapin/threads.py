@@ -50,6 +50,11 @@ class LinuxThreads:
     def __init__(self, pid: int | None = None) -> None:
         # None = this process, as seen at call time (stays right after fork).
         self._pid = pid
+        # Pinning reads one mask per thread and most threads share a handful
+        # of masks: converting each distinct one to a CpuSet once keeps the
+        # per-thread cost at the syscall's.
+        self._seen: dict[frozenset[int], CpuSet] = {}
+        self._target: tuple[CpuSet, list[int]] | None = None
 
     @property
     def pid(self) -> int:
@@ -59,13 +64,22 @@ class LinuxThreads:
         return threading.get_native_id()
 
     def list_threads(self) -> list[int]:
-        return [int(name) for name in os.listdir(f"/proc/{self.pid}/task") if name.isdigit()]
+        return list(map(int, os.listdir(f"/proc/{self.pid}/task")))
 
     def get_affinity(self, tid: int) -> CpuSet:
-        return CpuSet(os.sched_getaffinity(tid))
+        key = frozenset(os.sched_getaffinity(tid))
+        found = self._seen.get(key)
+        if found is None:
+            if len(self._seen) > 256:
+                self._seen.clear()
+            found = self._seen[key] = CpuSet(key)
+        return found
 
     def set_affinity(self, tid: int, cpus: CpuSet) -> None:
-        os.sched_setaffinity(tid, list(cpus))
+        last = self._target
+        if last is None or last[0] is not cpus:
+            last = self._target = (cpus, list(cpus))
+        os.sched_setaffinity(tid, last[1])
 
     def thread_name(self, tid: int) -> str | None:
         try:

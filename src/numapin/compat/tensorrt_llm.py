@@ -20,9 +20,8 @@ import logging
 import os
 
 from ..cpuset import CpuSet
-from ..pinning import Ownership, PinResult, classify, pin
+from ..pinning import Ownership, PinResult, classify, facts_for, pin
 from ..threads import LinuxThreads, ThreadKernel
-from ..topology import read_topology
 
 __all__ = ["ENV", "configure_cpu_affinity"]
 
@@ -45,7 +44,7 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     try:
         if setting == "1":
             return pin(device_id, policy="override", kernel=kernel)
-        baseline = read_topology().allowed
+        baseline = facts_for(None, os.environ).topology.allowed
         ops = kernel or LinuxThreads()
         mask = ops.get_affinity(ops.self_tid())
         if classify(mask, baseline) is Ownership.EXTERNAL:
