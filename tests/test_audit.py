@@ -1,0 +1,177 @@
+"""``numapin threads`` on live processes, and ``numapin snapshot`` round trips."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from numapin import machines
+from numapin.cli import main
+from numapin.snapshot import TOP
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+
+# Threads pinned in several ways; prints their tids, then waits for stdin to close.
+PROGRAM = """
+import json, os, sys, threading
+hold = threading.Event()
+tids = {}
+def worker(name, cpus):
+    if cpus is not None:
+        os.sched_setaffinity(0, cpus)
+    tids[name] = threading.get_native_id()
+    hold.wait()
+spec = json.loads(sys.argv[1])
+threads = [threading.Thread(target=worker, args=(n, set(c) if c is not None else None)) for n, c in spec.items()]
+for t in threads: t.start()
+while len(tids) < len(spec): pass
+tids["main"] = threading.get_native_id()
+print(json.dumps(tids), flush=True)
+sys.stdin.read()
+hold.set()
+"""
+
+
+@pytest.fixture
+def launch(pair_root: Path) -> Iterator[Callable[..., tuple[int, dict[str, int]]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(spec: dict[str, list[int] | None], gpu: str = "0") -> tuple[int, dict[str, int]]:
+        proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", gpu, "--memory", "none", "--",
+                                 sys.executable, "-c", PROGRAM, json.dumps(spec)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started.append(proc)
+        assert proc.stdout is not None
+        return proc.pid, json.loads(proc.stdout.readline())
+
+    yield start
+    for proc in started:
+        proc.communicate(timeout=30)
+
+
+def threads_json(*args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+    proc = subprocess.run([*NUMAPIN, "threads", *args], capture_output=True, text=True, timeout=60)
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {})
+
+
+@needs_two
+def test_threads_reports_each_way_of_pinning(launch: Callable[..., tuple[int, dict[str, int]]]) -> None:
+    pid, tids = launch({"inherited": None, "elsewhere": [1], "wide": [0, 1]})
+    code, report = threads_json(str(pid), "--gpu", "0", "--json")
+    assert code == 0
+    rows = {row["tid"]: row for row in report["threads"]}
+    assert set(rows) == set(tids.values())
+    expect = {"main": ("0", True, True), "inherited": ("0", True, True), "elsewhere": ("1", False, False),
+              "wide": ("0-1", False, False)}
+    for name, (cpus, inside, ours) in expect.items():
+        row = rows[tids[name]]
+        assert (row["cpus"], row["inside"], row["numapin"]) == (cpus, inside, ours), name
+        assert row["name"] == "python3" or row["name"].startswith("python")
+        assert row["last_cpu"] in (0, 1)
+    assert report["outside"] == 2 and report["marker"] == "0"
+    assert report["memory"]["bytes"]
+    code, _ = threads_json(str(pid), "--gpu", "0", "--check")
+    assert code == 1, "two threads are outside"
+    text = subprocess.run([*NUMAPIN, "threads", str(pid), "--gpu", "0"], capture_output=True, text=True).stdout
+    assert "2 of 4 threads outside 0" in text and "memory: pid" in text
+
+
+@needs_two
+def test_check_passes_and_fails_on_memory(launch: Callable[..., tuple[int, dict[str, int]]]) -> None:
+    pid, _ = launch({"a": None, "b": None})
+    assert threads_json(str(pid), "--gpu", "0", "--check")[0] == 0
+    # Without --gpu the exec marker names the placement.
+    assert threads_json(str(pid), "--check")[0] == 0
+    # GPU 1's memory node (1) holds none of it: all of its memory is remote.
+    pid1, _ = launch({"a": None}, gpu="1")
+    assert threads_json(str(pid1), "--gpu", "1", "--check")[0] == 0
+    assert threads_json(str(pid1), "--gpu", "1", "--check", "--max-remote-memory", "10")[0] == 1
+
+
+def test_missing_process_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["threads", str(2**22 + 4321)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NUMAPIN_APPLIED", raising=False)
+    assert main(["threads", "--check"]) == 2
+    assert "needs a placement" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_another_users_process_without_permission() -> None:
+    from conftest import in_child
+
+    from numapin.audit import audit
+
+    def body() -> str:
+        os.setgid(65534)
+        os.setuid(65534)  # nobody, looking at init (root's)
+        with pytest.raises(ValueError) as info:
+            audit(1)
+        return str(info.value)
+
+    assert "permission denied" in in_child(body)
+
+
+# -- snapshot ---------------------------------------------------------------------
+
+
+def show_json(*args: str) -> dict:  # type: ignore[type-arg]
+    proc = subprocess.run([*NUMAPIN, "show", "--json", *args], capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "NUMAPIN_FSROOT"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    data.pop("root")
+    data["cpus"].pop("process")  # the live mask differs from a capture's by nature
+    data.pop("nvml")  # whether a driver answers is the live machine's, not a topology fact
+    return data
+
+
+def capture(tmp_path: Path, *root: str) -> Path:
+    out = tmp_path / "machine.tar.gz"
+    assert main(["snapshot", str(out), *root]) == 0
+    with tarfile.open(out) as archive:
+        archive.extractall(tmp_path / "unpacked", filter="tar")
+    return tmp_path / "unpacked" / TOP
+
+
+def test_snapshot_of_this_machine_round_trips(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    unpacked = capture(tmp_path)
+    assert "attach it to a bug report" in capsys.readouterr().out
+    assert show_json("--root", str(unpacked)) == show_json()
+
+
+@pytest.mark.parametrize("name", sorted(machines.SHAPES))
+def test_snapshot_of_synthetic_machines_round_trips(name: str, tmp_path: Path,
+                                                    machine_root: Callable[[str], Path]) -> None:
+    root = machine_root(name)
+    unpacked = capture(tmp_path, "--root", str(root))
+    assert show_json("--root", str(unpacked)) == show_json("--root", str(root))
+
+
+def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
+    from numapin.gpus import read_gpus
+    from numapin.topology import read_topology
+
+    unpacked = capture(tmp_path)
+    files = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file()}
+    journal: list[str] = []
+    read_gpus(read_topology("/", journal=journal), nvml=False, journal=journal)
+    assert files <= {*journal, "proc/self/status"}
+    assert not any(part in ("environ", "cmdline", "comm") for f in files for part in f.split("/"))
+    status = (unpacked / "proc/self/status").read_text().splitlines()
+    assert status and all(line.split(":")[0] in ("Cpus_allowed", "Cpus_allowed_list", "Mems_allowed",
+                                                  "Mems_allowed_list") for line in status)
+    mounts = unpacked / "proc/self/mountinfo"
+    if mounts.exists():
+        assert all("cgroup" in line or "cpuset" in line for line in mounts.read_text().splitlines())
