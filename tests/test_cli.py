@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from conftest import Snapshots
+from numapin.cli import main
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_show_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show")
+    assert code == 0
+    assert "NUMA nodes" in out and "this process may run on" in out and "Cores:" in out
+    cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    assert cpus.split(",")[0] in out
+
+
+def test_show_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "--json", "--machine", "dgx-h100")
+    data = json.loads(out)
+    assert code == 0
+    assert set(data["cpus"]) >= {"online", "allowed", "process"}
+    assert data["cpus"]["online"] == "0-223"
+    assert data["nodes"][0] == {**data["nodes"][0], "id": 0, "cpus": "0-55,112-167", "memory_only": False}
+    assert data["packages"][1] == {"id": 1, "cpus": "56-111,168-223"}
+    assert data["cores"][0] == {"package": 0, "id": 0, "cpus": "0,112"}
+    gpu = data["gpus"][3]
+    assert {k: gpu[k] for k in ("index", "pci", "node", "cpus", "memory_nodes")} == {
+        "index": 3, "pci": "0000:48:00.0", "node": 0, "cpus": "0-55,112-167", "memory_nodes": "0"}
+    assert gpu["uuid"].startswith("GPU-")
+
+
+def test_show_gpus_under_cuda_visible_devices(capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
+    code, out, _ = run(capsys, "show", "--machine", "gb300")
+    assert code == 0 and "GPUs (2 visible of 4" in out
+    assert out.index("cuda:0 0000:38:00.0") < out.index("cuda:1 0000:18:00.0")
+    assert "GPU memory node 4" in out and "memory-only" in out
+
+
+def test_show_says_plainly_when_there_is_no_gpu(capsys: pytest.CaptureFixture[str], snapshots: Snapshots) -> None:
+    code, out, _ = run(capsys, "show", "--root", str(snapshots.root("16amd64-8n2c")))
+    assert code == 0 and "GPUs: none found on this machine" in out
+    code, out, _ = run(capsys, "show", "--json", "--root", str(snapshots.root("16amd64-8n2c")))
+    assert json.loads(out)["gpus"] == []
+
+
+def test_show_a_capture_with_gpu_memory_nodes(capsys: pytest.CaptureFixture[str], snapshots: Snapshots) -> None:
+    code, out, _ = run(capsys, "show", "--root", str(snapshots.root("nvidiagpunumanodes")))
+    assert code == 0
+    assert "node 255: memory-only" in out and "memory of GPU 0004:05:00.0" in out
+
+
+@pytest.mark.parametrize("args", [["show", "--root", "/does/not/exist"], ["plan", "--root", "/proc/self"]])
+def test_unusable_root_is_a_one_line_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_fsroot_variable_and_root_flag_agree(capsys: pytest.CaptureFixture[str],
+                                             machine_root: Callable[[str], Path],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    root = str(machine_root("epyc-nps4"))
+    _, by_flag, _ = run(capsys, "show", "--json", "--root", root)
+    monkeypatch.setenv("NUMAPIN_FSROOT", root)
+    _, by_env, _ = run(capsys, "show", "--json")
+    assert by_flag == by_env
+
+
+def test_plan_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "plan", "--machine", "dgx-h100", "--mode", "exclusive", "--reserve", "1")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "cpus", "mems", "reserved"]
+    assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-13,112-125", "0", "13,125"]
+    code, out, _ = run(capsys, "plan", "--machine", "epyc-nps4", "--gpus", "7,0", "--json")
+    data = json.loads(out)
+    assert [(p["rank"], p["gpu"], p["cpus"], p["mems"]) for p in data] == [
+        (0, 7, "112-127,240-255", "7"), (1, 0, "0-15,128-143", "0")]
+    assert "reserved" not in data[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["plan", "--machine", "dgx-h100", "--gpus", "9"], "not visible"),
+     (["plan", "--machine", "dgx-h100", "--reserve", "56"], "leaves no core"),
+     (["plan", "--machine", "dgx-h100", "--cpus", "0-999"], "outside the allowed CPUs"),
+     (["plan", "--root", "/", "--mode", "node"], "no GPU is visible")],
+)
+def test_plan_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, *args)
+    assert code == 2 and message in err
+
+
+@pytest.mark.parametrize("args", [["--mode", "numa"], ["--cpus", "3-1"], ["--machine", "cray"]])
+def test_argument_errors_exit_2(args: list[str]) -> None:
+    proc = subprocess.run([*NUMAPIN, "plan", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr
+
+
+@pytest.mark.parametrize("command", ["show", "plan", "exec", "threads", "snapshot"])
+def test_every_command_has_help(command: str) -> None:
+    proc = subprocess.run([*NUMAPIN, command, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "usage: numapin " + command in proc.stdout
+
+
+def test_console_script_is_installed() -> None:
+    from importlib.metadata import entry_points
+
+    assert any(ep.value == "numapin.cli:main" for ep in entry_points(group="console_scripts", name="numapin"))
