@@ -110,7 +110,6 @@ def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_another_users_process_without_permission() -> None:
     from conftest import in_child
-
     from numapin.audit import audit
 
     def body() -> str:

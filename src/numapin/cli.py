@@ -113,7 +113,8 @@ def _show_text(facts: Facts) -> str:
     lines.append(f"Cores: {len(t.cores)} physical, {smt_text} thread(s) each{note}")
     if t.caches:
         level = max(g.level for g in t.caches)
-        lines.append(f"Last-level caches (L{level}): {len(t.caches)} groups: "
+        groups = "group" if len(t.caches) == 1 else "groups"
+        lines.append(f"Last-level caches (L{level}): {len(t.caches)} {groups}: "
                      + "; ".join(str(g.cpus) for g in t.caches[:16]) + (" ..." if len(t.caches) > 16 else ""))
     else:
         lines.append("Last-level caches: unknown")
@@ -160,33 +161,26 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .placement import place, place_all
+    from .placement import Placement, plan
 
     with _root(args) as root:
-        facts = gather(root)
-        from .gpus import select_gpu
-
-        chosen = facts.visible if args.gpus is None else tuple(select_gpu(facts.visible, g) for g in args.gpus)
-        if not chosen:
-            select_gpu(facts.visible, 0)
-        if args.cpus is not None:
-            plans = tuple(place(facts.topology, facts.inventory, v, cpus=args.cpus, reserve=args.reserve, rank=r)
-                          for r, v in enumerate(chosen))
-        else:
-            plans = place_all(facts.topology, facts.inventory, chosen, mode=args.mode, reserve=args.reserve)
+        found = plan(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
+    plans = (found,) if isinstance(found, Placement) else found
     if args.json:
         print(json.dumps([p.as_dict() for p in plans], indent=2))
         return 0
     header = ["rank", "gpu", "pci", "node", "cpus", "mems"] + (["reserved"] if args.reserve else [])
-    rows = [[str(p.rank), str(p.gpu), p.pci or "-", "-" if p.node is None else str(p.node), str(p.cpus), str(p.mems)]
+    rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.cpus), str(p.mems)]
             + ([str(p.reserved)] if args.reserve else []) for p in plans]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip())
-    for row in rows:
+    for row in [header, *rows]:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    print(f"mode {args.mode if args.cpus is None else 'explicit'}: {plans[0].reason}" if len(plans) == 1
-          else f"mode {args.mode if args.cpus is None else 'explicit'}")
+    print(f"mode {plans[0].mode}" + (f": {plans[0].reason}" if len(plans) == 1 else ""))
     return 0
+
+
+def _dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
 
 
 # -- exec -----------------------------------------------------------------

@@ -373,5 +373,7 @@ def residency(pid: int | None = None) -> Residency:
     except FileNotFoundError:
         raise UsageError(f"process {target} does not exist (or has no numa_maps)") from None
     except PermissionError:
-        raise UsageError(f"process {target}: permission denied reading its numa_maps (another user's process?)") from None
+        raise UsageError(
+            f"process {target}: permission denied reading its numa_maps (another user's process?)"
+        ) from None
     return parse_numa_maps(text, target)

@@ -289,7 +289,7 @@ def plan(
     if cpus is None:
         parse_mode(mode)
     facts = gather(root, environ)
-    if cpus is not None:
+    if cpus is not None and gpus is None:
         visible = None if gpu is None else select_gpu(facts.visible, gpu)
         return place(facts.topology, facts.inventory, visible, cpus=cpus, reserve=reserve)
     if gpu is not None:
@@ -297,4 +297,7 @@ def plan(
     chosen = facts.visible if gpus is None else tuple(select_gpu(facts.visible, g) for g in gpus)
     if not chosen:
         select_gpu(facts.visible, 0)  # raises the "no GPU visible" error
+    if cpus is not None:
+        return tuple(place(facts.topology, facts.inventory, v, cpus=cpus, reserve=reserve, rank=r)
+                     for r, v in enumerate(chosen))
     return place_all(facts.topology, facts.inventory, chosen, mode=mode, reserve=reserve)
