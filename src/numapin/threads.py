@@ -50,10 +50,10 @@ class LinuxThreads:
     def __init__(self, pid: int | None = None) -> None:
         # None = this process, as seen at call time (stays right after fork).
         self._pid = pid
-        # Pinning reads one mask per thread and most threads share a handful
-        # of masks: converting each distinct one to a CpuSet once keeps the
+        # Pinning reads one mask per thread, and neighbouring threads almost
+        # always share one: reusing the CpuSet of the last mask read keeps the
         # per-thread cost at the syscall's.
-        self._seen: dict[frozenset[int], CpuSet] = {}
+        self._last_read: tuple[set[int], CpuSet] | None = None
         self._target: tuple[CpuSet, list[int]] | None = None
 
     @property
@@ -67,12 +67,12 @@ class LinuxThreads:
         return list(map(int, os.listdir(f"/proc/{self.pid}/task")))
 
     def get_affinity(self, tid: int) -> CpuSet:
-        key = frozenset(os.sched_getaffinity(tid))
-        found = self._seen.get(key)
-        if found is None:
-            if len(self._seen) > 256:
-                self._seen.clear()
-            found = self._seen[key] = CpuSet(key)
+        mask = os.sched_getaffinity(tid)
+        last = self._last_read
+        if last is not None and last[0] == mask:
+            return last[1]
+        found = CpuSet(mask)
+        self._last_read = (mask, found)
         return found
 
     def set_affinity(self, tid: int, cpus: CpuSet) -> None:
