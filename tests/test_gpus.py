@@ -156,6 +156,17 @@ def test_nvml_disagreement_is_reported(machine_root: Callable[[str], Path]) -> N
     assert any("disagree" in w for w in inv.warnings)
 
 
+def test_show_reports_the_disagreement(machine_root: Callable[[str], Path]) -> None:
+    from numapin.cli import _show_json, _show_text
+    from numapin.facts import gather
+
+    topo, table = _dgx(machine_root)
+    table["0000:28:00.0"]["cpus"] = "0-3"
+    facts = gather(topo.root, {}, nvml=FakeNVML(table))
+    assert "NVML and sysfs disagree: NVML cpus 0-3 vs sysfs 0-55,112-167" in _show_text(facts)
+    assert _show_json(facts)["gpus"][1]["disagreement"] == "NVML cpus 0-3 vs sysfs 0-55,112-167"
+
+
 def test_nvml_fills_in_when_sysfs_shows_nothing(tmp_path: Path) -> None:
     from numapin import machines
 

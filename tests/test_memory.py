@@ -37,6 +37,19 @@ def test_bind_preferred_default_read_back() -> None:
     assert seen[5] == ("DEFAULT", "")
 
 
+def test_preferred_many_where_the_kernel_has_it() -> None:
+    def body() -> str:
+        try:
+            got = set_mempolicy(MemoryPolicy.PREFERRED_MANY, [0])
+        except MemoryPolicyError as exc:  # kernels before 5.15
+            assert "EINVAL" in str(exc)
+            return "absent"
+        assert got == get_mempolicy() == (MemoryPolicy.PREFERRED_MANY, CpuSet([0]))
+        return "read back"
+
+    assert in_child(body) in ("absent", "read back")
+
+
 def test_policy_belongs_to_the_thread_and_its_children() -> None:
     def body() -> tuple[str, str, str]:
         import threading
