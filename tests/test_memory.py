@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import mmap
+import os
 from pathlib import Path
 
 import pytest
@@ -140,8 +141,10 @@ def test_pin_steps_down_when_memory_is_refused(pair_root: Path) -> None:
     def body() -> tuple[str, tuple[str, ...], str]:
         result = numapin.pin(1, memory="bind")
         assert result.memory is not None
-        with pytest.raises(UsageError):
+        numapin.pin(0)
+        with pytest.raises(numapin.PinError, match="rolled back"):
             numapin.pin(1, memory="bind", strict=True)
+        assert os.sched_getaffinity(0) == {0}, "strict: nothing half-applied"
         return result.memory.applied, result.memory.problems, get_mempolicy()[0].name
 
     applied, problems, policy = in_child(body)

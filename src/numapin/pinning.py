@@ -476,12 +476,21 @@ def _apply(
         mask = ops.get_affinity(me) if reserved_tid is None else wanted
     except OSError:
         mask = wanted
+    result = replace(result, mask=mask)
+    if memory_mode != "none" or migrate:
+        try:
+            memory = _memory.place_memory(placement.mems, memory_mode, migrate, strict=strict)
+        except NumapinError as exc:  # strict only: the CPU part goes back too
+            walk.rollback()
+            if reserved_tid is not None:
+                with contextlib.suppress(OSError):
+                    ops.set_affinity(reserved_tid, previous)
+            raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
+                           replace(result, action="rolled back")) from exc
+        result = replace(result, memory=memory)
     _state.record = Record(os.getpid(), mask, wanted, placement.gpu)
     if reserved_tid is not None:
         _state.deliberate[reserved_tid] = placement.reserved
-    result = replace(result, mask=mask)
-    if memory_mode != "none" or migrate:
-        result = replace(result, memory=_memory.place_memory(placement.mems, memory_mode, migrate, strict=strict))
     if failed:
         log.warning("%s", result)
     elif result.changed:
