@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .gpus import Inventory, VisibleGpu, read_gpus, resolve_visible
+from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
+from .host import Host
 from .topology import Topology, read_topology
 
 __all__ = ["Facts", "gather"]
@@ -31,6 +32,9 @@ def gather(
     env = os.environ if environ is None else environ
     topology = read_topology(root)
     inventory = read_gpus(topology, nvml=nvml)
+    # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
     module = nvml if nvml not in (None, False) else None
+    if nvml is None and "MIG-" in env.get("CUDA_VISIBLE_DEVICES", "").upper() and Host(topology.root).is_live:
+        module = load_nvml()
     resolution = resolve_visible(inventory, env, nvml=module)
     return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings)

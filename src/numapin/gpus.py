@@ -234,7 +234,8 @@ def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
 # -- NVML -----------------------------------------------------------------
 
 
-def _load_nvml() -> Any | None:
+def load_nvml() -> Any | None:
+    """The ``pynvml`` module of the ``nvml`` extra, or None when it is not installed."""
     try:
         import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
@@ -314,7 +315,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     gpus = _sysfs_gpus(topology, host, warnings)
     module = None
     if nvml is None:
-        module = _load_nvml() if host.is_live else None
+        module = load_nvml() if host.is_live else None
     elif nvml is not False:
         module = nvml
     status = "not installed" if module is None else "not used"
