@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from numapin import machines
+from numapin.launch import LOCAL_RANK_VARIABLES
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("NUMAPIN_FIXTURES", REPO.parent / "shared" / "fixtures" / "hwloc-linux"))
@@ -89,8 +90,8 @@ def pair_root(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPat
     """This 2-CPU machine described as two nodes (CPU 0 + GPU 0, CPU 1 + GPU 1), as NUMAPIN_FSROOT."""
     root = machine_root("pair")
     monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
-    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED", "LOCAL_RANK",
-                 "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"):
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED",
+                 "NUMAPIN_RANK_MAP", *LOCAL_RANK_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     yield root
 

@@ -17,6 +17,7 @@ import numapin
 from kernel_model import ModelKernel
 from numapin import CpuSet, PinError, read_topology
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
+from numapin.launch import LOCAL_RANK_VARIABLES
 from numapin.threads import Outcome
 
 GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
@@ -26,7 +27,8 @@ GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
 def gb300(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
     root = machine_root("gb300")
     monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
-    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED"):
+    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED",
+                 *LOCAL_RANK_VARIABLES):
         monkeypatch.delenv(name, raising=False)
     return root
 
@@ -144,3 +146,21 @@ def test_lease_at_scale(gb300: Path) -> None:
         assert set(kernel.masks.values()) == {GRACE1}
         born = kernel.spawn()
     assert set(kernel.masks.values()) == {ALL} and kernel.masks[born] == ALL
+
+
+def test_launcher_rank_without_gpus_is_an_environment_problem(gb300: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    kernel = ModelKernel(ALL, threads=2)
+    with caplog.at_level(logging.WARNING, logger="numapin"):
+        result = numapin.pin(kernel=kernel)
+    assert result.action == "nothing pinned" and "no GPU is visible" in (result.message or "")
+    assert len(caplog.records) == 1 and set(kernel.masks.values()) == {ALL}
+
+
+def test_launcher_rank_picks_the_gpu(gb300: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_LOCALID", "2")
+    kernel = ModelKernel(ALL, threads=2)
+    assert numapin.pin(kernel=kernel).placement.gpu == 2  # type: ignore[union-attr]
+    assert set(kernel.masks.values()) == {GRACE1}

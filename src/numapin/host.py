@@ -12,12 +12,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .errors import EnvironmentProblem
+
 __all__ = ["FSROOT_ENV", "Host", "HostError", "resolve_root"]
 
 FSROOT_ENV = "NUMAPIN_FSROOT"
 
 
-class HostError(Exception):
+class HostError(EnvironmentProblem):
     """The filesystem root cannot serve as a machine description."""
 
 

@@ -344,7 +344,8 @@ def _choose_gpu(facts: Facts, gpu: int | None, environ: Mapping[str, str]) -> in
     rank = local_rank(environ)
     if rank is None:
         return 0
-    return gpu_for_rank(rank.rank, len(facts.visible), environ.get(RANK_MAP_ENV))
+    # With no GPU visible, select_gpu then raises the environment error, not gpu_for_rank.
+    return gpu_for_rank(rank.rank, max(len(facts.visible), 1), environ.get(RANK_MAP_ENV))
 
 
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
