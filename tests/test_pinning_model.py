@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,10 +34,13 @@ def gb300(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.fixture(autouse=True)
-def _fresh_record() -> None:
-    # The model is not the real process: forget what numapin recorded about it between tests.
+def _fresh_record() -> Iterator[None]:
+    # The model is not the real process: what numapin records about it must
+    # not reach other tests (nor the children they fork).
     from numapin import pinning
 
+    pinning._state = pinning._State()
+    yield
     pinning._state = pinning._State()
 
 
