@@ -130,7 +130,10 @@ def in_child(fn: Callable[[], Any]) -> Any:
 
 @pytest.fixture(autouse=True)
 def _no_leaked_pin() -> Iterator[None]:
-    """Every test must leave pytest's own CPU mask as it found it."""
+    """Every test must leave pytest's own CPU mask, and numapin's record, as it found them."""
+    from numapin import pinning
+
     before = os.sched_getaffinity(0)
     yield
     assert os.sched_getaffinity(0) == before, "a test leaked a CPU pin into the test process"
+    assert pinning._state.record is None, "a test left numapin's record in the test process"
