@@ -29,8 +29,9 @@ def test_show_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     assert cpus.split(",")[0] in out
 
 
-def test_show_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "show", "--json", "--machine", "dgx-h100")
+def test_show_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str],
+                                          machine_root: Callable[[str], Path]) -> None:
+    code, out, _ = run(capsys, "show", "--json", "--root", str(machine_root("dgx-h100")))
     data = json.loads(out)
     assert code == 0
     assert set(data["cpus"]) >= {"online", "allowed", "process"}
@@ -45,9 +46,10 @@ def test_show_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_show_gpus_under_cuda_visible_devices(capsys: pytest.CaptureFixture[str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              machine_root: Callable[[str], Path]) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,0")
-    code, out, _ = run(capsys, "show", "--machine", "gb300")
+    code, out, _ = run(capsys, "show", "--root", str(machine_root("gb300")))
     assert code == 0 and "GPUs (2 visible of 4" in out
     assert out.index("cuda:0 0000:38:00.0") < out.index("cuda:1 0000:18:00.0")
     assert "GPU memory node 4" in out and "memory-only" in out
@@ -72,6 +74,11 @@ def test_unusable_root_is_a_one_line_error(args: list[str], capsys: pytest.Captu
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
 
 
+def test_machine_flag_shows_a_synthetic_machine(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "--machine", "pair")
+    assert code == 0 and "node 1: cpus 1 (1)" in out and "cuda:1 0000:28:00.0" in out
+
+
 def test_fsroot_variable_and_root_flag_agree(capsys: pytest.CaptureFixture[str],
                                              machine_root: Callable[[str], Path],
                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,12 +89,13 @@ def test_fsroot_variable_and_root_flag_agree(capsys: pytest.CaptureFixture[str],
     assert by_flag == by_env
 
 
-def test_plan_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "plan", "--machine", "dgx-h100", "--mode", "exclusive", "--reserve", "1")
+def test_plan_table_and_json(capsys: pytest.CaptureFixture[str], machine_root: Callable[[str], Path]) -> None:
+    code, out, _ = run(capsys, "plan", "--root", str(machine_root("dgx-h100")), "--mode", "exclusive",
+                       "--reserve", "1")
     lines = out.splitlines()
     assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "cpus", "mems", "reserved"]
     assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-13,112-125", "0", "13,125"]
-    code, out, _ = run(capsys, "plan", "--machine", "epyc-nps4", "--gpus", "7,0", "--json")
+    code, out, _ = run(capsys, "plan", "--root", str(machine_root("epyc-nps4")), "--gpus", "7,0", "--json")
     data = json.loads(out)
     assert [(p["rank"], p["gpu"], p["cpus"], p["mems"]) for p in data] == [
         (0, 7, "112-127,240-255", "7"), (1, 0, "0-15,128-143", "0")]
@@ -96,12 +104,14 @@ def test_plan_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [(["plan", "--machine", "dgx-h100", "--gpus", "9"], "not visible"),
-     (["plan", "--machine", "dgx-h100", "--reserve", "56"], "leaves no core"),
-     (["plan", "--machine", "dgx-h100", "--cpus", "0-999"], "outside the allowed CPUs"),
+    [(["plan", "--root", "DGX", "--gpus", "9"], "not visible"),
+     (["plan", "--root", "DGX", "--reserve", "56"], "leaves no core"),
+     (["plan", "--root", "DGX", "--cpus", "0-999"], "outside the allowed CPUs"),
      (["plan", "--root", "/", "--mode", "node"], "no GPU is visible")],
 )
-def test_plan_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_errors(args: list[str], message: str, capsys: pytest.CaptureFixture[str],
+                     machine_root: Callable[[str], Path]) -> None:
+    args = [str(machine_root("dgx-h100")) if a == "DGX" else a for a in args]
     code, _, err = run(capsys, *args)
     assert code == 2 and message in err
 
