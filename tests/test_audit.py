@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from numapin import machines
+from numapin import CpuSet, machines
 from numapin.cli import main
 from numapin.snapshot import TOP
 
@@ -57,9 +57,9 @@ def launch(pair_root: Path) -> Iterator[Callable[..., tuple[int, dict[str, int]]
         proc.communicate(timeout=30)
 
 
-def threads_json(*args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def threads_json(*args: str) -> tuple[int, list[dict]]:  # type: ignore[type-arg]
     proc = subprocess.run([*NUMAPIN, "threads", *args], capture_output=True, text=True, timeout=60)
-    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {})
+    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip().startswith("[") else [])
 
 
 @needs_two
@@ -67,7 +67,7 @@ def test_threads_reports_each_way_of_pinning(launch: Callable[..., tuple[int, di
     pid, tids = launch({"inherited": None, "elsewhere": [1], "wide": [0, 1]})
     code, report = threads_json(str(pid), "--gpu", "0", "--json")
     assert code == 0
-    rows = {row["tid"]: row for row in report["threads"]}
+    rows = {row["tid"]: row for row in report}
     assert set(rows) == set(tids.values())
     expect = {"main": ("0", True, True), "inherited": ("0", True, True), "elsewhere": ("1", False, False),
               "wide": ("0-1", False, False)}
@@ -76,8 +76,11 @@ def test_threads_reports_each_way_of_pinning(launch: Callable[..., tuple[int, di
         assert (row["cpus"], row["inside"], row["numapin"]) == (cpus, inside, ours), name
         assert row["name"] == "python3" or row["name"].startswith("python")
         assert row["last_cpu"] in (0, 1)
-    assert report["outside"] == 2 and report["marker"] == "0"
-    assert report["memory"]["bytes"]
+    from numapin.audit import audit
+
+    seen = audit(pid, gpu=0)
+    assert len(seen.outside) == 2 and seen.marker == CpuSet("0") and seen.memory.total > 0
+    assert seen.as_dict()["memory"]["remote_share"] == 0.0
     code, _ = threads_json(str(pid), "--gpu", "0", "--check")
     assert code == 1, "two threads are outside"
     text = subprocess.run([*NUMAPIN, "threads", str(pid), "--gpu", "0"], capture_output=True, text=True).stdout

@@ -226,7 +226,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
     report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=args.root)
     if args.json:
-        print(json.dumps(report.as_dict(), indent=2))
+        print(json.dumps([row.as_dict() for row in report.rows], indent=2))
     else:
         print(report.table())
     return report.check(args.max_remote_memory) if args.check else 0
@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     which = th.add_mutually_exclusive_group()
     which.add_argument("--gpu", type=int, metavar="N", help="compare with GPU N's node placement")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
-    th.add_argument("--json", action="store_true", help="a JSON object with a list of threads")
+    th.add_argument("--json", action="store_true", help="a JSON list, one object per thread")
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
     th.add_argument("--max-remote-memory", type=float, default=100.0, metavar="PCT",
