@@ -79,6 +79,7 @@ def test_set_algebra_and_immutability() -> None:
     assert a ^ b == CpuSet("0-1,4-5")
     assert CpuSet("2-3") <= a and CpuSet("2-3") < a and not a < a and a >= CpuSet("1")
     assert a.isdisjoint("8-9") and not a.isdisjoint([3])
+    assert a.issubset("0-7") and not a.issubset([0, 1])
     assert a.first() == 0 and a.last() == 3
     assert {a: 1}[CpuSet([0, 1, 2, 3])] == 1
     assert pickle.loads(pickle.dumps(a)) == a

@@ -10,13 +10,12 @@ this project's 2-CPU test machine seen as two nodes.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .cpuset import CpuSet
 
-__all__ = ["SHAPES", "MachineSpec", "shape_named", "synthetic", "temporary", "write"]
+__all__ = ["SHAPES", "MachineSpec", "shape_named", "synthetic", "write"]
 
 _NVIDIA = "0x10de"
 _GIB = 1 << 30
@@ -230,9 +229,3 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                                    f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
     return root
 
-
-def temporary(shape: str | MachineSpec) -> tempfile.TemporaryDirectory[str]:
-    """A temporary folder holding ``shape``; the machine's root is ``<dir>/root``."""
-    holder = tempfile.TemporaryDirectory(prefix="numapin-machine-")
-    write(shape, Path(holder.name) / "root")
-    return holder
