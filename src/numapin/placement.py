@@ -229,8 +229,8 @@ def place(
         reason += ", package " + ",".join(str(p.id) for p in packages)
     elif chosen_mode is Mode.EXCLUSIVE:
         chosen = _exclusive(topology, inventory, physical, domain, where)
-        reason += f", share {_siblings(inventory, physical).index(physical) + 1}" \
-                  f" of {len(_siblings(inventory, physical))}"
+        peers = _siblings(inventory, physical)
+        reason += f", share {peers.index(physical) + 1} of {len(peers)}"
     elif chosen_mode is Mode.CORE_COMPLEX:
         group = _core_complex(topology, inventory, physical, domain)
         if group is None:
