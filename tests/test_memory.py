@@ -214,3 +214,15 @@ def test_unsupported_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(platform, "machine", lambda: "riscv64")
     with pytest.raises(NotSupported, match="riscv64"):
         get_mempolicy()
+
+
+def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(pair_root: Path) -> None:
+    def body() -> tuple[set[int], set[int]]:
+        numapin.pin(cpus="0-1", reserve=1)  # calling thread on the reserved CPU 1, the rest on 0
+        with pytest.raises(numapin.PinError, match="rolled back"):
+            # Node 1 exists on the test root only: binding to nodes 0-1 is refused.
+            numapin.pin(cpus="0-1", reserve=1, memory="bind", strict=True)
+        return os.sched_getaffinity(0), numapin.current().record.mask  # type: ignore[union-attr,return-value]
+
+    mine, recorded = in_child(body)
+    assert mine == {1} and recorded == CpuSet([0])

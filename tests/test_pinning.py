@@ -286,6 +286,19 @@ def test_reserved_core_for_the_calling_thread(pair_root: Path) -> None:
     in_child(body)
 
 
+def test_reserved_pin_repeated_alone_is_quiet(pair_root: Path) -> None:
+    # A single-threaded process: the calling thread is its only thread.
+    def body() -> list[str]:
+        numapin.pin(cpus="0-1", reserve=1)
+        with logs() as records:
+            again = numapin.pin(cpus="0-1", reserve=1)
+        assert again.tids(Outcome.ALREADY) == (threading.get_native_id(),) and not again.changed
+        assert os.sched_getaffinity(0) == NODE1
+        return warnings(records)
+
+    assert in_child(body) == []
+
+
 def test_bad_input_raises_before_anything_changes(pair_root: Path) -> None:
     def body() -> None:
         for call in (lambda: numapin.pin(5), lambda: numapin.pin(cpus="0-9"), lambda: numapin.pin(cpus="1,,2"),

@@ -45,6 +45,7 @@ __all__ = [
     "LocalRank",
     "PreparedExec",
     "gpu_for_rank",
+    "gpu_of_rank",
     "local_rank",
     "prepare_exec",
     "run_exec",
@@ -112,6 +113,15 @@ def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None =
             raise UsageError(f"{RANK_MAP_ENV} maps local rank {rank} to GPU {gpu}, but {visible} GPUs are visible")
         return gpu
     return rank % visible
+
+
+def gpu_of_rank(rank: LocalRank | None, visible: int, environ: Mapping[str, str]) -> int:
+    """The logical GPU for ``rank`` (rank 0 when no launcher said), honouring ``NUMAPIN_RANK_MAP``.
+
+    With no GPU visible this answers 0, so that choosing the GPU, not this
+    mapping, reports the problem (an environment problem, not a usage error).
+    """
+    return gpu_for_rank(0 if rank is None else rank.rank, max(visible, 1), environ.get(RANK_MAP_ENV))
 
 
 # -- numapin exec ---------------------------------------------------------
@@ -216,11 +226,7 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         placement = place(facts.topology, facts.inventory, None, cpus=request.cpus, reserve=request.reserve)
         return PreparedExec(request, executable, placement, rank, tuple(notes))
     try:
-        if request.gpu is not None:
-            index = request.gpu
-        else:
-            # With no GPU visible, select_gpu below raises the environment error.
-            index = gpu_for_rank(rank.rank if rank else 0, max(len(facts.visible), 1), environ.get(RANK_MAP_ENV))
+        index = request.gpu if request.gpu is not None else gpu_of_rank(rank, len(facts.visible), environ)
         visible = select_gpu(facts.visible, index)
         placement = place(facts.topology, facts.inventory, visible, mode=request.mode,
                           cpus=request.cpus, reserve=request.reserve)

@@ -26,7 +26,7 @@ from .errors import EnvironmentProblem, NumapinError, UsageError
 from .facts import Facts, gather
 from .gpus import select_gpu
 from .host import resolve_root
-from .launch import RANK_MAP_ENV, gpu_for_rank, local_rank
+from .launch import gpu_of_rank, local_rank
 from .placement import Mode, Placement, parse_mode, place
 from .threads import LinuxThreads, Outcome, ThreadKernel, errno_name, outcome_of
 
@@ -305,6 +305,14 @@ class _Walk:
                     results[tid] = new(ThreadResult, (tid, Outcome.PINNED, before, target, None))
             fresh = [tid for tid in self.ops.list_threads() if tid not in results]
 
+    def move_caller(self, tid: int, before: CpuSet, cpus: CpuSet) -> None:
+        """Give the calling thread a target of its own (the reserved cores) after the walk."""
+        if before == cpus:
+            self.results[tid] = ThreadResult(tid, Outcome.ALREADY, before, before)
+            return
+        self.ops.set_affinity(tid, cpus)
+        self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, cpus)
+
     def rollback(self) -> None:
         for result in self.results.values():
             if result.outcome is Outcome.PINNED and result.before is not None:
@@ -336,16 +344,6 @@ def _warn_once(key: tuple[str, int], message: str) -> None:
     if key not in _state.warned:
         _state.warned.add(key)
         log.warning("%s", message)
-
-
-def _choose_gpu(facts: Facts, gpu: int | None, environ: Mapping[str, str]) -> int:
-    if gpu is not None:
-        return gpu
-    rank = local_rank(environ)
-    if rank is None:
-        return 0
-    # With no GPU visible, select_gpu then raises the environment error, not gpu_for_rank.
-    return gpu_for_rank(rank.rank, max(len(facts.visible), 1), environ.get(RANK_MAP_ENV))
 
 
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
@@ -396,7 +394,7 @@ def pin(
         try:
             facts = facts_for(root, env)
             if cpus is None:
-                index = _choose_gpu(facts, gpu, env)
+                index = gpu if gpu is not None else gpu_of_rank(local_rank(env), len(facts.visible), env)
                 placement = place(facts.topology, facts.inventory, select_gpu(facts.visible, index),
                                   mode=mode, reserve=reserve)
             else:
@@ -423,7 +421,7 @@ def _apply(
     baseline = facts.topology.allowed
     me = ops.self_tid()
     try:
-        previous = ops.get_affinity(me)
+        previous = mine = ops.get_affinity(me)
     except OSError as exc:
         message = f"cannot read this thread's mask ({errno_name(exc)})"
         return _fail(strict, message, PinResult("nothing pinned", policy=policy.value, message=message))
@@ -450,13 +448,11 @@ def _apply(
             action = f"overrode the external mask {previous}"
     movable = {previous, baseline, *_own_masks(env)}
     walk = _Walk(ops, wanted, movable, all_threads)
-    reserved_tid = None
-    if placement.reserved and policy is not Policy.RESET:
-        reserved_tid = me
+    reserve_me = bool(placement.reserved) and policy is not Policy.RESET
     try:
         walk.run(me)
-        if reserved_tid is not None:
-            ops.set_affinity(me, placement.reserved)
+        if reserve_me:
+            walk.move_caller(me, mine, placement.reserved)
     except OSError as exc:
         # Nothing may stay half-applied when the walk itself broke.
         walk.rollback()
@@ -474,7 +470,7 @@ def _apply(
     if not result.count(Outcome.PINNED) and not result.count(Outcome.ALREADY):
         return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action="nothing pinned"))
     try:
-        mask = ops.get_affinity(me) if reserved_tid is None else wanted
+        mask = wanted if reserve_me else ops.get_affinity(me)
     except OSError:
         mask = wanted
     result = replace(result, mask=mask)
@@ -483,15 +479,12 @@ def _apply(
             memory = _memory.place_memory(placement.mems, memory_mode, migrate, strict=strict)
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
-            if reserved_tid is not None:
-                with contextlib.suppress(OSError):
-                    ops.set_affinity(reserved_tid, previous)
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
                            replace(result, action="rolled back")) from exc
         result = replace(result, memory=memory)
     _state.record = Record(os.getpid(), mask, wanted, placement.gpu)
-    if reserved_tid is not None:
-        _state.deliberate[reserved_tid] = placement.reserved
+    if reserve_me:
+        _state.deliberate[me] = placement.reserved
     if failed:
         log.warning("%s", result)
     elif result.changed:
@@ -562,8 +555,6 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
 def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinResult) -> None:
     applied = {t.tid: t.after for t in result.threads if t.outcome in (Outcome.PINNED, Outcome.ALREADY)}
     lease_masks = {m for m in applied.values() if m is not None}
-    if result.placement is not None and result.placement.reserved:
-        lease_masks.add(result.placement.reserved)
     with contextlib.suppress(OSError):
         for tid in ops.list_threads():
             try:
