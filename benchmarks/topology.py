@@ -15,7 +15,7 @@ from pathlib import Path
 
 from numapin import machines, read_topology
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "hwloc-linux"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hwloc-linux"
 REPEATS = 7
 
 

@@ -18,7 +18,8 @@ from numapin import machines
 from numapin.launch import LOCAL_RANK_VARIABLES
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(os.environ.get("NUMAPIN_FIXTURES", REPO.parent / "shared" / "fixtures" / "hwloc-linux"))
+# hwloc's captures of real machines, carried in the repository (see its README for source and licence).
+FIXTURES = Path(os.environ.get("NUMAPIN_FIXTURES", REPO / "tests" / "fixtures" / "hwloc-linux"))
 
 
 def snapshot_names() -> list[str]:
@@ -39,7 +40,8 @@ class Snapshots:
             dest = self.base / name
             with tarfile.open(FIXTURES / f"{name}.tar.bz2") as archive:
                 top = archive.getnames()[0].split("/")[0]
-                archive.extractall(dest, filter="tar")
+                # numeric_owner: as root, tarfile would otherwise look up every member's owner by name.
+                archive.extractall(dest, filter="tar", numeric_owner=True)
             self.roots[name] = dest / top
         return self.roots[name]
 
