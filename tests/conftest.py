@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import live
 from numapin import machines
 from numapin.launch import LOCAL_RANK_VARIABLES
 
@@ -87,15 +88,35 @@ def machine_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
     return make
 
 
-@pytest.fixture
-def pair_root(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This 2-CPU machine described as two nodes (CPU 0 + GPU 0, CPU 1 + GPU 1), as NUMAPIN_FSROOT."""
-    root = machine_root("pair")
+def _use_root(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED",
                  "NUMAPIN_RANK_MAP", *LOCAL_RANK_VARIABLES):
         monkeypatch.delenv(name, raising=False)
-    yield root
+    return root
+
+
+@pytest.fixture(scope="session")
+def _live_roots(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {"pair": live.write_pair(tmp_path_factory.mktemp("live-pair") / "root"),
+            "refusing": live.write_refusing(tmp_path_factory.mktemp("live-refusing") / "root")}
+
+
+@pytest.fixture
+def pair_root(_live_roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The live machine with one GPU per node (see ``live.py``: GPU 0 on ``NODE0``, GPU 1 on ``NODE1``),
+    as NUMAPIN_FSROOT."""
+    if not live.NODE0 or not live.NODE1:
+        pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
+    return _use_root(_live_roots["pair"], monkeypatch)
+
+
+@pytest.fixture
+def refusing_root(_live_roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Like ``pair_root``, but GPU 1's node is one the real kernel lacks: binding memory there is refused."""
+    if not live.NODE0 or not live.NODE1:
+        pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
+    return _use_root(_live_roots["refusing"], monkeypatch)
 
 
 def in_child(fn: Callable[[], Any]) -> Any:

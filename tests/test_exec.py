@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from live import ALL, NODE0, NODE1, NODE1_REAL, cpus
 from numapin.launch import LOCAL_RANK_VARIABLES, ExecRequest, prepare_exec
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -31,30 +32,40 @@ def run(args: list[str], env: dict[str, str], **kwargs: object) -> subprocess.Co
                           **kwargs)  # type: ignore[call-overload]
 
 
-@pytest.fixture
-def env(pair_root: Path) -> dict[str, str]:
+def _clean(root: Path) -> dict[str, str]:
     clean = {k: v for k, v in os.environ.items()
              if k not in LOCAL_RANK_VARIABLES and not k.startswith(("NUMAPIN_", "TLLM_", "CUDA_"))}
-    clean["NUMAPIN_FSROOT"] = str(pair_root)
+    clean["NUMAPIN_FSROOT"] = str(root)
     return clean
 
 
-needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
+@pytest.fixture
+def env(pair_root: Path) -> dict[str, str]:
+    return _clean(pair_root)
+
+
+@pytest.fixture
+def refusing_env(refusing_root: Path) -> dict[str, str]:
+    return _clean(refusing_root)
+
+
+needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 
 
 @needs_two
-@pytest.mark.parametrize(("gpu", "cpu"), [("0", 0), ("1", 1)])
-def test_child_inherits_mask_policy_and_marker(gpu: str, cpu: int, env: dict[str, str]) -> None:
-    memory = "bind" if gpu == "0" else "none"  # this machine has node 0 only
-    proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", gpu, "--memory", memory, "--", sys.executable, "-c", REPORT],
+@pytest.mark.parametrize(("gpu", "node", "node_cpus"), [("0", 0, NODE0), ("1", 1, NODE1)])
+def test_child_inherits_mask_policy_and_marker(gpu: str, node: int, node_cpus: set[int], env: dict[str, str]) -> None:
+    bind = node == 0 or NODE1_REAL  # bind only where the node really exists
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", gpu, "--memory", "bind" if bind else "none", "--",
+                             sys.executable, "-c", REPORT],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     report = json.loads(out)
     assert report["pid"] == proc.pid, "exec keeps the pid"
-    assert report["mask"] == [cpu]
-    assert report["applied"] == str(cpu)
-    assert (report["policy"], report["nodes"]) == (("BIND", "0") if gpu == "0" else ("DEFAULT", ""))
+    assert report["mask"] == sorted(node_cpus)
+    assert report["applied"] == cpus(node_cpus)
+    assert (report["policy"], report["nodes"]) == (("BIND", str(node)) if bind else ("DEFAULT", ""))
     assert err == ""
 
 
@@ -90,24 +101,24 @@ print("RESULT", result.ownership, sorted(os.sched_getaffinity(0)))
 def test_tensorrt_llm_keeps_the_execd_mask(env: dict[str, str]) -> None:
     proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", COMPAT], env)
     assert proc.returncode == 0, proc.stderr
-    assert "RESULT numapin [0]" in proc.stdout
+    assert f"RESULT numapin {sorted(NODE0)}" in proc.stdout
     assert "WARNING" not in proc.stdout and "constrained" not in proc.stdout
 
 
 @needs_two
 def test_a_mask_changed_in_the_child_is_still_external(env: dict[str, str]) -> None:
-    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", COMPAT, "1"], env)
+    proc = run(["exec", "--gpu", "0", "--", sys.executable, "-c", COMPAT, str(min(NODE1))], env)
     assert proc.returncode == 0, proc.stderr
     assert "has constrained CPU affinity" in proc.stdout
-    assert "RESULT external [0, 1]" in proc.stdout
+    assert f"RESULT external {sorted(ALL)}" in proc.stdout
 
 
 @needs_two
 def test_reserved_cores_are_exported(env: dict[str, str]) -> None:
-    proc = run(["exec", "--cpus", "0-1", "--reserve", "1", "--memory", "none", "--", sys.executable, "-c", REPORT],
-               env)
+    proc = run(["exec", "--cpus", cpus(ALL), "--reserve", "1", "--memory", "none", "--", sys.executable, "-c",
+                REPORT], env)
     report = json.loads(proc.stdout)
-    assert report["mask"] == [0] and report["reserved"] == "1"
+    assert report["mask"] == sorted(ALL - {max(ALL)}) and report["reserved"] == str(max(ALL))
 
 
 # -- local ranks under a reordering CUDA_VISIBLE_DEVICES ----------------------------
@@ -149,7 +160,7 @@ def test_dry_run_json_runs_nothing(machine_root: Callable[[str], Path], tmp_path
     [(["--gpu", "9"], "GPU 9 is not visible"),
      (["--mode", "numa"], "invalid choice"),
      (["--local-rank", "x"], "not a local rank"),
-     (["--cpus", "0-99"], "outside the allowed CPUs")],
+     (["--cpus", f"0-{max(ALL) + 1}"], "outside the allowed CPUs")],
 )
 def test_bad_input_exits_2_and_runs_nothing(args: list[str], message: str, env: dict[str, str],
                                             tmp_path: Path) -> None:
@@ -184,12 +195,13 @@ def test_no_gpu_runs_unpinned_unless_strict(env: dict[str, str], tmp_path: Path)
 
 
 @needs_two
-def test_refused_memory_policy_steps_down_unless_strict(env: dict[str, str], tmp_path: Path) -> None:
-    # GPU 1's node 1 is on the test root only: binding there is refused on this machine.
+def test_refused_memory_policy_steps_down_unless_strict(refusing_env: dict[str, str], tmp_path: Path) -> None:
+    # GPU 1's node is on the test root only: binding there is refused on this machine.
+    env = refusing_env
     proc = run(["exec", "--gpu", "1", "--memory", "bind", "--", sys.executable, "-c", REPORT], env)
     assert proc.returncode == 0
     report = json.loads(proc.stdout)
-    assert report["mask"] == [1] and report["policy"] == "DEFAULT"
+    assert report["mask"] == sorted(NODE1) and report["policy"] == "DEFAULT"
     assert proc.stderr.count("memory placement") == 1
     flag = tmp_path / "ran"
     strict = run(["exec", "--gpu", "1", "--memory", "bind", "--strict", "--", "touch", str(flag)], env)

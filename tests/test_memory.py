@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import numapin
 from conftest import in_child
+from live import ALL, NODE0, REAL_NODES
 from numapin import CpuSet, MemoryPolicy, UsageError, get_mempolicy, set_mempolicy
 from numapin.memory import MemoryPolicyError, migrate, parse_numa_maps, residency, system_nodes
 
@@ -135,8 +136,8 @@ def test_pin_binds_memory_and_migrates(pair_root: Path) -> None:
     assert "memory bind 0" in text and "migrated" in text
 
 
-def test_pin_steps_down_when_memory_is_refused(pair_root: Path) -> None:
-    # GPU 1's node 1 exists on the test root but not on this machine: bind and
+def test_pin_steps_down_when_memory_is_refused(refusing_root: Path) -> None:
+    # GPU 1's node exists on the test root but not on this machine: bind and
     # preferred are refused, so the pin keeps its CPU part and memory steps down.
     def body() -> tuple[str, tuple[str, ...], str]:
         result = numapin.pin(1, memory="bind")
@@ -144,7 +145,7 @@ def test_pin_steps_down_when_memory_is_refused(pair_root: Path) -> None:
         numapin.pin(0)
         with pytest.raises(numapin.PinError, match="rolled back"):
             numapin.pin(1, memory="bind", strict=True)
-        assert os.sched_getaffinity(0) == {0}, "strict: nothing half-applied"
+        assert os.sched_getaffinity(0) == NODE0, "strict: nothing half-applied"
         return result.memory.applied, result.memory.problems, get_mempolicy()[0].name
 
     applied, problems, policy = in_child(body)
@@ -183,7 +184,7 @@ def test_numa_maps_without_page_size_uses_the_base_page() -> None:
 def test_numa_maps_of_this_process() -> None:
     text = Path("/proc/self/numa_maps").read_text()
     r = residency()
-    assert r.total > 0 and set(r.pages) <= set(system_nodes())
+    assert r.total > 0 and set(r.pages) <= set(REAL_NODES)
     assert parse_numa_maps(text).pages.keys() == r.pages.keys()
 
 
@@ -216,13 +217,13 @@ def test_unsupported_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
         get_mempolicy()
 
 
-def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(pair_root: Path) -> None:
+def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(refusing_root: Path) -> None:
     def body() -> tuple[set[int], set[int]]:
-        numapin.pin(cpus="0-1", reserve=1)  # calling thread on the reserved CPU 1, the rest on 0
+        numapin.pin(cpus=ALL, reserve=1)  # calling thread on the reserved (highest) CPU, the rest elsewhere
         with pytest.raises(numapin.PinError, match="rolled back"):
-            # Node 1 exists on the test root only: binding to nodes 0-1 is refused.
-            numapin.pin(cpus="0-1", reserve=1, memory="bind", strict=True)
+            # Every CPU's nodes include one the real kernel lacks: binding to them is refused.
+            numapin.pin(cpus=ALL, reserve=1, memory="bind", strict=True)
         return os.sched_getaffinity(0), numapin.current().record.mask  # type: ignore[union-attr,return-value]
 
     mine, recorded = in_child(body)
-    assert mine == {1} and recorded == CpuSet([0])
+    assert mine == {max(ALL)} and recorded == CpuSet(ALL - {max(ALL)})

@@ -1,8 +1,9 @@
-"""Pinning with real threads and real syscalls on this 2-CPU machine.
+"""Pinning with real threads and real syscalls on the live machine.
 
 Every test runs in a forked child (``in_child``) so that no mask or policy
-leaks into pytest. The root folder ``pair_root`` describes this machine as two
-nodes: CPU 0 = node 0 with GPU 0, CPU 1 = node 1 with GPU 1.
+leaks into pytest. The root folder ``pair_root`` describes this machine with
+one GPU per node: GPU 0 on the CPUs ``NODE0``, GPU 1 on ``NODE1`` (see
+``live.py``; on the 2-CPU development machine, CPU 0 and CPU 1).
 """
 
 from __future__ import annotations
@@ -19,11 +20,14 @@ import pytest
 
 import numapin
 from conftest import in_child
+from live import ALL, NODE0, NODE1, SPEC, cpus
 from numapin import CpuSet, UsageError
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
 from numapin.threads import Outcome
 
-ALL, NODE0, NODE1 = {0, 1}, {0}, {1}
+#: The calling thread's reserved core with ``reserve=1`` over every CPU, and the rest.
+RESERVED = {max(ALL)}
+REST = ALL - RESERVED
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
 
@@ -187,12 +191,12 @@ def test_other_values_do_nothing_and_log_nothing(value: str, pair_root: Path,
 
 
 def test_a_container_cpuset_is_not_an_external_constraint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Same mask {0}: inside a container whose cpuset is {0} it is the baseline;
-    # on a host whose cpuset is {0,1} somebody constrained it.
+    # Same mask NODE0: inside a container whose cpuset is NODE0 it is the
+    # baseline; on a host whose cpuset is every CPU somebody constrained it.
     from numapin import machines
 
-    container = machines.write("pair", tmp_path / "container", cgroup_cpus=CpuSet([0]))
-    host = machines.write("pair", tmp_path / "host")
+    container = machines.write(SPEC, tmp_path / "container", cgroup_cpus=CpuSet(NODE0))
+    host = machines.write(SPEC, tmp_path / "host", cgroup_cpus=CpuSet(ALL))
     monkeypatch.delenv("TLLM_NUMA_AWARE_WORKER_AFFINITY", raising=False)
     monkeypatch.delenv("NUMAPIN_APPLIED", raising=False)
 
@@ -252,7 +256,7 @@ def test_pin_thread_survives_process_wide_pins(pair_root: Path) -> None:
         hot: dict[str, object] = {}
 
         def loop() -> None:
-            hot["result"] = numapin.pin_thread("1")
+            hot["result"] = numapin.pin_thread(cpus(NODE1))
             hot["tid"] = threading.get_native_id()
             release.wait()
 
@@ -275,12 +279,12 @@ def test_pin_thread_survives_process_wide_pins(pair_root: Path) -> None:
 def test_reserved_core_for_the_calling_thread(pair_root: Path) -> None:
     def body() -> None:
         workers = Workers(2)
-        result = numapin.pin(cpus="0-1", reserve=1)
-        assert result.placement is not None and result.placement.reserved == CpuSet(NODE1)
-        assert os.sched_getaffinity(0) == NODE1
-        assert all(os.sched_getaffinity(t) == NODE0 for t in workers.tids)
-        again = numapin.pin(cpus="0-1", reserve=1)
-        assert not again.changed and os.sched_getaffinity(0) == NODE1
+        result = numapin.pin(cpus=ALL, reserve=1)
+        assert result.placement is not None and result.placement.reserved == CpuSet(RESERVED)
+        assert os.sched_getaffinity(0) == RESERVED
+        assert all(os.sched_getaffinity(t) == REST for t in workers.tids)
+        again = numapin.pin(cpus=ALL, reserve=1)
+        assert not again.changed and os.sched_getaffinity(0) == RESERVED
         workers.close()
 
     in_child(body)
@@ -289,11 +293,11 @@ def test_reserved_core_for_the_calling_thread(pair_root: Path) -> None:
 def test_reserved_pin_repeated_alone_is_quiet(pair_root: Path) -> None:
     # A single-threaded process: the calling thread is its only thread.
     def body() -> list[str]:
-        numapin.pin(cpus="0-1", reserve=1)
+        numapin.pin(cpus=ALL, reserve=1)
         with logs() as records:
-            again = numapin.pin(cpus="0-1", reserve=1)
+            again = numapin.pin(cpus=ALL, reserve=1)
         assert again.tids(Outcome.ALREADY) == (threading.get_native_id(),) and not again.changed
-        assert os.sched_getaffinity(0) == NODE1
+        assert os.sched_getaffinity(0) == RESERVED
         return warnings(records)
 
     assert in_child(body) == []
@@ -301,7 +305,8 @@ def test_reserved_pin_repeated_alone_is_quiet(pair_root: Path) -> None:
 
 def test_bad_input_raises_before_anything_changes(pair_root: Path) -> None:
     def body() -> None:
-        for call in (lambda: numapin.pin(5), lambda: numapin.pin(cpus="0-9"), lambda: numapin.pin(cpus="1,,2"),
+        for call in (lambda: numapin.pin(5), lambda: numapin.pin(cpus=f"0-{max(ALL) + 1}"),
+                     lambda: numapin.pin(cpus="1,,2"),
                      lambda: numapin.pin(0, mode="numa"), lambda: numapin.pin(0, policy="maybe"),
                      lambda: numapin.pin(0, memory="everywhere")):
             with pytest.raises(UsageError):
@@ -351,9 +356,9 @@ def test_exec_marker_is_numapin_own_only_while_it_matches(pair_root: Path) -> No
 
     def body() -> tuple[str, str, str | None]:
         os.sched_setaffinity(0, NODE0)
-        os.environ["NUMAPIN_APPLIED"] = "1"  # the live mask differs from the marker
+        os.environ["NUMAPIN_APPLIED"] = cpus(NODE1)  # the live mask differs from the marker
         stale = str(classify(CpuSet(NODE0), CpuSet(ALL)))
-        os.environ["NUMAPIN_APPLIED"] = "0"
+        os.environ["NUMAPIN_APPLIED"] = cpus(NODE0)
         fresh = str(classify(CpuSet(NODE0), CpuSet(ALL)))
         return stale, fresh, numapin.pin(0).ownership
 

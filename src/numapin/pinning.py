@@ -153,8 +153,11 @@ class PinResult:
         if self.target is not None:
             parts.append(f"target {self.target}")
         if self.placement is not None and self.placement.gpu is not None:
-            parts.append(f"for GPU {self.placement.gpu}" + (
-                f" (node {self.placement.node})" if self.placement.node is not None else ""))
+            # CUDA's logical index alone is ambiguous across processes (every Ray
+            # actor sees "GPU 0"): name the physical device as well.
+            where = [w for w in (self.placement.pci, None if self.placement.node is None
+                                 else f"node {self.placement.node}") if w]
+            parts.append(f"for GPU {self.placement.gpu}" + (f" ({', '.join(where)})" if where else ""))
         counts = ", ".join(f"{n} {o}" for o in Outcome if (n := self.count(o)))
         if counts:
             parts.append(f"threads: {counts}")
@@ -180,7 +183,9 @@ class PinError(NumapinError):
 class _State:
     lock: threading.RLock = field(default_factory=threading.RLock)
     record: Record | None = None
+    # Threads that pin_thread() placed: their mask, and the mask each had before.
     deliberate: dict[int, CpuSet] = field(default_factory=dict)
+    before_deliberate: dict[int, CpuSet] = field(default_factory=dict)
     warned: set[tuple[str, int]] = field(default_factory=set)
     facts: dict[tuple[str, str | None, str | None], Facts] = field(default_factory=dict)
 
@@ -246,9 +251,14 @@ class Current:
 def current(*, kernel: ThreadKernel | None = None) -> Current:
     """Report numapin's record (or the exec marker) against the calling thread's live mask."""
     ops = kernel or LinuxThreads()
-    live = ops.get_affinity(ops.self_tid())
+    me = ops.self_tid()
+    live = ops.get_affinity(me)
     with _state.lock:
         record = _state.record if _state.record and _state.record.pid == os.getpid() else None
+        if _state.deliberate.get(me) == live:
+            # The caller sits on cores of its own (pin_thread): the process
+            # mask is what the other threads carry.
+            live = _process_mask(ops, me, live)
     marker_text = os.environ.get(MARKER_ENV)
     marker = None
     if marker_text:
@@ -256,6 +266,16 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
             marker = CpuSet.parse(marker_text)
     applied = record.mask if record is not None else marker
     return Current(record, live, applied == live, marker)
+
+
+def _process_mask(ops: ThreadKernel, me: int, fallback: CpuSet) -> CpuSet:
+    """The mask of the first thread that pin_thread() did not place, or ``fallback``."""
+    with contextlib.suppress(OSError):
+        for tid in ops.list_threads():
+            if tid != me and tid not in _state.deliberate:
+                with contextlib.suppress(OSError):
+                    return ops.get_affinity(tid)
+    return fallback
 
 
 # -- the walk -------------------------------------------------------------
@@ -349,7 +369,9 @@ def _warn_once(key: tuple[str, int], message: str) -> None:
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
     if strict:
         raise PinError(message, result)
-    log.warning("numapin: %s; the process keeps its mask", message)
+    # Once per process and problem: a worker that pins in a loop (or a library
+    # that calls pin() per request) must not repeat "no GPU" at every call.
+    _warn_once((message, 0), f"numapin: {message}; the process keeps its mask")
     return result
 
 
@@ -425,9 +447,10 @@ def _apply(
     except OSError as exc:
         message = f"cannot read this thread's mask ({errno_name(exc)})"
         return _fail(strict, message, PinResult("nothing pinned", policy=policy.value, message=message))
-    # A thread that pin_thread() placed deliberately is not the process mask.
-    if me in _state.deliberate and _state.deliberate[me] == previous and _state.record is not None:
-        previous = _state.record.mask
+    # A thread that pin_thread() placed deliberately does not carry the process
+    # mask: that is numapin's record, or else the mask the thread had before.
+    if me in _state.deliberate and _state.deliberate[me] == previous:
+        previous = _state.record.mask if _state.record is not None else _state.before_deliberate.get(me, previous)
     ownership = classify(previous, baseline, env)
     wanted = placement.workers
     action = "pinned"
@@ -469,11 +492,7 @@ def _apply(
                        + ", ".join(str(r) for r in failed[:5]), replace(result, action="rolled back"))
     if not result.count(Outcome.PINNED) and not result.count(Outcome.ALREADY):
         return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action="nothing pinned"))
-    try:
-        mask = wanted if reserve_me else ops.get_affinity(me)
-    except OSError:
-        mask = wanted
-    result = replace(result, mask=mask)
+    result = replace(result, mask=_read_back(ops, results, wanted))
     if memory_mode != "none" or migrate:
         try:
             memory = _memory.place_memory(placement.mems, memory_mode, migrate, strict=strict)
@@ -482,7 +501,7 @@ def _apply(
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
                            replace(result, action="rolled back")) from exc
         result = replace(result, memory=memory)
-    _state.record = Record(os.getpid(), mask, wanted, placement.gpu)
+    _state.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     if reserve_me:
         _state.deliberate[me] = placement.reserved
     if failed:
@@ -492,6 +511,19 @@ def _apply(
     else:
         log.debug("%s", result)
     return result
+
+
+def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: CpuSet) -> CpuSet:
+    """The mask the kernel reports for a thread the walk put on ``wanted`` (the record keeps what was applied).
+
+    The calling thread may hold a mask of its own (reserved or deliberate
+    cores), so it is not asked unless it, too, landed on ``wanted``.
+    """
+    for r in results:
+        if r.after == wanted and r.outcome in (Outcome.PINNED, Outcome.ALREADY):
+            with contextlib.suppress(OSError):
+                return ops.get_affinity(r.tid)
+    return wanted
 
 
 def pin_thread(
@@ -520,6 +552,8 @@ def pin_thread(
             outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc))
             return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc)})",
                          PinResult("nothing pinned", placement.cpus, placement=placement, threads=(outcome,)))
+        if me not in _state.deliberate:
+            _state.before_deliberate[me] = before
         _state.deliberate[me] = after
         return PinResult("pinned the calling thread", placement.cpus, after, placement,
                          threads=(ThreadResult(me, Outcome.PINNED, before, after),))
@@ -542,14 +576,14 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
                 saved[tid] = ops.get_affinity(tid)
         if me not in saved:
             saved[me] = ops.get_affinity(me)
-        record, deliberate = _state.record, dict(_state.deliberate)
+        record, deliberate, before_deliberate = _state.record, dict(_state.deliberate), dict(_state.before_deliberate)
         result = pin(gpu, **options)
     try:
         yield result
     finally:
         with _state.lock:
             _restore(ops, me, saved, result)
-            _state.record, _state.deliberate = record, deliberate
+            _state.record, _state.deliberate, _state.before_deliberate = record, deliberate, before_deliberate
 
 
 def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinResult) -> None:

@@ -1,0 +1,99 @@
+"""The live machine as the tests see it: every expectation derived from the kernel, never assumed.
+
+Tests that pin for real describe this machine to numapin through a root
+folder with one GPU per CPU node (``pair_root``). Its nodes are the live
+kernel's own when the machine has two or more equal CPU nodes numbered in
+CPU order (a two-socket server, a guest with real nodes, a Grace-shaped guest
+with CPU-less memory nodes), and otherwise the live CPUs split in two halves
+(this one-node development machine seen as two nodes). Either way GPU 0 sits
+on the first half of the CPUs and GPU 1 on the next, and the names below say
+which CPUs and nodes those are here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from numapin import CpuSet, read_topology
+from numapin.machines import MachineSpec, write
+from numapin.memory import system_nodes
+
+_GIB = 1 << 30
+
+#: The live kernel's topology, read from ``/`` whatever NUMAPIN_FSROOT says.
+TOPOLOGY = read_topology("/")
+#: The CPUs a process here may use at all (online inside the cgroup cpuset).
+BASELINE: CpuSet = TOPOLOGY.allowed
+#: The NUMA nodes of the real kernel that hold memory, and the first id it lacks.
+REAL_NODES: CpuSet = system_nodes()
+MISSING_NODE: int = REAL_NODES.last() + 1
+
+
+def _equal_cpu_nodes() -> int:
+    """How many CPU nodes the live machine has, when they are equal blocks in CPU order; else 0."""
+    nodes = TOPOLOGY.cpu_nodes
+    if len(nodes) < 2:
+        return 0
+    size = len(nodes[0].cpus)
+    for i, node in enumerate(nodes):
+        if node.id != i or node.cpus != CpuSet(range(i * size, (i + 1) * size)):
+            return 0
+    return len(nodes)
+
+
+def _spec() -> MachineSpec:
+    count = _equal_cpu_nodes()
+    if count:
+        memory_only = TOPOLOGY.memory_only_nodes
+        grace = [n.id for n in memory_only] == list(range(count, 2 * count))
+        return MachineSpec("live", sockets=count, cores_per_socket=len(TOPOLOGY.cpu_nodes[0].cpus),
+                           gpus_per_node=1, gpu_memory_nodes=grace, memory_per_node=_GIB, gpu_memory=_GIB)
+    cpus = BASELINE.last() + 1
+    return MachineSpec("live", sockets=2, cores_per_socket=max(cpus // 2, 1), gpus_per_node=1,
+                       memory_per_node=_GIB)
+
+
+SPEC = _spec()
+#: Every CPU of the pair root's GPU 0 and GPU 1 nodes that this process may use.
+NODE0: set[int] = set(SPEC.node_cpus(0) & BASELINE)
+NODE1: set[int] = set(SPEC.node_cpus(1) & BASELINE)
+#: The unconstrained mask of a process here.
+ALL: set[int] = set(BASELINE)
+#: Whether node 1 (GPU 1's node in the pair root) exists on the real kernel.
+NODE1_REAL = 1 in REAL_NODES and bool(NODE1)
+
+
+def cpus(cpu_set: set[int]) -> str:
+    """A set of CPUs as the cpulist a caller would type."""
+    return str(CpuSet(cpu_set))
+
+
+def write_pair(dest: Path) -> Path:
+    """Write the pair root (one GPU per node, see the module's text) under ``dest``."""
+    cgroup = None if CpuSet(range(SPEC.cpus)) == BASELINE else BASELINE
+    return write(SPEC, dest, cgroup_cpus=cgroup)
+
+
+def write_refusing(dest: Path) -> Path:
+    """The pair root with GPU 1's node renumbered to a node the real kernel lacks.
+
+    Binding memory there is refused for real (the node does not exist), which
+    is how the tests reach the step-down path on any host.
+    """
+    root = write(MachineSpec("refusing", sockets=2, cores_per_socket=max((BASELINE.last() + 1) // 2, 1),
+                             gpus_per_node=1, memory_per_node=_GIB), dest)
+    node_dir = root / "sys/devices/system/node"
+    os.rename(node_dir / "node1", node_dir / f"node{MISSING_NODE}")
+    nodes = str(CpuSet([0, MISSING_NODE]))
+    for name in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
+        (node_dir / name).write_text(nodes + "\n")
+    meminfo = node_dir / f"node{MISSING_NODE}" / "meminfo"
+    meminfo.write_text(meminfo.read_text().replace("Node 1 ", f"Node {MISSING_NODE} "))
+    for numa_node in root.glob("sys/devices/pci*/*/*/numa_node"):
+        if numa_node.read_text().strip() == "1":
+            numa_node.write_text(f"{MISSING_NODE}\n")
+    (root / "sys/fs/cgroup/cpuset.mems.effective").write_text(nodes + "\n")
+    status = root / "proc/self/status"
+    status.write_text(status.read_text().replace("Mems_allowed_list:\t0-1", f"Mems_allowed_list:\t{nodes}"))
+    return root
