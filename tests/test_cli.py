@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -122,7 +123,7 @@ def test_argument_errors_exit_2(args: list[str]) -> None:
     assert proc.returncode == 2 and proc.stderr
 
 
-@pytest.mark.parametrize("command", ["show", "plan", "exec", "threads", "snapshot"])
+@pytest.mark.parametrize("command", ["show", "plan", "exec", "threads", "snapshot", "machine"])
 def test_every_command_has_help(command: str) -> None:
     proc = subprocess.run([*NUMAPIN, command, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "usage: numapin " + command in proc.stdout
@@ -132,3 +133,73 @@ def test_console_script_is_installed() -> None:
     from importlib.metadata import entry_points
 
     assert any(ep.value == "numapin.cli:main" for ep in entry_points(group="console_scripts", name="numapin"))
+
+
+# -- synthetic machines on disk, and --machine wherever --root is ---------------
+
+
+def test_machine_writes_a_root_that_show_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dest = tmp_path / "dgx"
+    code, out, _ = run(capsys, "machine", "dgx-h100", str(dest))
+    assert code == 0 and f"--root {dest}" in out and "224 CPUs" in out
+    code, out, _ = run(capsys, "show", "--json", "--root", str(dest))
+    data = json.loads(out)
+    assert data["root"] == str(dest) and data["cpus"]["online"] == "0-223" and len(data["gpus"]) == 8
+    # Never over something that is there already.
+    code, _, err = run(capsys, "machine", "pair", str(dest))
+    assert code == 2 and "not an empty folder" in err
+    code, _, err = run(capsys, "machine", "pair", str(dest / "sys" / "devices" / "system" / "cpu" / "online"))
+    assert code == 2 and "not an empty folder" in err
+
+
+def test_show_json_of_a_synthetic_machine_names_no_vanished_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "show", "--json", "--machine", "gb300")
+    data = json.loads(out)
+    assert code == 0 and data["root"] is None and data["machine"] == "gb300"
+    code, out, _ = run(capsys, "show", "--machine", "gb300")
+    assert out.splitlines()[0].endswith("synthetic machine gb300")
+
+
+def test_machine_option_for_exec_threads_and_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "exec", "--machine", "dgx-h100", "--gpu", "5", "--dry-run", "--json", "--", "true")
+    assert code == 0 and json.loads(out)["placement"]["cpus"] == "56-111,168-223"
+    code, out, _ = run(capsys, "threads", "--machine", "pair", "--cpus", "0")
+    assert code == 0 and "threads outside 0" in out
+    code, out, _ = run(capsys, "snapshot", str(tmp_path / "s.tar.gz"), "--machine", "epyc-nps4")
+    assert code == 0 and (tmp_path / "s.tar.gz").is_file()
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", "--root", "/", "--machine", "pair"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_exec_with_a_synthetic_machine_runs_the_program_and_leaves_no_folder(tmp_path: Path) -> None:
+    def leftovers() -> set[Path]:
+        return {p for d in ("/dev/shm", tempfile.gettempdir()) for p in Path(d).glob("numapin-machine-*")}
+
+    before = leftovers()
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    proc = subprocess.run([*NUMAPIN, "exec", "--machine", "pair", "--cpus", "0", "--memory", "none", "--",
+                           sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "[0]\n", "")
+    assert leftovers() == before, "the synthetic machine's folder is removed before the program starts"
+
+
+def test_messages_say_their_prefix_once(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "exec", "--")
+    assert code == 2 and err.startswith("numapin exec: no PROGRAM given") and err.count("exec:") == 1
+    code, _, err = run(capsys, "exec", "--", "no-such-program-numapin")
+    assert code == 2 and err.count("exec:") == 1 and "not found on PATH" in err
+
+
+def test_dry_run_without_a_gpu_says_so_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([*NUMAPIN, "exec", "--dry-run", "--", "true"], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert proc.returncode == 0
+    assert (proc.stdout + proc.stderr).count("no GPU is visible") == 1 and "would run unpinned" in proc.stdout
+
+
+def test_plan_help_states_the_rank_rule_as_the_readme_does() -> None:
+    proc = subprocess.run([*NUMAPIN, "plan", "--help"], capture_output=True, text=True)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "r % visible GPUs" in readme and "r % N" in " ".join(proc.stdout.split())

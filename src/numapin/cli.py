@@ -1,4 +1,4 @@
-"""The ``numapin`` command: show, plan, exec, threads, snapshot.
+"""The ``numapin`` command: show, plan, exec, threads, snapshot, machine.
 
 A thin front end: every decision is made by the library; this module parses
 arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
@@ -56,12 +56,12 @@ def _root(args: argparse.Namespace) -> Iterator[str | None]:
     yield getattr(args, "root", None)
 
 
-def _add_root(parser: argparse.ArgumentParser, *, machine: bool = True) -> None:
-    parser.add_argument("--root", metavar="DIR",
-                        help="read the machine from DIR instead of / (as NUMAPIN_FSROOT does)")
-    if machine:
-        parser.add_argument("--machine", metavar="NAME", choices=sorted(machines.SHAPES),
-                            help="read a synthetic machine: " + ", ".join(sorted(machines.SHAPES)))
+def _add_root(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--root", metavar="DIR",
+                       help="read the machine from DIR instead of / (as NUMAPIN_FSROOT does)")
+    where.add_argument("--machine", metavar="NAME", choices=sorted(machines.SHAPES),
+                       help="read a synthetic machine: " + ", ".join(sorted(machines.SHAPES)))
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -87,9 +87,9 @@ def _size(value: int | None) -> str:
 # -- show -----------------------------------------------------------------
 
 
-def _show_text(facts: Facts) -> str:
+def _show_text(facts: Facts, machine: str | None = None) -> str:
     t: Topology = facts.topology
-    lines = [f"numapin {__version__} — machine at {t.root}"]
+    lines = [f"numapin {__version__} — " + (f"synthetic machine {machine}" if machine else f"machine at {t.root}")]
     restriction = str(t.cgroup) if t.cgroup.version else "no cgroup cpuset restriction"
     lines.append(f"CPUs: online {t.online} ({len(t.online)}), allowed {t.allowed} ({restriction})")
     if t.offline:
@@ -141,8 +141,12 @@ def _show_text(facts: Facts) -> str:
     return "\n".join(lines)
 
 
-def _show_json(facts: Facts) -> dict[str, Any]:
+def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
     data = facts.topology.as_dict()
+    if machine:
+        # The synthetic machine's folder is gone once the command ends: name the machine instead.
+        data["root"] = None
+        data["machine"] = machine
     data["gpus"] = [v.as_dict() for v in facts.visible]
     data["nvml"] = facts.inventory.nvml
     data["warnings"] = [*data["warnings"], *facts.notes]
@@ -153,9 +157,9 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _root(args) as root:
         facts = gather(root)
         if args.json:
-            print(json.dumps(_show_json(facts), indent=2))
+            print(json.dumps(_show_json(facts, args.machine), indent=2))
         else:
-            print(_show_text(facts))
+            print(_show_text(facts, args.machine))
     return 0
 
 
@@ -189,33 +193,37 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .launch import ExecRequest, prepare_exec, run_exec
+    from .launch import ExecRequest, apply_exec, exec_program, prepare_exec
 
     program = list(args.program)
     if program and program[0] == "--":
         program = program[1:]
     if not program:
-        raise CliError("exec: no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
-    request = ExecRequest(
-        program=program,
-        gpu=args.gpu,
-        local_rank=args.local_rank,
-        mode=args.mode,
-        cpus=args.cpus,
-        reserve=args.reserve,
-        memory=args.memory,
-        policy=args.policy,
-        strict=args.strict,
-        root=args.root,
-    )
-    prepared = prepare_exec(request, os.environ)
-    if args.dry_run:
-        if args.json:
-            print(json.dumps(prepared.as_dict(), indent=2))
-        else:
-            print(prepared.describe())
-        return 0
-    return run_exec(prepared)
+        raise CliError("no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
+    # Everything that reads the machine happens inside _root(): a synthetic
+    # machine's folder is removed before the program replaces this process.
+    with _root(args) as root:
+        request = ExecRequest(
+            program=program,
+            gpu=args.gpu,
+            local_rank=args.local_rank,
+            mode=args.mode,
+            cpus=args.cpus,
+            reserve=args.reserve,
+            memory=args.memory,
+            policy=args.policy,
+            strict=args.strict,
+            root=root,
+        )
+        prepared = prepare_exec(request, os.environ)
+        if args.dry_run:
+            if args.json:
+                print(json.dumps(prepared.as_dict(), indent=2))
+            else:
+                print(prepared.describe())
+            return 0
+        env = apply_exec(prepared)
+    return exec_program(prepared, env)
 
 
 # -- threads --------------------------------------------------------------
@@ -224,7 +232,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 def cmd_threads(args: argparse.Namespace) -> int:
     from .audit import audit
 
-    report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=args.root)
+    with _root(args) as root:
+        report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=root)
     if args.json:
         print(json.dumps([row.as_dict() for row in report.rows], indent=2))
     else:
@@ -238,9 +247,26 @@ def cmd_threads(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from .snapshot import TOP, capture
 
-    files = capture(args.out, args.root)
+    with _root(args) as root:
+        files = capture(args.out, root)
     print(f"wrote {args.out}: {len(files)} files under {TOP}/ — attach it to a bug report; "
           f"`numapin show --root {TOP}` on the unpacked archive shows this machine")
+    return 0
+
+
+# -- machine --------------------------------------------------------------
+
+
+def cmd_machine(args: argparse.Namespace) -> int:
+    spec = machines.shape_named(args.name)
+    dest = Path(args.dir)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise CliError(f"{dest} exists and is not an empty folder")
+    root = machines.write(spec, dest)
+    about = f"{spec.cpus} CPUs, {spec.cpu_nodes} CPU nodes, {spec.gpus} GPUs" + (
+        f": {spec.arch_note}" if spec.arch_note else "")
+    print(f"wrote synthetic machine {spec.name} ({about}) to {root}\n"
+          f"read it with --root {root}, or NUMAPIN_FSROOT={root} for the library")
     return 0
 
 
@@ -263,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.set_defaults(func=cmd_show)
 
     plan = sub.add_parser("plan", help="where each local rank's worker would run",
-                          description="Print the placement of every local rank (rank r drives visible GPU r).")
+                          description="Print the placement of every local rank: one row per visible GPU, "
+                                      "local rank r driving GPU r % N (or entry r of NUMAPIN_RANK_MAP); "
+                                      "with --gpus, rank i drives the i-th GPU listed.")
     plan.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
     plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     plan.add_argument("--reserve", type=int, default=0, metavar="K",
@@ -295,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exit 2 instead of stepping down or running unpinned")
     ex.add_argument("--dry-run", action="store_true", help="print what would be done; run nothing")
     ex.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
-    _add_root(ex, machine=False)
+    _add_root(ex)
     ex.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     ex.set_defaults(func=cmd_exec)
 
@@ -311,14 +339,22 @@ def build_parser() -> argparse.ArgumentParser:
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
     th.add_argument("--max-remote-memory", type=float, default=100.0, metavar="PCT",
                     help="with --check: the largest share of memory allowed on other nodes (default 100)")
-    _add_root(th, machine=False)
+    _add_root(th)
     th.set_defaults(func=cmd_threads)
 
     snap = sub.add_parser("snapshot", help="capture this machine's topology files for a bug report",
                           description="Write OUT.tar.gz with exactly the files numapin reads.")
     snap.add_argument("out", metavar="OUT.tar.gz")
-    _add_root(snap, machine=False)
+    _add_root(snap)
     snap.set_defaults(func=cmd_snapshot)
+
+    mach = sub.add_parser("machine", help="write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT",
+                          description="Write the sys/ and proc/ files of a synthetic machine under DIR (new or "
+                                      "empty), as the kernel and the NVIDIA driver would show them.")
+    mach.add_argument("name", metavar="NAME", choices=sorted(machines.SHAPES),
+                      help="one of: " + ", ".join(sorted(machines.SHAPES)))
+    mach.add_argument("dir", metavar="DIR", help="the folder to write (it stands in for /)")
+    mach.set_defaults(func=cmd_machine)
     return parser
 
 
@@ -328,6 +364,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # A reader that stops early (`numapin show | head -1`) is no error of
+        # ours: say nothing, and keep Python's exit-time flush from failing too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (CliError, HostError, NumapinError, OSError) as exc:
         print(f"numapin {args.command}: {exc}", file=sys.stderr)
         return 2

@@ -44,6 +44,8 @@ __all__ = [
     "ExecRequest",
     "LocalRank",
     "PreparedExec",
+    "apply_exec",
+    "exec_program",
     "gpu_for_rank",
     "gpu_of_rank",
     "local_rank",
@@ -155,6 +157,8 @@ class PreparedExec:
     placement: Placement | None
     rank: LocalRank | None
     notes: tuple[str, ...]
+    unpinned: str | None = None
+    """Why the program will run unpinned (an environment problem outside strict mode)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -162,6 +166,7 @@ class PreparedExec:
             "executable": self.executable,
             "local_rank": None if self.rank is None else {"rank": self.rank.rank, "variable": self.rank.variable},
             "placement": None if self.placement is None else self.placement.as_dict(),
+            "unpinned": self.unpinned,
             "memory": self.request.memory,
             "policy": self.request.policy,
             "notes": list(self.notes),
@@ -172,7 +177,7 @@ class PreparedExec:
         if self.rank is not None:
             lines.append(str(self.rank))
         if self.placement is None:
-            lines.append("would run unpinned")
+            lines.append("would run unpinned" + (f": {self.unpinned}" if self.unpinned else ""))
         else:
             p = self.placement
             lines.append(f"would pin every thread to {p.workers} ({p.reason})")
@@ -189,10 +194,10 @@ def _which(program: str, environ: Mapping[str, str]) -> str:
     if "/" in program:
         if os.path.isfile(program) and os.access(program, os.X_OK):
             return program
-        raise UsageError(f"exec: {program!r} is not an executable file")
+        raise UsageError(f"{program!r} is not an executable file")
     found = shutil.which(program, path=environ.get("PATH", os.defpath))
     if found is None:
-        raise UsageError(f"exec: program {program!r} not found on PATH")
+        raise UsageError(f"program {program!r} not found on PATH")
     return found
 
 
@@ -233,30 +238,42 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     except EnvironmentProblem as exc:
         if request.strict:
             raise
-        notes.append(f"{exc}; running unpinned")
-        log.warning("numapin exec: %s; running the program unpinned", exc)
-        return PreparedExec(request, executable, None, rank, tuple(notes))
+        # Deciding changes nothing and says nothing: apply_exec() warns when it
+        # really runs the program unpinned, a dry run prints the reason once.
+        return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc))
     return PreparedExec(request, executable, placement, rank, tuple(notes))
 
 
-def run_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> int:
-    """Pin, mark, and replace this process with the program. Returns only on failure."""
+def apply_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Pin this process as decided; return the environment the program gets (with numapin's marker)."""
     from .pinning import MARKER_ENV, pin
 
     env = dict(os.environ if environ is None else environ)
     request = prepared.request
-    if prepared.placement is not None:
+    if prepared.placement is None:
+        log.warning("numapin exec: %s; running the program unpinned", prepared.unpinned or "no placement")
+    else:
         p = prepared.placement
-        result = pin(cpus=p.workers, policy=request.policy, strict=request.strict, memory=request.memory,
+        result = pin(p.gpu, cpus=p.workers, policy=request.policy, strict=request.strict, memory=request.memory,
                      root=request.root, environ=env)
         if result.mask is not None and result.on_target:
             env[MARKER_ENV] = str(result.mask)
         if p.reserved:
             env[RESERVED_ENV] = str(p.reserved)
+    return env
+
+
+def exec_program(prepared: PreparedExec, env: Mapping[str, str]) -> int:
+    """Replace this process with the program. Returns only on failure (raising UsageError)."""
     sys.stdout.flush()
     sys.stderr.flush()
     try:
-        os.execve(prepared.executable, list(request.program), env)
+        os.execve(prepared.executable, list(prepared.request.program), env)
     except OSError as exc:
-        raise UsageError(f"exec: cannot run {prepared.executable!r}: {exc.strerror}") from exc
+        raise UsageError(f"cannot run {prepared.executable!r}: {exc.strerror}") from exc
     return 2  # pragma: no cover - execve does not return
+
+
+def run_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> int:
+    """Pin, mark, and replace this process with the program. Returns only on failure."""
+    return exec_program(prepared, apply_exec(prepared, environ))
