@@ -173,6 +173,25 @@ def test_external_change_after_our_pin(pair_root: Path) -> None:
     assert len(reset) == 1 and "has constrained CPU affinity" in reset[0]
 
 
+def test_unset_under_an_external_mask_two_calls_two_states(pair_root: Path) -> None:
+    # TensorRT-LLM's contract, as the README states it: the first call removes
+    # the constraint, the second pins the now unconstrained process to the node.
+    def body() -> None:
+        workers = Workers(2)
+        set_all(NODE1)
+        first = configure_cpu_affinity(0)
+        assert first is not None and first.ownership == "external"
+        assert all(m == ALL for m in masks().values())
+        second = configure_cpu_affinity(0)
+        assert second is not None and second.ownership == "unconstrained"
+        assert all(m == NODE0 for m in masks().values())
+        third = configure_cpu_affinity(0)
+        assert third is not None and not third.changed
+        workers.close()
+
+    in_child(body)
+
+
 @pytest.mark.parametrize("value", ["0", "", "true", "2"])
 def test_other_values_do_nothing_and_log_nothing(value: str, pair_root: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
@@ -226,7 +245,9 @@ def test_pin_reports_every_thread_and_reads_back(pair_root: Path) -> None:
         assert result.target == CpuSet(NODE1) and result.mask == CpuSet(NODE1)
         assert set(result.tids(Outcome.PINNED)) == set(masks())
         assert result.threads[0].tid == threading.get_native_id(), "the calling thread goes first"
-        assert "pinned" in str(result) and "GPU 1" in str(result)
+        physical = numapin.plan(1).pci  # type: ignore[union-attr]
+        assert "pinned" in str(result) and f"for GPU 1 ({physical}, node 1)" in str(result), \
+            "a line that names a GPU names its physical device too"
         assert [r.levelname for r in records] == ["INFO"]
         now = numapin.current()
         assert now.matches and now.record is not None and now.record.target == CpuSet(NODE1)
@@ -276,6 +297,30 @@ def test_pin_thread_survives_process_wide_pins(pair_root: Path) -> None:
     in_child(body)
 
 
+def test_pin_thread_on_the_main_thread_before_any_pin(pair_root: Path) -> None:
+    # The main thread takes its own cores first; the process-wide pin that
+    # follows must still see the process as unconstrained, not as someone
+    # else's constraint, and pin every other thread quietly.
+    def body() -> list[str]:
+        workers = Workers(3)
+        me = threading.get_native_id()
+        numapin.pin_thread(cpus(NODE1))
+        with logs() as records:
+            result = numapin.pin(gpu=0)
+        assert result.ownership == "unconstrained" and result.tids(Outcome.KEPT) == (me,)
+        assert set(result.tids(Outcome.PINNED)) == set(workers.tids)
+        assert os.sched_getaffinity(0) == NODE1, "the caller stays on its own CPUs"
+        assert all(os.sched_getaffinity(t) == NODE0 for t in workers.tids)
+        now = numapin.current()
+        assert now.record is not None and now.record.mask == CpuSet(NODE0) and now.matches
+        forced = numapin.pin(gpu=0, all_threads=True)
+        assert forced.tids(Outcome.PINNED) == (me,) and os.sched_getaffinity(0) == NODE0
+        workers.close()
+        return warnings(records)
+
+    assert in_child(body) == []
+
+
 def test_reserved_core_for_the_calling_thread(pair_root: Path) -> None:
     def body() -> None:
         workers = Workers(2)
@@ -322,6 +367,10 @@ def test_no_gpu_is_one_warning_not_a_crash(pair_root: Path, monkeypatch: pytest.
     def body() -> list[str]:
         with logs() as records:
             result = numapin.pin(0)
+            for _ in range(3):  # a worker that pins again and again warns once per process
+                numapin.pin(0)
+                with numapin.pinned(gpu=0):
+                    pass
         assert result.action == "nothing pinned" and not result.threads
         assert all(m == ALL for m in masks().values())
         with pytest.raises(numapin.PinError):

@@ -9,9 +9,12 @@ The environment contract is TensorRT-LLM's own, ``TLLM_NUMA_AWARE_WORKER_AFFINIT
 - ``"1"`` (force): the NUMA pin, over any external mask;
 - anything else: nothing is done and nothing is logged.
 
-Unlike the original, a second call recognises the first call's pin as its own
-and leaves every thread where it is, and a container's cpuset is not mistaken
-for a constraint.
+Under an external mask with the variable unset, a first call removes the
+constraint and a second call then finds an unconstrained process and pins it
+to the node: two calls, two end states, as in TensorRT-LLM itself (set the
+variable to ``"0"`` to keep a launcher's pin). Unlike the original, a call
+that finds the previous call's pin recognises it as its own and leaves every
+thread where it is, and a container's cpuset is not mistaken for a constraint.
 """
 
 from __future__ import annotations
