@@ -174,6 +174,19 @@ def test_numa_maps_sample_with_huge_pages() -> None:
     assert r.share_outside([0, 1]) == 0.0
     assert 0.49 < r.share_outside([0]) < 0.51
     assert str(r).startswith("pid 7: node 0 ")
+    # Own memory leaves out the mapped file (the python binary: 60 pages on node 0, 40 on node 1).
+    assert r.own_bytes[0] == r.bytes[0] - 60 * 4 * kib and r.own_bytes[1] == r.bytes[1] - 40 * 4 * kib
+    assert r.share_outside([1], own=True) == r.outside([1], own=True) / sum(r.own_bytes.values())
+
+
+def test_shared_anonymous_memory_is_the_process_own() -> None:
+    text = ("1000 default file=/usr/lib/libc.so.6 mapped=5 N0=5 kernelpagesize_kB=4\n"
+            "2000 default file=/dev/zero\\040(deleted) dirty=7 N1=7 kernelpagesize_kB=4\n"
+            "3000 default file=/dev/shm/torch_1 dirty=2 N1=2 kernelpagesize_kB=4\n"
+            "4000 default file=/SYSV00000000\\040(deleted) dirty=1 N1=1 kernelpagesize_kB=4\n")
+    r = parse_numa_maps(text, page_size=4096)
+    assert r.bytes == {0: 5 * 4096, 1: 10 * 4096} and r.own_bytes == {1: 10 * 4096}
+    assert r.share_outside([1], own=True) == 0.0 and 0.3 < r.share_outside([1]) < 0.4
 
 
 def test_numa_maps_without_page_size_uses_the_base_page() -> None:
@@ -197,6 +210,7 @@ def test_residency_of_a_missing_process() -> None:
 def test_numa_maps_parser_never_raises(text: str) -> None:
     r = parse_numa_maps(text, page_size=4096)
     assert all(v >= 0 for v in r.bytes.values())
+    assert all(0 <= r.own_bytes.get(n, 0) <= b for n, b in r.bytes.items()) and r.own_bytes.keys() <= r.bytes.keys()
 
 
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 10**6), st.sampled_from([4, 64, 2048])), max_size=20))

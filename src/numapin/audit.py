@@ -50,7 +50,8 @@ class Audit:
         return tuple(r for r in self.rows if r.inside is False)
 
     def remote_share(self) -> float | None:
-        return None if self.nodes is None else self.memory.share_outside(self.nodes)
+        """The share of the process's own memory (not the files it maps) outside the placement's nodes."""
+        return None if self.nodes is None else self.memory.share_outside(self.nodes, own=True)
 
     def summary(self) -> str:
         parts = []
@@ -61,7 +62,7 @@ class Audit:
         parts.append(f"memory: {self.memory}")
         share = self.remote_share()
         if share is not None:
-            parts.append(f"{100 * share:.1f}% outside node(s) {self.nodes}")
+            parts.append(f"{100 * share:.1f}% of its own memory outside node(s) {self.nodes}")
         return "; ".join(parts)
 
     def table(self) -> str:
@@ -88,6 +89,7 @@ class Audit:
             "threads": [r.as_dict() for r in self.rows],
             "outside": len(self.outside),
             "memory": {"bytes": {str(k): v for k, v in sorted(self.memory.bytes.items())},
+                       "own_bytes": {str(k): v for k, v in sorted(self.memory.own_bytes.items())},
                        "remote_share": share},
         }
 
