@@ -241,3 +241,18 @@ def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(refusing_
 
     mine, recorded = in_child(body)
     assert mine == {max(ALL)} and recorded == CpuSet(ALL - {max(ALL)})
+
+
+def test_a_lease_puts_the_memory_policy_back(pair_root: Path) -> None:
+    def body() -> list[tuple[str, str]]:
+        seen = []
+        set_mempolicy(MemoryPolicy.PREFERRED, [0])
+        with numapin.pinned(gpu=0, memory="bind"):
+            seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
+        seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
+        with numapin.pinned(gpu=0):  # a lease without memory leaves the policy alone
+            set_mempolicy(MemoryPolicy.BIND, [0])
+        seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
+        return seen
+
+    assert in_child(body) == [("BIND", "0"), ("PREFERRED", "0"), ("BIND", "0")]

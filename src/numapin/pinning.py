@@ -564,10 +564,12 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
     """:func:`pin` as a lease: on exit every thread gets its original mask back.
 
     Threads created during the lease get the original mask of the thread that
-    took it; a thread whose mask someone else changed meanwhile keeps it.
+    took it; a thread whose mask someone else changed meanwhile keeps it. A
+    memory policy the lease set on the calling thread is put back as it was.
     Leases nest.
     """
     ops: ThreadKernel = options.get("kernel") or LinuxThreads()
+    policy_before = _policy_or_none() if options.get("memory", "none") != "none" else None
     with _state.lock:
         me = ops.self_tid()
         saved: dict[int, CpuSet] = {}
@@ -584,6 +586,20 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
         with _state.lock:
             _restore(ops, me, saved, result)
             _state.record, _state.deliberate, _state.before_deliberate = record, deliberate, before_deliberate
+            if policy_before is not None and result.memory is not None and result.memory.applied != "none":
+                try:
+                    _memory.set_mempolicy(*policy_before)
+                except (NumapinError, OSError) as exc:
+                    log.warning("numapin: could not restore the memory policy %s %s after the lease: %s",
+                                policy_before[0].name, policy_before[1], exc)
+
+
+def _policy_or_none() -> tuple[_memory.MemoryPolicy, CpuSet] | None:
+    """The calling thread's memory policy, or None where it cannot be read (the lease then leaves it)."""
+    try:
+        return _memory.get_mempolicy()
+    except (NumapinError, OSError):
+        return None
 
 
 def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinResult) -> None:
