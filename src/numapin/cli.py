@@ -363,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, not at exit: a closed pipe must meet the handler below
+        return code
     except BrokenPipeError:
         # A reader that stops early (`numapin show | head -1`) is no error of
         # ours: say nothing, and keep Python's exit-time flush from failing too.
