@@ -48,6 +48,15 @@ class Snapshots:
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
+_GUEST = Path(__file__).resolve().parent / "guest"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The guest tier boots QEMU: only when asked for by path (python -m pytest tests/guest).
+    if collection_path == _GUEST:
+        asked = [Path(a.split("::")[0]).resolve() for a in config.args]
+        return not any(a == _GUEST or _GUEST in a.parents for a in asked)
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:

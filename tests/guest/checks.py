@@ -1,0 +1,521 @@
+"""Checks that run inside a guest with real NUMA nodes, each against what the kernel reports.
+
+Run as ``python tests/guest/checks.py OUT.json SHAPE`` inside a guest (see
+``runner.py``); every check runs in a forked child, so no pin or memory policy
+of one leaks into the next. Each is an assertion against the kernel's own
+account: ``move_pages`` for where a buffer's pages are, ``get_mempolicy``,
+``/proc/<pid>/numa_maps``, ``sched_getaffinity`` of every thread, and Debian's
+``numactl`` as an independent reader.
+
+GPU facts come from a root folder written to match the guest's real nodes
+(``tests/live.py``): GPU k sits on CPU node k, so ``pin(gpu=1)`` lands on the
+real node 1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import mmap
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: live.py
+
+#: The bytes each check touches: small enough for a 512 MiB node, large enough to count.
+BUFFER = 64 << 20
+#: The share of a buffer's pages that must land where numapin put them.
+ON_NODE = 0.99
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    run: Callable[[], str]
+    shapes: tuple[str, ...] | None = None  # None: every guest shape
+    doc: str = ""
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def check(*, shapes: tuple[str, ...] | None = None) -> Callable[[Callable[[], str]], Callable[[], str]]:
+    def register(fn: Callable[[], str]) -> Callable[[], str]:
+        CHECKS[fn.__name__] = Check(fn.__name__, fn, shapes, (fn.__doc__ or "").strip())
+        return fn
+
+    return register
+
+
+def names_for(shape: str) -> list[str]:
+    return [c.name for c in CHECKS.values() if c.shapes is None or shape in c.shapes]
+
+
+# -- what the kernel says ------------------------------------------------------
+
+_MOVE_PAGES = {"x86_64": 279, "aarch64": 239}
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def page_nodes(buf: mmap.mmap) -> Counter[int]:
+    """Where each page of ``buf`` is, by ``move_pages(2)`` with no target (a query): node -> pages."""
+    size = os.sysconf("SC_PAGE_SIZE")
+    count = len(buf) // size
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    pages = (ctypes.c_void_p * count)(*(base + i * size for i in range(count)))
+    status = (ctypes.c_int * count)()
+    rc = _libc.syscall(_MOVE_PAGES[platform.machine()], 0, ctypes.c_ulong(count), pages, None, status, 0)
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), "move_pages query failed")
+    return Counter(status)
+
+
+def touched(size: int = BUFFER) -> mmap.mmap:
+    """A private anonymous buffer with every page written (first touch happens here)."""
+    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buf.write(b"\x01" * size)
+    return buf
+
+
+def share_on(counts: Counter[int], node: int) -> float:
+    return counts[node] / sum(counts.values())
+
+
+def masks() -> dict[int, set[int]]:
+    found = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            found[int(name)] = os.sched_getaffinity(int(name))
+        except ProcessLookupError:
+            continue
+    return found
+
+
+@contextmanager
+def warnings_logged() -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                seen.append(record.getMessage())
+
+    handler = Keep()
+    logger = logging.getLogger("numapin")
+    logger.addHandler(handler)
+    try:
+        yield seen
+    finally:
+        logger.removeHandler(handler)
+
+
+def held_threads(count: int) -> tuple[threading.Event, list[threading.Thread]]:
+    stop = threading.Event()
+    threads = [threading.Thread(target=stop.wait, daemon=True) for _ in range(count)]
+    for t in threads:
+        t.start()
+    return stop, threads
+
+
+def numapin_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "numapin", *args], capture_output=True, text=True,
+                          timeout=300, **kwargs)  # type: ignore[call-overload]
+
+
+# Touches BUFFER bytes, then reports its mask, memory policy and where the pages are.
+TOUCH_AND_REPORT = f"""
+import json, os, sys
+sys.path.insert(0, {str(HERE)!r})
+from checks import page_nodes, touched
+import numapin
+buf = touched()
+policy, nodes = numapin.get_mempolicy()
+print(json.dumps({{"mask": sorted(os.sched_getaffinity(0)), "policy": policy.name, "nodes": str(nodes),
+                  "pages": {{str(k): v for k, v in page_nodes(buf).items()}}}}), flush=True)
+if len(sys.argv) > 1:
+    sys.stdin.read()  # stay alive until told
+"""
+
+
+# -- the checks ------------------------------------------------------------------
+
+
+@check()
+def spawn_storm_every_thread() -> str:
+    """Every thread on the GPU's node after pin() returns, while threads keep spawning threads."""
+    import numapin
+    from live import NODE0, NODE1
+    from numapin.threads import Outcome
+
+    rounds = 12
+    for round_ in range(rounds):
+        stop = threading.Event()
+        children: list[threading.Thread] = []
+
+        def spawner(stop: threading.Event = stop, children: list[threading.Thread] = children) -> None:
+            while not stop.is_set() and len(children) < 60:
+                child = threading.Thread(target=stop.wait)
+                child.start()
+                children.append(child)
+
+        spawners = [threading.Thread(target=spawner) for _ in range(4)]
+        for s in spawners:
+            s.start()
+        gpu = round_ % 2
+        result = numapin.pin(gpu)
+        seen = masks()
+        target = NODE0 if gpu == 0 else NODE1
+        stop.set()
+        for t in spawners + children:
+            t.join()
+        assert result.count(Outcome.FAILED) == 0, str(result)
+        wrong = {tid: m for tid, m in seen.items() if m != target}
+        assert not wrong, f"round {round_}: threads off node {gpu}: {wrong}"
+    return f"{rounds} rounds, up to 240 threads each, none off target"
+
+
+def _first_touch(memory: str) -> str:
+    import numapin
+    from live import NODE1
+
+    result = numapin.pin(1, memory=memory)
+    assert result.memory is not None and result.memory.applied == memory, str(result)
+    policy, nodes = numapin.get_mempolicy()
+    expected = {"bind": "BIND", "preferred": "PREFERRED"}[memory]
+    assert (policy.name, str(nodes)) == (expected, "1"), f"get_mempolicy: {policy.name} {nodes}"
+    counts = page_nodes(touched())
+    assert share_on(counts, 1) >= ON_NODE, f"pages by node {dict(counts)}"
+    assert all(m == NODE1 for m in masks().values())
+    return f"{100 * share_on(counts, 1):.2f}% of {sum(counts.values())} pages on node 1"
+
+
+@check()
+def bind_first_touch_on_the_node() -> str:
+    """pin(gpu=1, memory="bind"): pages touched afterwards are on node 1."""
+    return _first_touch("bind")
+
+
+@check()
+def preferred_first_touch_on_the_node() -> str:
+    """pin(gpu=1, memory="preferred"): pages touched afterwards are on node 1."""
+    return _first_touch("preferred")
+
+
+@check()
+def migrate_moves_earlier_pages() -> str:
+    """pin(..., migrate=True) moves pages touched before the pin, and counts truthfully what stayed."""
+    import numapin
+
+    numapin.pin(0, memory="bind")
+    buf = touched()
+    before = page_nodes(buf)
+    assert share_on(before, 0) >= ON_NODE, f"set-up: pages by node {dict(before)}"
+    result = numapin.pin(1, memory="bind", migrate=True)
+    assert result.memory is not None and result.memory.migration is not None, str(result)
+    after = page_nodes(buf)
+    stayed = sum(v for k, v in after.items() if k != 1)
+    assert share_on(after, 1) >= ON_NODE, f"pages by node after migration {dict(after)}"
+    assert stayed <= result.memory.migration.not_moved or stayed == 0, \
+        f"{stayed} pages of the buffer stayed but migration reported {result.memory.migration.not_moved}"
+    return f"before {dict(before)}, after {dict(after)}; {result.memory.migration}"
+
+
+@check()
+def step_down_on_a_real_refusal() -> str:
+    """A cgroup whose mems exclude node 1: the kernel refuses, bind steps down to none; strict rolls back."""
+    import numapin
+    from live import NODE0, NODE1
+
+    group = Path("/sys/fs/cgroup/numapin-check")
+    Path("/sys/fs/cgroup/cgroup.subtree_control").write_text("+cpuset\n")
+    group.mkdir(exist_ok=True)
+    (group / "cpuset.mems").write_text("0\n")
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    # The kernel's own refusal, without numapin: MPOL_BIND on node 1 is EINVAL here.
+    mask = ctypes.c_ulong(1 << 1)
+    rc = _libc.syscall({"x86_64": 238, "aarch64": 237}[platform.machine()], 2, ctypes.byref(mask), 65)
+    assert rc == -1 and ctypes.get_errno() == 22, f"the kernel accepted BIND on node 1 (rc {rc})"
+    with warnings_logged() as warned:
+        result = numapin.pin(1, memory="bind")
+    assert result.memory is not None and result.memory.applied == "none", str(result)
+    assert len(result.memory.problems) == 2 and len(warned) == 1, (result.memory.problems, warned)
+    assert numapin.get_mempolicy()[0].name == "DEFAULT"
+    assert all(m == NODE1 for m in masks().values()), "the CPU part holds"
+    numapin.pin(0)
+    try:
+        numapin.pin(1, memory="bind", strict=True)
+    except numapin.PinError as exc:
+        assert "rolled back" in str(exc)
+    else:
+        raise AssertionError("strict pin with refused memory did not raise")
+    assert all(m == NODE0 for m in masks().values()), "strict: the CPU pin rolled back"
+    return f"stepped down: {result.memory}"
+
+
+@check(shapes=("grace",))
+def memory_only_nodes_never_hold_cpus() -> str:
+    """On a Grace-shaped machine, no placement's CPUs or memory nodes come from CPU-less nodes."""
+    import numapin
+    from live import TOPOLOGY
+
+    memory_only = {n.id for n in TOPOLOGY.memory_only_nodes}
+    assert memory_only, "this guest should have CPU-less nodes"
+    plans = []
+    for mode in ("node", "socket", "exclusive", "core-complex", "single"):
+        for p in numapin.plan(mode=mode):  # type: ignore[union-attr]
+            plans.append(p)
+            assert not set(TOPOLOGY.nodes_of(p.cpus)) & memory_only, p
+            assert not set(p.mems) & memory_only and p.node not in memory_only, p
+    result = numapin.pin(1, memory="bind")
+    assert result.memory is not None and str(result.memory.nodes) == "1", str(result)
+    return f"{len(plans)} placements, memory-only nodes {sorted(memory_only)} in none"
+
+
+@check(shapes=("grace",))
+def memory_only_node_honoured_when_asked() -> str:
+    """Memory asked for on a CPU-less node lands there: set_mempolicy(BIND, [that node])."""
+    import numapin
+    from live import TOPOLOGY
+
+    node = TOPOLOGY.memory_only_nodes[0].id
+    numapin.set_mempolicy(numapin.MemoryPolicy.BIND, [node])
+    counts = page_nodes(touched(32 << 20))
+    assert share_on(counts, node) >= ON_NODE, f"pages by node {dict(counts)}"
+    return f"{100 * share_on(counts, node):.2f}% on memory-only node {node}"
+
+
+def _exec_report(*options: str) -> dict[str, object]:
+    proc = numapin_cli("exec", "--gpu", "1", *options, "--", sys.executable, "-c", TOUCH_AND_REPORT)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+@check()
+def exec_bind_first_touch() -> str:
+    """numapin exec --memory bind: the program's first touch lands on the GPU's node."""
+    from live import NODE1
+
+    report = _exec_report("--memory", "bind")
+    pages = {int(k): v for k, v in report["pages"].items()}  # type: ignore[attr-defined]
+    assert report["mask"] == sorted(NODE1) and (report["policy"], report["nodes"]) == ("BIND", "1"), report
+    assert pages.get(1, 0) / sum(pages.values()) >= ON_NODE, pages
+    return f"mask {report['mask']}, pages {pages}"
+
+
+@check()
+def exec_default_prefers_the_node() -> str:
+    """numapin exec (default memory: preferred): first touch on the GPU's node."""
+    report = _exec_report()
+    pages = {int(k): v for k, v in report["pages"].items()}  # type: ignore[attr-defined]
+    assert report["policy"] == "PREFERRED" and pages.get(1, 0) / sum(pages.values()) >= ON_NODE, report
+    return f"pages {pages}"
+
+
+def _held(command: list[str]) -> tuple[subprocess.Popen[str], dict[str, object]]:
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read() if proc.stderr else "no output"
+    return proc, json.loads(line)
+
+
+@check()
+def threads_check_passes_for_a_placed_process() -> str:
+    """numapin threads PID --check --max-remote-memory 1 passes for a process numapin exec placed."""
+    proc, _ = _held([sys.executable, "-m", "numapin", "exec", "--gpu", "1", "--memory", "bind", "--",
+                     sys.executable, "-c", TOUCH_AND_REPORT, "hold"])
+    try:
+        result = numapin_cli("threads", str(proc.pid), "--gpu", "1", "--check", "--max-remote-memory", "1")
+    finally:
+        proc.communicate("", timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout.splitlines()[-1]
+
+
+@check()
+def threads_check_fails_for_remote_memory() -> str:
+    """... and exits 1 for a process on node 1's CPUs whose memory numactl bound to node 0."""
+    proc, report = _held(["numactl", "--cpunodebind=1", "--membind=0", sys.executable, "-c", TOUCH_AND_REPORT,
+                          "hold"])
+    try:
+        assert report["nodes"] == "0", report
+        result = numapin_cli("threads", str(proc.pid), "--gpu", "1", "--check", "--max-remote-memory", "1")
+    finally:
+        proc.communicate("", timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "0 of" in result.stdout, "every thread is inside: only memory fails the check"
+    return result.stdout.splitlines()[-1]
+
+
+@check()
+def tensorrt_llm_compat_twice_with_six_threads() -> str:
+    """configure_cpu_affinity(1) twice with six threads: every thread on node 1, the second call changes nothing."""
+    from live import NODE1
+    from numapin.compat.tensorrt_llm import configure_cpu_affinity
+    from numapin.threads import Outcome
+
+    stop, _ = held_threads(6)
+    with warnings_logged() as warned:
+        first = configure_cpu_affinity(1)
+        second = configure_cpu_affinity(1)
+    stop.set()
+    assert first is not None and first.count(Outcome.PINNED) == 7, str(first)
+    assert second is not None and not second.changed and second.ownership == "numapin", str(second)
+    assert all(m == NODE1 for m in masks().values()) and not warned, warned
+    return f"{first}; then {second}"
+
+
+@check()
+def lease_restores_threads_and_memory_policy() -> str:
+    """pinned(gpu=1, memory="bind") binds to node 1; on exit masks and the earlier policy come back."""
+    import numapin
+    from live import ALL, NODE1
+
+    numapin.set_mempolicy(numapin.MemoryPolicy.PREFERRED, [0])
+    stop, _ = held_threads(3)
+    with numapin.pinned(gpu=1, memory="bind"):
+        inside = numapin.get_mempolicy()
+        counts = page_nodes(touched())
+        assert all(m == NODE1 for m in masks().values())
+    after = numapin.get_mempolicy()
+    back = masks()
+    stop.set()
+    assert (inside[0].name, str(inside[1])) == ("BIND", "1") and share_on(counts, 1) >= ON_NODE, (inside, counts)
+    assert (after[0].name, str(after[1])) == ("PREFERRED", "0"), after
+    assert all(m == ALL for m in back.values()), back
+    return f"inside {inside[0].name} {inside[1]}, after {after[0].name} {after[1]}"
+
+
+@check()
+def numactl_agrees_with_exec() -> str:
+    """numactl --show, an independent reader, sees what numapin exec applied."""
+    from live import NODE1
+
+    proc = numapin_cli("exec", "--gpu", "1", "--memory", "bind", "--", "numactl", "--show")
+    assert proc.returncode == 0, proc.stderr
+    fields = dict(line.split(":", 1) for line in proc.stdout.splitlines() if ":" in line)
+    assert fields["physcpubind"].split() == [str(c) for c in sorted(NODE1)], proc.stdout
+    assert fields["membind"].split() == ["1"] and fields["policy"].strip() == "bind", proc.stdout
+    return " / ".join(line.strip() for line in proc.stdout.splitlines()[:4])
+
+
+@check()
+def show_matches_the_kernel() -> str:
+    """numapin show --json on the guest itself: every node's CPUs and memory-only flag as sysfs has them."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMAPIN_FSROOT"}
+    proc = numapin_cli("show", "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    base = Path("/sys/devices/system/node")
+    real = sorted(int(p.name[4:]) for p in base.glob("node[0-9]*"))
+    assert [n["id"] for n in data["nodes"]] == real
+    for node in data["nodes"]:
+        cpulist = (base / f"node{node['id']}" / "cpulist").read_text().strip()
+        assert node["cpus"] == cpulist and node["memory_only"] == (cpulist == ""), node
+    return f"nodes {[(n['id'], n['cpus'] or 'memory') for n in data['nodes']]}"
+
+
+@check()
+def every_gpu_lands_on_its_node() -> str:
+    """pin(gpu=k, memory="bind") for every GPU: threads on node k's CPUs, memory bound to node k."""
+    import numapin
+    from live import SPEC, TOPOLOGY
+
+    done = []
+    for gpu in range(SPEC.gpus):
+        def one(gpu: int = gpu) -> None:
+            numapin.pin(gpu, memory="bind")
+            node_cpus = set(TOPOLOGY.node(gpu).cpus)
+            assert all(m == node_cpus for m in masks().values()), (gpu, masks())
+            policy, nodes = numapin.get_mempolicy()
+            assert (policy.name, str(nodes)) == ("BIND", str(gpu)), (gpu, policy, nodes)
+            counts = page_nodes(touched(16 << 20))
+            assert share_on(counts, gpu) >= ON_NODE, (gpu, dict(counts))
+
+        forked(one)
+        done.append(gpu)
+    return f"GPUs {done} each on its own node"
+
+
+@check()
+def repeated_pin_changes_nothing() -> str:
+    """A second pin for the same GPU on real nodes: nothing changes, nothing is warned."""
+    import numapin
+    from numapin.threads import Outcome
+
+    stop, _ = held_threads(4)
+    numapin.pin(1, memory="bind")
+    with warnings_logged() as warned:
+        again = numapin.pin(1, memory="bind")
+    stop.set()
+    assert not again.changed and again.count(Outcome.ALREADY) == 5 and not warned, (str(again), warned)
+    return str(again)
+
+
+# -- running them ------------------------------------------------------------------
+
+
+def forked(fn: Callable[[], object]) -> object:
+    """Run ``fn`` in a forked child; return its value or raise its failure here."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            payload = {"ok": True, "value": fn()}
+        except BaseException:
+            payload = {"ok": False, "value": traceback.format_exc()}
+        with os.fdopen(write_end, "w") as pipe:
+            json.dump(payload, pipe, default=str)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    if not data:
+        raise AssertionError("the child died without a report")
+    payload = json.loads(data)
+    if not payload["ok"]:
+        raise AssertionError(payload["value"])
+    return payload["value"]
+
+
+def main(argv: list[str]) -> int:
+    out, shape = Path(argv[0]), argv[1]
+    names = names_for(shape)
+    import live
+
+    root = live.write_pair(Path(tempfile.mkdtemp(prefix="numapin-guest-root-")) / "root")
+    os.environ["NUMAPIN_FSROOT"] = str(root)
+    for name in ("CUDA_VISIBLE_DEVICES", "NUMAPIN_APPLIED", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "LOCAL_RANK"):
+        os.environ.pop(name, None)
+    results = {}
+    for name in names:
+        started = time.monotonic()
+        try:
+            detail, ok = str(forked(CHECKS[name].run)), True
+        except AssertionError as exc:
+            detail, ok = str(exc), False
+        results[name] = {"ok": ok, "detail": detail, "seconds": round(time.monotonic() - started, 2)}
+        print(f"{'ok  ' if ok else 'FAIL'} {name} ({results[name]['seconds']} s): {detail.splitlines()[-1:]}",
+              flush=True)
+    out.write_text(json.dumps(results, indent=2))
+    return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,81 @@
+"""The guest tier: boot each guest shape once per session and run everything for it in that boot."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import runner
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: The test files that talk to the kernel (pinning, memory, exec, audit, compat),
+#: run inside the guests with README's test command.
+KERNEL_FACING = ("tests/test_pinning.py", "tests/test_memory.py", "tests/test_exec.py", "tests/test_audit.py",
+                 "tests/test_readme.py")
+#: The shapes whose boot also runs those files (the slow part under emulation).
+SUITE_SHAPES = ("two-node", "grace")
+
+
+@dataclass(frozen=True)
+class GuestReport:
+    run: runner.GuestRun
+    checks: dict[str, dict[str, object]]
+    suite_rc: int | None
+    suite_output: str
+
+    def text(self, name: str) -> str:
+        return self.run.files.get(name, b"").decode(errors="replace")
+
+
+def _script(shape: str) -> str:
+    python = shlex.quote(sys.executable)
+    lines = [
+        f"cd {shlex.quote(str(REPO))}",
+        f"{python} tests/guest/checks.py /job/out/checks.json {shape} > /job/out/checks.txt 2>&1",
+        "echo $? > /job/out/checks.rc",
+    ]
+    if shape in SUITE_SHAPES:
+        files = " ".join(KERNEL_FACING)
+        lines += [f"{python} -m pytest -q -p no:cacheprovider {files} > /job/out/suite.txt 2>&1",
+                  "echo $? > /job/out/suite.rc"]
+    return "\n".join(lines) + "\n"
+
+
+def _report(shape: str) -> GuestReport:
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
+           "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    run = runner.boot(runner.SHAPES[shape], _script(shape), env=env, timeout=540)
+    files = run.files
+    checks = json.loads(files["checks.json"]) if "checks.json" in files else {}
+    suite_rc = int(files["suite.rc"].decode().strip()) if "suite.rc" in files else None
+    return GuestReport(run, checks, suite_rc, files.get("suite.txt", b"").decode(errors="replace"))
+
+
+@pytest.fixture(scope="session")
+def guest() -> Iterator[Callable[[str], GuestReport]]:
+    """Each shape's report. Every guest boots at the first request, all at once: under
+    emulation a guest keeps about one host CPU busy, so they overlap well."""
+    lacks = runner.missing()
+    if lacks:
+        message = f"needs {', '.join(lacks)}: install {runner.NEEDS}"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the guest tier, but it {message}", pytrace=False)
+        pytest.skip(f"guest tier {message}")
+    with ThreadPoolExecutor(max_workers=len(runner.SHAPES)) as pool:
+        futures = {shape: pool.submit(_report, shape) for shape in runner.SHAPES}
+
+        def report(shape: str) -> GuestReport:
+            try:
+                return futures[shape].result()
+            except runner.GuestError as exc:
+                pytest.fail(f"guest {shape}: {exc}", pytrace=False)
+
+        yield report
