@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import live
-from numapin import machines
-from numapin.launch import LOCAL_RANK_VARIABLES
+from numapin import environment, machines
 
 REPO = Path(__file__).resolve().parents[1]
 # hwloc's captures of real machines, carried in the repository (see its README for source and licence).
@@ -97,11 +96,21 @@ def machine_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
     return make
 
 
-def _use_root(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
-    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED",
-                 "NUMAPIN_RANK_MAP", *LOCAL_RANK_VARIABLES):
+#: Every variable numapin reads: tests start from none of them set.
+INPUTS = (*environment.OWNED, *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
+          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY)
+
+
+def without_inputs(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` less every variable numapin reads."""
+    return {k: v for k, v in environ.items() if k not in INPUTS}
+
+
+def use_root(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Make ``root`` this test's machine (NUMAPIN_FSROOT), with no other numapin input set."""
+    for name in INPUTS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(environment.FSROOT, str(root))
     return root
 
 
@@ -117,7 +126,7 @@ def pair_root(_live_roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> 
     as NUMAPIN_FSROOT."""
     if not live.NODE0 or not live.NODE1:
         pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
-    return _use_root(_live_roots["pair"], monkeypatch)
+    return use_root(_live_roots["pair"], monkeypatch)
 
 
 @pytest.fixture
@@ -125,7 +134,7 @@ def refusing_root(_live_roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch)
     """Like ``pair_root``, but GPU 1's node is one the real kernel lacks: binding memory there is refused."""
     if not live.NODE0 or not live.NODE1:
         pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
-    return _use_root(_live_roots["refusing"], monkeypatch)
+    return use_root(_live_roots["refusing"], monkeypatch)
 
 
 def in_child(fn: Callable[[], Any]) -> Any:
@@ -168,4 +177,4 @@ def _no_leaked_pin() -> Iterator[None]:
     before = os.sched_getaffinity(0)
     yield
     assert os.sched_getaffinity(0) == before, "a test leaked a CPU pin into the test process"
-    assert pinning._state.record is None, "a test left numapin's record in the test process"
+    assert pinning.state().record is None, "a test left numapin's record in the test process"

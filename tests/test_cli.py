@@ -26,8 +26,9 @@ def test_show_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "show")
     assert code == 0
     assert "NUMA nodes" in out and "this process may run on" in out and "Cores:" in out
-    cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
-    assert cpus.split(",")[0] in out
+    from numapin import CpuSet
+
+    assert f"this process may run on {CpuSet(os.sched_getaffinity(0))}\n" in out
 
 
 def test_show_json_has_the_documented_keys(capsys: pytest.CaptureFixture[str],

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import without_inputs
 from live import ALL, NODE0, NODE1, NODE1_REAL, cpus
-from numapin.launch import LOCAL_RANK_VARIABLES, ExecRequest, prepare_exec
+from numapin.environment import LOCAL_RANK_VARIABLES
+from numapin.exec import ExecRequest, prepare_exec
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 
@@ -33,10 +35,7 @@ def run(args: list[str], env: dict[str, str], **kwargs: object) -> subprocess.Co
 
 
 def _clean(root: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items()
-             if k not in LOCAL_RANK_VARIABLES and not k.startswith(("NUMAPIN_", "TLLM_", "CUDA_"))}
-    clean["NUMAPIN_FSROOT"] = str(root)
-    return clean
+    return {**without_inputs(dict(os.environ)), "NUMAPIN_FSROOT": str(root)}
 
 
 @pytest.fixture

@@ -6,12 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import Snapshots
-from numapin import CpuSet, read_topology
+from numapin import CpuSet, UsageError, read_topology
+from numapin.environment import LOCAL_RANK_VARIABLES
 from numapin.gpus import GpuError, Inventory, NoGpuError, read_gpus, resolve_visible, select_gpu
-from numapin.launch import LOCAL_RANK_VARIABLES, gpu_for_rank, local_rank
 from numapin.machines import SHAPES
+from numapin.ranks import gpu_for_rank, local_rank
 
 # -- inventory --------------------------------------------------------------
 
@@ -255,6 +258,17 @@ def test_mig_through_nvml_finds_the_parent(dgx_inventory: Inventory) -> None:
     assert [v.gpu.pci for v in resolved.visible] == ["0000:48:00.0"]
 
 
+def test_nvml_failing_on_a_mig_device_is_the_environments_problem(dgx_inventory: Inventory) -> None:
+    # The caller named a MIG device correctly; NVML broke: not a UsageError.
+    from numapin import EnvironmentProblem, UsageError
+    from numapin.gpus import NvmlError
+
+    fake = FakeNVML({}, fail_init=True)
+    with pytest.raises(NvmlError, match="NVML cannot name its parent GPU") as info:
+        resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "MIG-abc"}, nvml=fake)
+    assert isinstance(info.value, EnvironmentProblem) and not isinstance(info.value, UsageError)
+
+
 def test_device_order_and_mixed_models(dgx_inventory: Inventory) -> None:
     from dataclasses import replace
 
@@ -321,10 +335,31 @@ def test_every_documented_launcher_is_read() -> None:
         assert found is not None and found.rank == n
 
 
-@pytest.mark.parametrize("value", ["", "x", "-1", "1.5"])
+@pytest.mark.parametrize("value", ["x", "-1", "1.5", "\u00b2", "\u0663", "9" * 4400, "1e3"])
 def test_malformed_local_rank_is_a_clear_error(value: str) -> None:
-    with pytest.raises(ValueError, match="LOCAL_RANK"):
+    # Superscripts and other scripts' digits pass str.isdigit(); launchers write ASCII.
+    with pytest.raises(UsageError, match="LOCAL_RANK"):
         local_rank({"LOCAL_RANK": value})
+
+
+def test_an_empty_launcher_variable_counts_as_unset() -> None:
+    assert local_rank({"LOCAL_RANK": "1", "PMI_LOCAL_RANK": ""}) == local_rank({"LOCAL_RANK": "1"})
+    found = local_rank({"LOCAL_RANK": "  ", "SLURM_LOCALID": "2"})
+    assert found is not None and (found.rank, found.variable) == (2, "SLURM_LOCALID")
+    assert local_rank({"LOCAL_RANK": ""}) is None
+
+
+@given(st.text(max_size=12))
+def test_rank_values_are_ascii_decimals_or_a_usage_error(text: str) -> None:
+    try:
+        found = local_rank({"LOCAL_RANK": text})
+    except UsageError:
+        assert not (text.strip().isascii() and text.strip().isdigit())
+        return
+    if text.strip():
+        assert found is not None and found.rank == int(text.strip()) and text.strip().isascii()
+    else:
+        assert found is None
 
 
 def test_rank_to_gpu_mapping() -> None:

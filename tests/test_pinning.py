@@ -401,14 +401,14 @@ def test_plan_after_pin_equals_plan_before(pair_root: Path) -> None:
 
 
 def test_exec_marker_is_numapin_own_only_while_it_matches(pair_root: Path) -> None:
-    from numapin.pinning import classify
+    from numapin.pinning import classify, state
 
     def body() -> tuple[str, str, str | None]:
         os.sched_setaffinity(0, NODE0)
         os.environ["NUMAPIN_APPLIED"] = cpus(NODE1)  # the live mask differs from the marker
-        stale = str(classify(CpuSet(NODE0), CpuSet(ALL)))
+        stale = str(classify(CpuSet(NODE0), CpuSet(ALL), state().own_masks(os.environ)))
         os.environ["NUMAPIN_APPLIED"] = cpus(NODE0)
-        fresh = str(classify(CpuSet(NODE0), CpuSet(ALL)))
+        fresh = str(classify(CpuSet(NODE0), CpuSet(ALL), state().own_masks(os.environ)))
         return stale, fresh, numapin.pin(0).ownership
 
     assert in_child(body) == ("external", "numapin", "numapin")

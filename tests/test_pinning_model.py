@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import numapin
+from conftest import use_root
 from kernel_model import ModelKernel
 from numapin import CpuSet, PinError, read_topology
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
-from numapin.launch import LOCAL_RANK_VARIABLES
 from numapin.threads import Outcome
 
 GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
@@ -25,23 +25,18 @@ GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
 
 @pytest.fixture
 def gb300(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = machine_root("gb300")
-    monkeypatch.setenv("NUMAPIN_FSROOT", str(root))
-    for name in ("CUDA_VISIBLE_DEVICES", "TLLM_NUMA_AWARE_WORKER_AFFINITY", "NUMAPIN_APPLIED",
-                 *LOCAL_RANK_VARIABLES):
-        monkeypatch.delenv(name, raising=False)
-    return root
+    return use_root(machine_root("gb300"), monkeypatch)
 
 
 @pytest.fixture(autouse=True)
-def _fresh_record() -> Iterator[None]:
+def _fresh_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The model is not the real process: what numapin records about it must
-    # not reach other tests (nor the children they fork).
+    # not reach other tests (nor the children they fork). The state object is
+    # swapped for one of the model's own, and put back.
     from numapin import pinning
 
-    pinning._state = pinning._State()
+    monkeypatch.setattr(pinning, "_STATE", pinning.PinState())
     yield
-    pinning._state = pinning._State()
 
 
 def table(kernel: ModelKernel) -> tuple[str, int, int]:

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from conftest import Snapshots
-from numapin import CpuSet, UsageError, machines, plan, read_topology
+from numapin import CpuSet, UsageError, machines, plan, plan_ranks, read_topology
 from numapin.facts import gather
 from numapin.gpus import VisibleGpu
-from numapin.placement import Mode, Placement, place, place_all
+from numapin.placement import Mode, Placement, place, resolve
 
 GOLDEN = Path(__file__).parent / "golden" / "placement.json"
-MODES = [m.value for m in Mode]
+MODES = [m.value for m in Mode if m is not Mode.EXPLICIT]
 SYNTHETIC = ["dgx-h100", "gb300", "epyc-nps4"]
 # Multi-node captures; all but the POWER9 one carry no GPU, so the tests add one per CPU node.
 SNAPSHOTS = ["nvidiagpunumanodes", "16amd64-8n2c", "64amd64-4s2n4ca2co", "fakecpuid1f-64intel64-2p4d2n2c2t",
@@ -48,7 +48,7 @@ def roots(scratch: Callable[[str], Path]) -> dict[str, Path]:
 
 
 def _table(root: Path, mode: str) -> list[Placement]:
-    return list(plan(mode=mode, root=root, environ={}))  # type: ignore[arg-type]
+    return list(plan_ranks(mode=mode, root=root, environ={}))
 
 
 def test_golden_tables(roots: dict[str, Path]) -> None:
@@ -79,8 +79,8 @@ def test_golden_spot_checks(roots: dict[str, Path]) -> None:
 def test_placement_properties(name: str, mode: str, roots: dict[str, Path]) -> None:
     facts = gather(roots[name], {})
     topo = facts.topology
-    table = place_all(topo, facts.inventory, facts.visible, mode=mode)
-    assert table == place_all(topo, facts.inventory, facts.visible, mode=mode), "deterministic"
+    table = [resolve(facts, {}, gpu=v.index, mode=mode) for v in facts.visible]
+    assert table == [resolve(facts, {}, gpu=v.index, mode=mode) for v in facts.visible], "deterministic"
     assert len(table) == len(facts.visible) > 0
     for p in table:
         assert p.cpus and p.cpus <= topo.allowed
@@ -129,8 +129,7 @@ def test_exclusive_gives_leftover_cores_to_the_lowest_ranks(tmp_path: Path) -> N
 
 def test_exclusive_inside_a_container_cpuset(tmp_path: Path) -> None:
     root = machines.write("dgx-h100", tmp_path / "root", cgroup_cpus=CpuSet("0-27,112-139"))
-    table = plan(mode="exclusive", gpus=[0, 1, 2, 3], root=root, environ={})
-    assert isinstance(table, tuple)
+    table = plan_ranks(mode="exclusive", gpus=[0, 1, 2, 3], root=root, environ={})
     shares = [p.cpus for p in table]
     assert [str(s) for s in shares] == ["0-6,112-118", "7-13,119-125", "14-20,126-132", "21-27,133-139"]
 
@@ -179,7 +178,7 @@ def test_exclusive_with_more_gpus_than_cores(tmp_path: Path) -> None:
     spec = machines.MachineSpec("crowded", sockets=1, cores_per_socket=2, gpus_per_node=4)
     root = machines.write(spec, tmp_path / "root")
     with pytest.raises(UsageError, match="2 allowed cores for 4 GPUs"):
-        plan(mode="exclusive", root=root, environ={})
+        plan_ranks(mode="exclusive", root=root, environ={})
     # single still works: cores are shared when there are not enough.
     assert [str(p.cpus) for p in _table(root, "single")] == ["0", "1", "0", "1"]
 
@@ -197,3 +196,24 @@ def test_place_needs_a_gpu_or_cpus(machine_root: Callable[[str], Path]) -> None:
     with pytest.raises(UsageError):
         place(facts.topology, facts.inventory, None)
     assert isinstance(facts.visible[0], VisibleGpu)
+    with pytest.raises(UsageError, match="a GPU and a mode"):  # "explicit" names cpus=, it is no policy
+        place(facts.topology, facts.inventory, facts.visible[0], mode=Mode.EXPLICIT)
+    with pytest.raises(UsageError, match="unknown mode"):
+        place(facts.topology, facts.inventory, facts.visible[0], mode="explicit-ish")
+
+
+def test_every_mode_has_a_policy(machine_root: Callable[[str], Path]) -> None:
+    # A Mode added without its policy would raise instead of acting as another mode.
+    facts = gather(machine_root("epyc-nps4"), {})
+    made = {m: place(facts.topology, facts.inventory, facts.visible[0], mode=m).mode
+            for m in Mode if m is not Mode.EXPLICIT}
+    assert made == {m: m for m in Mode if m is not Mode.EXPLICIT}
+
+
+def test_plan_ranks_follow_the_rank_map(machine_root: Callable[[str], Path]) -> None:
+    root = machine_root("dgx-h100")
+    table = plan_ranks(root=root, environ={"NUMAPIN_RANK_MAP": "7,0,3"})
+    assert [(p.rank, p.gpu) for p in table] == [(0, 7), (1, 0), (2, 3)]
+    assert plan(root=root, environ={"NUMAPIN_RANK_MAP": "7,0,3", "LOCAL_RANK": "2"}).gpu == 3
+    with pytest.raises(UsageError, match="NUMAPIN_RANK_MAP"):
+        plan_ranks(root=root, environ={"NUMAPIN_RANK_MAP": "7,9"})

@@ -11,28 +11,34 @@ from .cpuset import CpuSet
 from .errors import EnvironmentProblem, NumapinError, UsageError
 from .gpus import Gpu, GpuError, NoGpuError, read_gpus, visible_gpus
 from .host import HostError
-from .launch import local_rank
-from .memory import MemoryPolicy, get_mempolicy, migrate, residency, set_mempolicy
-from .pinning import PinError, PinResult, Policy, current, pin, pin_thread, pinned, refresh
-from .placement import Mode, Placement, plan
+from .memory import MemoryMode, MemoryPolicy, get_mempolicy, migrate, residency, set_mempolicy
+from .pinning import Action, Ownership, PinError, PinResult, Policy, current, pin, pin_thread, pinned, refresh
+from .placement import Mode, Placement
+from .planning import plan, plan_ranks
+from .ranks import local_rank
 from .topology import Topology, read_topology
+from .version import __version__
 
 __all__ = [
+    "Action",
     "CpuSet",
     "EnvironmentProblem",
     "Gpu",
     "GpuError",
     "HostError",
+    "MemoryMode",
     "MemoryPolicy",
     "Mode",
     "NoGpuError",
     "NumapinError",
+    "Ownership",
     "PinError",
     "PinResult",
     "Placement",
     "Policy",
     "Topology",
     "UsageError",
+    "__version__",
     "current",
     "get_mempolicy",
     "local_rank",
@@ -41,6 +47,7 @@ __all__ = [
     "pin_thread",
     "pinned",
     "plan",
+    "plan_ranks",
     "read_gpus",
     "read_topology",
     "refresh",
@@ -49,4 +56,3 @@ __all__ = [
     "visible_gpus",
 ]
 
-__version__ = "0.1.0"

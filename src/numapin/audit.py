@@ -7,9 +7,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from .cpuset import CpuSet
+from .environment import APPLIED
 from .errors import UsageError
-from .memory import Residency, residency
+from .pinning import state
+from .planning import plan
+from .residency import Residency, residency
+from .text import table
 from .threads import LinuxThreads
+from .topology import read_topology
 
 __all__ = ["Audit", "ThreadRow", "audit"]
 
@@ -73,12 +78,7 @@ class Audit:
              "-" if r.inside is None else ("yes" if r.inside else "NO"), "yes" if r.numapin else "no")
             for r in self.rows
         ]
-        widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)] if rows else \
-            [len(h) for h in header]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(header, widths, strict=True)).rstrip()]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-        lines.append(self.summary())
-        return "\n".join(lines)
+        return "\n".join([*table(header, rows), self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
         share = self.remote_share()
@@ -102,17 +102,15 @@ class Audit:
 
 
 def _marker(pid: int) -> CpuSet | None:
-    from .pinning import MARKER_ENV
-
     if pid == os.getpid():
-        value = os.environ.get(MARKER_ENV)
+        value = os.environ.get(APPLIED)
     else:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 entries = f.read().split(b"\0")
         except OSError:
             return None
-        prefix = MARKER_ENV.encode() + b"="
+        prefix = APPLIED.encode() + b"="
         value = next((e[len(prefix):].decode() for e in entries if e.startswith(prefix)), None)
     try:
         return CpuSet.parse(value) if value else None
@@ -128,9 +126,6 @@ def audit(
     root: str | None = None,
 ) -> Audit:
     """Read every thread of ``pid`` (default: this process) and its memory by node."""
-    from .pinning import _state
-    from .placement import plan
-
     target = os.getpid() if pid is None else pid
     if not os.path.isdir(f"/proc/{target}"):
         raise UsageError(f"process {target} does not exist")
@@ -147,17 +142,12 @@ def audit(
     nodes: CpuSet | None = None
     if gpu is not None or cpus is not None:
         chosen = plan(gpu, cpus=cpus, root=root)
-        assert not isinstance(chosen, tuple)
         placement, nodes = chosen.cpus, chosen.mems
     elif marker is not None:
         placement = marker
     if placement is not None and nodes is None:
-        from .topology import read_topology
-
         nodes = read_topology(root).nodes_of(placement)
-    own: set[CpuSet] = set()
-    if target == os.getpid() and _state.record is not None:
-        own = {_state.record.mask, *_state.deliberate.values()}
+    own: set[CpuSet] = state().thread_masks() if target == os.getpid() else set()
     if marker is not None:
         own.add(marker)
     rows = []

@@ -18,18 +18,20 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__, machines
+from . import machines
 from .cpuset import CpuSet
+from .environment import LOCAL_RANK_VARIABLES
 from .errors import NumapinError
 from .facts import Facts, gather
 from .host import HostError
-from .launch import LOCAL_RANK_VARIABLES
 from .placement import Mode
+from .text import format_size, table
 from .topology import Topology
+from .version import __version__
 
 log = logging.getLogger("numapin")
 
-_MODES = [m.value for m in Mode]
+_MODES = [m.value for m in Mode if m is not Mode.EXPLICIT]
 
 
 class CliError(Exception):
@@ -79,9 +81,7 @@ def _cpuset_arg(text: str) -> CpuSet:
 
 
 def _size(value: int | None) -> str:
-    if value is None:
-        return "memory unknown"
-    return f"{value / (1 << 30):.1f} GiB"
+    return "memory unknown" if value is None else format_size(value)
 
 
 # -- show -----------------------------------------------------------------
@@ -167,20 +167,17 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .placement import Placement, plan
+    from .planning import plan_ranks
 
     with _root(args) as root:
-        found = plan(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
-    plans = (found,) if isinstance(found, Placement) else found
+        plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
     if args.json:
         print(json.dumps([p.as_dict() for p in plans], indent=2))
         return 0
     header = ["rank", "gpu", "pci", "node", "cpus", "mems"] + (["reserved"] if args.reserve else [])
     rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.cpus), str(p.mems)]
             + ([str(p.reserved)] if args.reserve else []) for p in plans]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-    for row in [header, *rows]:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    print("\n".join(table(header, rows)))
     print(f"mode {plans[0].mode}" + (f": {plans[0].reason}" if len(plans) == 1 else ""))
     return 0
 
@@ -193,7 +190,7 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .launch import ExecRequest, apply_exec, exec_program, prepare_exec
+    from .exec import ExecRequest, apply_exec, exec_program, prepare_exec
 
     program = list(args.program)
     if program and program[0] == "--":

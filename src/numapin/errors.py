@@ -1,4 +1,4 @@
-"""The two kinds of failure numapin tells apart.
+"""The two kinds of failure numapin tells apart, and the fields they carry.
 
 A caller's mistake (:class:`UsageError`) is always raised, before anything is
 changed. A problem of the environment (:class:`EnvironmentProblem`) is raised
@@ -8,7 +8,9 @@ the mask it had, so a worker's start-up never aborts because of numapin.
 
 from __future__ import annotations
 
-__all__ = ["EnvironmentProblem", "NumapinError", "UsageError"]
+import errno
+
+__all__ = ["EnvironmentProblem", "NumapinError", "UsageError", "errno_name"]
 
 
 class NumapinError(Exception):
@@ -16,8 +18,27 @@ class NumapinError(Exception):
 
 
 class UsageError(NumapinError, ValueError):
-    """Bad input from the caller: a malformed cpulist, an unknown mode, a GPU that is not visible."""
+    """Bad input from the caller: a malformed cpulist, an unknown mode, a GPU that is not visible.
+
+    ``value`` is the input at fault, when there is one.
+    """
+
+    def __init__(self, message: str, *, value: object = None) -> None:
+        super().__init__(message)
+        self.value = value
 
 
 class EnvironmentProblem(NumapinError):
-    """The machine or the kernel does not allow what was asked."""
+    """The machine or the kernel does not allow what was asked.
+
+    ``errno`` names the kernel's refusal (``"EINVAL"``), when one was the cause.
+    """
+
+    def __init__(self, message: str, *, errno: str | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+def errno_name(code: int | None) -> str:
+    """``EINVAL`` for 22: the symbolic name of an errno value, or the number when it has none."""
+    return errno.errorcode.get(code or 0, str(code))

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .environment import CUDA_VISIBLE_DEVICES
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
 from .host import Host
 from .topology import Topology, read_topology
@@ -34,7 +35,7 @@ def gather(
     inventory = read_gpus(topology, nvml=nvml)
     # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
     module = nvml if nvml not in (None, False) else None
-    if nvml is None and "MIG-" in env.get("CUDA_VISIBLE_DEVICES", "").upper() and Host(topology.root).is_live:
+    if nvml is None and "MIG-" in env.get(CUDA_VISIBLE_DEVICES, "").upper() and Host(topology.root).is_live:
         module = load_nvml()
     resolution = resolve_visible(inventory, env, nvml=module)
     return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cpuset import CpuSet
+from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, UsageError
 from .host import Host
 from .topology import Topology
@@ -34,6 +35,7 @@ __all__ = [
     "GpuError",
     "Inventory",
     "NoGpuError",
+    "NvmlError",
     "VisibleGpu",
     "read_gpus",
     "visible_gpus",
@@ -49,6 +51,10 @@ _BDF = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2}
 
 class GpuError(UsageError):
     """A GPU named by the caller cannot be found or resolved."""
+
+
+class NvmlError(EnvironmentProblem):
+    """NVML, installed and needed (a MIG device to trace), failed: the driver's problem, not the caller's."""
 
 
 class NoGpuError(EnvironmentProblem):
@@ -334,7 +340,7 @@ class _Resolution:
 
 
 def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
-    order = environ.get("CUDA_DEVICE_ORDER", "FASTEST_FIRST").strip().upper()
+    order = environ.get(CUDA_DEVICE_ORDER, "FASTEST_FIRST").strip().upper()
     gpus = sorted(inventory.gpus, key=lambda g: g.pci)
     if order != "PCI_BUS_ID" and len({g.model for g in gpus}) > 1:
         notes.append(
@@ -370,7 +376,7 @@ def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
             finally:
                 nvml.nvmlShutdown()
         except Exception as exc:
-            raise GpuError(f"MIG device {entry!r}: NVML cannot name its parent GPU ({exc})") from exc
+            raise NvmlError(f"MIG device {entry!r}: NVML cannot name its parent GPU ({exc})") from exc
         parent = next((g for g in gpus if g.pci == bus), None)
         if parent is not None:
             return parent
@@ -383,7 +389,7 @@ def resolve_visible(
 ) -> _Resolution:
     notes: list[str] = []
     gpus = _cuda_order(inventory, environ, notes)
-    value = environ.get("CUDA_VISIBLE_DEVICES")
+    value = environ.get(CUDA_VISIBLE_DEVICES)
     if value is None:
         return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes))
     chosen: list[Gpu] = []

@@ -12,11 +12,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .environment import FSROOT
 from .errors import EnvironmentProblem
 
 __all__ = ["FSROOT_ENV", "Host", "HostError", "resolve_root"]
 
-FSROOT_ENV = "NUMAPIN_FSROOT"
+FSROOT_ENV = FSROOT
 
 
 class HostError(EnvironmentProblem):

@@ -1,4 +1,4 @@
-"""Memory placement: NUMA memory policies, page migration, and where memory lives.
+"""Memory placement: NUMA memory policies, their step-down, and page migration.
 
 A memory policy belongs to a *thread*: ``set_mempolicy`` affects the calling
 thread and the threads it creates afterwards. Threads that already exist keep
@@ -6,144 +6,117 @@ their own policy (normally DEFAULT: allocate on the node they run on) — which
 the CPU pin makes the GPU's node, so they allocate there too. Pages touched
 before the pin stay where they are until :func:`migrate` moves them.
 
-The syscalls are made directly through ctypes (x86_64 and aarch64), so no
-libnuma is needed. Every policy is read back after it is set.
+The calls go through a :class:`numapin.numa.MemoryKernel` (the real kernel by
+default); which nodes exist and which the process may use are facts read
+through :class:`numapin.host.Host`, so a root folder stands in for them too.
+Every policy is read back after it is set.
 """
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import errno
 import logging
 import os
-import platform
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .cpuset import CpuSet, CpuSpec
-from .errors import EnvironmentProblem, UsageError
+from .errors import EnvironmentProblem, UsageError, errno_name
+from .host import Host
+from .numa import LinuxMemory, MemoryKernel, MemoryPolicy
+from .residency import Residency, parse_numa_maps, residency
 
 __all__ = [
+    "MemoryMode",
     "MemoryPolicy",
     "MemoryPolicyError",
     "MemoryResult",
+    "MigrateResult",
+    "NotSupported",
     "Residency",
+    "allowed_nodes",
     "get_mempolicy",
     "migrate",
+    "parse_memory_mode",
     "parse_numa_maps",
+    "place_memory",
     "residency",
     "set_mempolicy",
+    "system_nodes",
 ]
 
 log = logging.getLogger("numapin")
 
-# (set_mempolicy, get_mempolicy, migrate_pages) by machine.
-_SYSCALLS = {
-    "x86_64": (238, 239, 256),
-    "aarch64": (237, 236, 238),
-}
-# Mode flags the kernel may OR into the mode it reports.
-_MODE_FLAGS = (1 << 15) | (1 << 14) | (1 << 13)
-_MASK_WORDS = 16  # 1024 nodes: above any real nr_node_ids
-_WORD_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
-
-
-class MemoryPolicy(enum.IntEnum):
-    """The kernel's memory policy modes (``MPOL_*``)."""
-
-    DEFAULT = 0
-    PREFERRED = 1
-    BIND = 2
-    INTERLEAVE = 3
-    LOCAL = 4
-    PREFERRED_MANY = 5
+_LINUX = LinuxMemory()
 
 
 class MemoryPolicyError(EnvironmentProblem):
-    """The kernel refused a memory call; names the syscall, the nodes and the errno."""
+    """The kernel refused a memory call; names the call, the nodes and the errno (also as ``errno``)."""
 
 
 class NotSupported(MemoryPolicyError):
     """This architecture has no known syscall numbers."""
 
 
-def _numbers() -> tuple[int, int, int]:
-    machine = platform.machine()
-    try:
-        return _SYSCALLS[machine]
-    except KeyError:
-        raise NotSupported(f"memory policies are not supported on this architecture ({machine})") from None
+def _refused(call: str, exc: OSError) -> MemoryPolicyError:
+    name = errno_name(exc.errno)
+    kind = NotSupported if exc.errno == errno.ENOSYS else MemoryPolicyError
+    return kind(f"{call} failed: {name} ({exc.strerror})", errno=name)
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
-
-
-def _mask(nodes: CpuSet) -> ctypes.Array[ctypes.c_ulong]:
-    words = nodes.to_words(_MASK_WORDS, word_bits=_WORD_BITS)
-    return (ctypes.c_ulong * len(words))(*words)
-
-
-def _syscall(name: str, number: int, *args: object) -> int:
-    ret = _libc.syscall(ctypes.c_long(number), *args)
-    if ret < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{name}: {os.strerror(err)}")
-    return int(ret)
-
-
-def _errname(code: int | None) -> str:
-    return errno.errorcode.get(code or 0, str(code))
-
-
-def system_nodes() -> CpuSet:
-    """The NUMA nodes of the real machine that hold memory."""
+def system_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
+    """The NUMA nodes of the machine under ``root`` that hold memory."""
+    host = Host.at(root)
     for name in ("has_memory", "online"):
-        try:
-            with open(f"/sys/devices/system/node/{name}") as f:
-                return CpuSet.parse(f.read())
-        except (OSError, ValueError):
-            continue
+        text = host.read(f"sys/devices/system/node/{name}")
+        if text is not None:
+            try:
+                return CpuSet.parse(text)
+            except ValueError:
+                continue
     return CpuSet([0])
 
 
-def allowed_nodes() -> CpuSet:
+def allowed_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
     """The nodes this process may allocate on (its cpuset's ``mems``, as the kernel reports it)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Mems_allowed_list:"):
-                    return CpuSet.parse(line.split(":", 1)[1])
-    except (OSError, ValueError):
-        pass
-    return system_nodes()
+    text = Host.at(root).read("proc/self/status") or ""
+    for line in text.splitlines():
+        if line.startswith("Mems_allowed_list:"):
+            try:
+                return CpuSet.parse(line.split(":", 1)[1])
+            except ValueError:
+                break
+    return system_nodes(root)
 
 
-def _check_nodes(nodes: CpuSet, call: str) -> None:
-    missing = nodes - system_nodes()
+def _check_nodes(nodes: CpuSet, call: str, root: str | os.PathLike[str] | None) -> None:
+    """A node that does not exist, or lies outside the process's mems, is the caller's mistake."""
+    known = system_nodes(root)
+    missing = nodes - known
     if missing:
-        raise UsageError(f"{call}: node(s) {missing} do not exist (memory nodes: {system_nodes()})")
-    outside = nodes - allowed_nodes()
+        raise UsageError(f"{call}: node(s) {missing} do not exist (memory nodes: {known})", value=missing)
+    allowed = allowed_nodes(root)
+    outside = nodes - allowed
     if outside:
         raise UsageError(f"{call}: node(s) {outside} are outside this process's allowed memory nodes "
-                         f"{allowed_nodes()} (cpuset.mems)")
+                         f"{allowed} (cpuset.mems)", value=outside)
 
 
-def get_mempolicy() -> tuple[MemoryPolicy, CpuSet]:
+def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[MemoryPolicy, CpuSet]:
     """The calling thread's memory policy and its nodes."""
-    _, number, _ = _numbers()
-    mode = ctypes.c_int(0)
-    buf = (ctypes.c_ulong * (_MASK_WORDS + 1))()
     try:
-        _syscall("get_mempolicy", number, ctypes.byref(mode), buf,
-                 ctypes.c_ulong(_MASK_WORDS * _WORD_BITS + 1), None, ctypes.c_ulong(0))
+        return (kernel or _LINUX).get_mempolicy()
     except OSError as exc:
-        raise MemoryPolicyError(f"get_mempolicy failed: {_errname(exc.errno)} ({exc.strerror})") from exc
-    return MemoryPolicy(mode.value & ~_MODE_FLAGS), CpuSet.from_words(list(buf), word_bits=_WORD_BITS)
+        raise _refused("get_mempolicy", exc) from exc
 
 
-def set_mempolicy(policy: MemoryPolicy | str, nodes: CpuSpec = ()) -> tuple[MemoryPolicy, CpuSet]:
+def set_mempolicy(
+    policy: MemoryPolicy | str,
+    nodes: CpuSpec = (),
+    *,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> tuple[MemoryPolicy, CpuSet]:
     """Set the calling thread's memory policy and return it as read back.
 
     A node that does not exist or lies outside the allowed memory nodes is a
@@ -156,27 +129,17 @@ def set_mempolicy(policy: MemoryPolicy | str, nodes: CpuSpec = ()) -> tuple[Memo
     if needs_nodes and not wanted:
         raise UsageError(f"set_mempolicy({mode.name}) needs at least one node")
     if mode in (MemoryPolicy.DEFAULT, MemoryPolicy.LOCAL) and wanted:
-        raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}")
-    _check_nodes(wanted, f"set_mempolicy({mode.name})")
-    number, _, _ = _numbers()
-    if wanted:
-        mask, maxnode = _mask(wanted), _MASK_WORDS * _WORD_BITS + 1
-        _call_set(number, mode, wanted, mask, maxnode)
-    else:
-        _call_set(number, mode, wanted, None, 0)
-    got = get_mempolicy()
+        raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}", value=wanted)
+    _check_nodes(wanted, f"set_mempolicy({mode.name})", root)
+    ops = kernel or _LINUX
+    try:
+        ops.set_mempolicy(mode, wanted)
+    except OSError as exc:
+        raise _refused(f"set_mempolicy({mode.name}, nodes {wanted or 'none'})", exc) from exc
+    got = get_mempolicy(kernel=ops)
     if not _same_policy(got, mode, wanted):
         raise MemoryPolicyError(f"set_mempolicy({mode.name}, {wanted}) read back as {got[0].name} {got[1]}")
     return got
-
-
-def _call_set(number: int, mode: MemoryPolicy, nodes: CpuSet, mask: object, maxnode: int) -> None:
-    try:
-        _syscall("set_mempolicy", number, ctypes.c_int(int(mode)), mask, ctypes.c_ulong(maxnode))
-    except OSError as exc:
-        raise MemoryPolicyError(
-            f"set_mempolicy({mode.name}, nodes {nodes or 'none'}) failed: {_errname(exc.errno)} ({exc.strerror})"
-        ) from exc
 
 
 def _same_policy(got: tuple[MemoryPolicy, CpuSet], mode: MemoryPolicy, nodes: CpuSet) -> bool:
@@ -193,7 +156,7 @@ def _policy_named(name: str) -> MemoryPolicy:
         return MemoryPolicy[name.strip().upper().replace("-", "_")]
     except KeyError:
         known = ", ".join(p.name.lower() for p in MemoryPolicy)
-        raise UsageError(f"unknown memory policy {name!r} (policies: {known})") from None
+        raise UsageError(f"unknown memory policy {name!r} (policies: {known})", value=name) from None
 
 
 @dataclass(frozen=True)
@@ -206,79 +169,121 @@ class MigrateResult:
         return f"migrated {self.from_nodes} -> {self.to_nodes}, {self.not_moved} pages not moved"
 
 
-def migrate(to_nodes: CpuSpec, from_nodes: CpuSpec | None = None, pid: int | None = None) -> MigrateResult:
+def migrate(
+    to_nodes: CpuSpec,
+    from_nodes: CpuSpec | None = None,
+    pid: int | None = None,
+    *,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> MigrateResult:
     """Move a process's pages (default: this one's) from ``from_nodes`` (default: all others) to ``to_nodes``."""
     target = CpuSet(to_nodes)
     if not target:
         raise UsageError("migrate needs at least one target node")
-    _check_nodes(target, "migrate_pages")
-    source = system_nodes() if from_nodes is None else CpuSet(from_nodes)
-    _, _, number = _numbers()
-    maxnode = _MASK_WORDS * _WORD_BITS + 1
+    _check_nodes(target, "migrate_pages", root)
+    source = system_nodes(root) if from_nodes is None else CpuSet(from_nodes)
     try:
-        left = _syscall("migrate_pages", number, ctypes.c_int(pid or 0), ctypes.c_ulong(maxnode),
-                        _mask(source), _mask(target))
+        left = (kernel or _LINUX).migrate_pages(pid or 0, source, target)
     except OSError as exc:
-        raise MemoryPolicyError(f"migrate_pages({source} -> {target}) failed: {_errname(exc.errno)} "
-                                f"({exc.strerror})") from exc
+        raise _refused(f"migrate_pages({source} -> {target})", exc) from exc
     return MigrateResult(target, source, left)
 
 
 # -- what pin() does with memory -------------------------------------------
 
-_STEPS = {"bind": ("bind", "preferred", "none"), "preferred": ("preferred", "none"), "none": ("none",)}
+
+class MemoryMode(str, enum.Enum):
+    """What :func:`numapin.pin` does with memory; each steps down to the next on a refusal."""
+
+    NONE = "none"
+    """Leave the memory policy as it is."""
+
+    PREFERRED = "preferred"
+    """Allocate on the placement's nodes while they have room (then elsewhere)."""
+
+    BIND = "bind"
+    """Allocate only on the placement's nodes."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
-def parse_memory_mode(mode: str) -> str:
-    if mode not in _STEPS:
-        raise UsageError(f"unknown memory mode {mode!r} (modes: {', '.join(_STEPS)})")
-    return mode
+# The step-down order of each mode: bind -> preferred -> none.
+_STEPS = {
+    MemoryMode.BIND: (MemoryMode.BIND, MemoryMode.PREFERRED, MemoryMode.NONE),
+    MemoryMode.PREFERRED: (MemoryMode.PREFERRED, MemoryMode.NONE),
+    MemoryMode.NONE: (MemoryMode.NONE,),
+}
+
+
+def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
+    try:
+        return MemoryMode(mode)
+    except ValueError:
+        known = ", ".join(m.value for m in MemoryMode)
+        raise UsageError(f"unknown memory mode {mode!r} (modes: {known})", value=mode) from None
 
 
 @dataclass(frozen=True)
 class MemoryResult:
     """What was done with memory: the policy in force, migration, and any step-down."""
 
-    asked: str
-    applied: str
+    asked: MemoryMode
+    applied: MemoryMode
     nodes: CpuSet
     read_back: tuple[str, str] | None = None
     migration: MigrateResult | None = None
     problems: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        text = f"memory {self.applied} {self.nodes}" if self.applied != "none" else "memory policy unchanged"
-        if self.applied != self.asked:
+        text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \
+            else "memory policy unchanged"
+        if self.applied is not self.asked:
             text += f" (asked {self.asked})"
         if self.migration is not None:
             text += f", {self.migration}"
         return text
 
 
-def _one_step(step: str, nodes: CpuSet) -> tuple[MemoryPolicy, CpuSet]:
-    if step == "bind":
-        return set_mempolicy(MemoryPolicy.BIND, nodes)
+def _one_step(step: MemoryMode, nodes: CpuSet, kernel: MemoryKernel | None,
+              root: str | os.PathLike[str] | None) -> tuple[MemoryPolicy, CpuSet]:
+    if step is MemoryMode.BIND:
+        return set_mempolicy(MemoryPolicy.BIND, nodes, kernel=kernel, root=root)
     if len(nodes) > 1:
         try:
-            return set_mempolicy(MemoryPolicy.PREFERRED_MANY, nodes)
+            return set_mempolicy(MemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, root=root)
         except MemoryPolicyError:
             pass  # kernels before 5.15: prefer the first node
-    return set_mempolicy(MemoryPolicy.PREFERRED, CpuSet([nodes.first()]))
+    return set_mempolicy(MemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, root=root)
 
 
-def place_memory(nodes: CpuSet, mode: str, do_migrate: bool, *, strict: bool) -> MemoryResult:
-    """Apply ``mode`` for ``nodes`` to the calling thread, stepping down bind → preferred → none unless strict."""
+def place_memory(
+    nodes: CpuSet,
+    mode: MemoryMode,
+    do_migrate: bool,
+    *,
+    strict: bool,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> MemoryResult:
+    """Apply ``mode`` for ``nodes`` to the calling thread, stepping down bind → preferred → none unless strict.
+
+    The nodes are a placement's, computed by numapin: a node that turns out
+    missing or forbidden is a problem of the environment here, not a mistake
+    of the caller, and in strict mode raises :class:`MemoryPolicyError`.
+    """
     problems: list[str] = []
-    applied = "none"
+    applied = MemoryMode.NONE
     read_back = None
     for step in _STEPS[mode] if not strict else (mode,):
-        if step == "none":
+        if step is MemoryMode.NONE:
             break
         try:
-            got = _one_step(step, nodes)
+            got = _one_step(step, nodes, kernel, root)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
-                raise
+                raise _as_environment(exc) from exc
             problems.append(str(exc))
             continue
         applied, read_back = step, (got[0].name, str(got[1]))
@@ -286,10 +291,10 @@ def place_memory(nodes: CpuSet, mode: str, do_migrate: bool, *, strict: bool) ->
     migration = None
     if do_migrate:
         try:
-            migration = migrate(nodes)
+            migration = migrate(nodes, kernel=kernel, root=root)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
-                raise
+                raise _as_environment(exc) from exc
             problems.append(str(exc))
     if problems:
         log.warning("numapin: memory placement on %s: %s; continuing with memory %s",
@@ -297,102 +302,5 @@ def place_memory(nodes: CpuSet, mode: str, do_migrate: bool, *, strict: bool) ->
     return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems))
 
 
-# -- where memory lives ---------------------------------------------------
-
-_NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
-
-
-#: ``file=`` paths of mappings that are memory the process made, not files it read:
-#: shared anonymous memory, System V and POSIX shared memory, memfd, anonymous huge pages.
-_OWN_FILES = ("/dev/zero", "/SYSV", "/memfd:", "/dev/shm/", "/anon_hugepage")
-
-
-@dataclass(frozen=True)
-class Residency:
-    """Pages and bytes of a process per NUMA node, from ``numa_maps``.
-
-    ``own_bytes`` leaves out pages of files the process maps (its libraries,
-    the page cache): they are shared with every process that reads those
-    files and lie wherever the first reader ran, so no placement of this
-    process can move them. Everything the process allocated itself counts.
-    """
-
-    pid: int
-    pages: dict[int, int] = field(default_factory=dict)
-    bytes: dict[int, int] = field(default_factory=dict)
-    own_bytes: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.bytes.values())
-
-    def outside(self, nodes: CpuSpec, *, own: bool = False) -> int:
-        keep = CpuSet(nodes)
-        return sum(b for n, b in (self.own_bytes if own else self.bytes).items() if n not in keep)
-
-    def share_outside(self, nodes: CpuSpec, *, own: bool = False) -> float:
-        """The fraction (0..1) of resident bytes (``own``: of the process's own memory) on other nodes."""
-        total = sum((self.own_bytes if own else self.bytes).values())
-        return self.outside(nodes, own=own) / total if total else 0.0
-
-    def __str__(self) -> str:
-        if not self.total:
-            return f"pid {self.pid}: no resident pages"
-        parts = [f"node {n} {_size(b)} ({100 * b / self.total:.0f}%)" for n, b in sorted(self.bytes.items())]
-        return f"pid {self.pid}: " + ", ".join(parts)
-
-
-def _size(value: int) -> str:
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"  # pragma: no cover - loop always returns
-
-
-def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Residency:
-    """Count pages per node in ``numa_maps`` text.
-
-    Each ``N<node>=<pages>`` field counts pages of the mapping's own size
-    (``kernelpagesize_kB``, which is the huge page size for huge mappings).
-    """
-    base = page_size or os.sysconf("SC_PAGE_SIZE")
-    pages: dict[int, int] = {}
-    sizes: dict[int, int] = {}
-    own: dict[int, int] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        size = base
-        counts: list[tuple[int, int]] = []
-        mine = True
-        for item in fields[2:]:
-            if item.startswith("kernelpagesize_kB="):
-                value = item.partition("=")[2]
-                if value.isdigit():
-                    size = int(value) * 1024
-            elif item.startswith("file="):
-                mine = item[5:].startswith(_OWN_FILES)
-            elif (match := _NODE_FIELD.match(item)) is not None:
-                counts.append((int(match.group(1)), int(match.group(2))))
-        for node, count in counts:
-            pages[node] = pages.get(node, 0) + count
-            sizes[node] = sizes.get(node, 0) + count * size
-            if mine:
-                own[node] = own.get(node, 0) + count * size
-    return Residency(pid, pages, sizes, own)
-
-
-def residency(pid: int | None = None) -> Residency:
-    """Where the memory of ``pid`` (default: this process) lives, node by node."""
-    target = os.getpid() if pid is None else pid
-    try:
-        with open(f"/proc/{target}/numa_maps") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"process {target} does not exist (or has no numa_maps)") from None
-    except PermissionError:
-        raise UsageError(
-            f"process {target}: permission denied reading its numa_maps (another user's process?)"
-        ) from None
-    return parse_numa_maps(text, target)
+def _as_environment(exc: MemoryPolicyError | UsageError) -> MemoryPolicyError:
+    return exc if isinstance(exc, MemoryPolicyError) else MemoryPolicyError(str(exc))

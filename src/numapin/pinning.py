@@ -1,12 +1,16 @@
 """Idempotent, ownership-aware pinning of every thread of the process; leases.
 
-This is the only stateful part of numapin. It keeps a record of what it
-applied (process id, the mask read back, the target) so that its own earlier
-pin is never mistaken for someone else's constraint. A mask is *external*
-only when it is neither the process's unconstrained baseline (online CPUs
-inside the cgroup cpuset) nor numapin's own: its record, the marker that
-``numapin exec`` leaves in the environment, or the mask a forked child was
-born with.
+This is the only stateful part of numapin. Its state (:class:`PinState`) is
+one object: the record of what numapin applied (process id, the mask read
+back, the target), the threads placed on purpose, the facts read, the
+warnings given. A mask is *external* only when it is neither the process's
+unconstrained baseline (online CPUs inside the cgroup cpuset) nor numapin's
+own: its record, the marker that ``numapin exec`` leaves in the environment,
+or the mask a forked child was born with.
+
+What to do with a mask is a pure decision (:func:`decide`, one table of
+policy × ownership); :func:`pin` reads the facts, asks for that decision and
+carries it out over every thread.
 """
 
 from __future__ import annotations
@@ -16,40 +20,48 @@ import enum
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
-from .errors import EnvironmentProblem, NumapinError, UsageError
+from .environment import APPLIED, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name
 from .facts import Facts, gather
-from .gpus import select_gpu
 from .host import resolve_root
-from .launch import gpu_of_rank, local_rank
-from .placement import Mode, Placement, parse_mode, place
-from .threads import LinuxThreads, Outcome, ThreadKernel, errno_name, outcome_of
+from .memory import MemoryMode
+from .placement import Mode, Placement, parse_mode, resolve
+from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of
 
 __all__ = [
     "MARKER_ENV",
+    "Action",
+    "Constraint",
+    "Current",
+    "Decision",
     "Ownership",
     "PinError",
     "PinResult",
+    "PinState",
     "Policy",
     "Record",
     "ThreadResult",
     "classify",
+    "constraint",
     "current",
+    "decide",
     "pin",
     "pin_thread",
     "pinned",
     "refresh",
+    "state",
 ]
 
 log = logging.getLogger("numapin")
 
 #: Set by ``numapin exec`` to the cpulist it applied before starting the program.
-MARKER_ENV = "NUMAPIN_APPLIED"
+MARKER_ENV = APPLIED
 
 
 class Policy(str, enum.Enum):
@@ -90,6 +102,23 @@ class Ownership(str, enum.Enum):
         return self.value
 
 
+class Action(str, enum.Enum):
+    """What a pin did, as a whole (each thread's own fate is in its :class:`ThreadResult`)."""
+
+    PINNED = "pinned"
+    PINNED_INSIDE = "pinned inside the external mask"
+    KEPT_EXTERNAL = "kept external mask"
+    RESET = "reset the external mask to the baseline"
+    OVERRODE = "overrode the external mask"
+    NOTHING = "nothing pinned"
+    ROLLED_BACK = "rolled back"
+    OFF = "off: nothing done"
+    PINNED_CALLER = "pinned the calling thread"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Record:
     """What numapin applied in this process."""
@@ -121,12 +150,12 @@ class ThreadResult(NamedTuple):
 class PinResult:
     """The truthful outcome of one pin: the decision, the target and every thread's fate."""
 
-    action: str
+    action: Action
     target: CpuSet | None = None
     mask: CpuSet | None = None
     placement: Placement | None = None
-    policy: str = "respect"
-    ownership: str | None = None
+    policy: Policy = Policy.RESPECT
+    ownership: Ownership | None = None
     previous: CpuSet | None = None
     threads: tuple[ThreadResult, ...] = ()
     memory: _memory.MemoryResult | None = None
@@ -149,7 +178,9 @@ class PinResult:
         return landed > 0 and self.count(Outcome.FAILED) == 0
 
     def __str__(self) -> str:
-        parts = [self.action]
+        parts = [self.action.value]
+        if self.ownership is Ownership.EXTERNAL and self.previous is not None:
+            parts[0] += f" {self.previous}"
         if self.target is not None:
             parts.append(f"target {self.target}")
         if self.placement is not None and self.placement.gpu is not None:
@@ -176,59 +207,157 @@ class PinError(NumapinError):
         self.result = result
 
 
+# -- the decision -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with the process mask: the action, whose mask it is, and the CPUs to apply."""
+
+    action: Action
+    ownership: Ownership
+    target: CpuSet  # empty when nothing is to be applied
+
+
+def classify(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet]) -> Ownership:
+    """Whether ``mask`` is the unconstrained baseline, numapin's own (one of ``own``), or someone else's."""
+    if mask >= baseline:
+        return Ownership.UNCONSTRAINED
+    if mask in own:
+        return Ownership.OWN
+    return Ownership.EXTERNAL
+
+
+def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: Policy, workers: CpuSet) -> Decision:
+    """The whole policy: the process mask ``mask`` × ``policy`` → what to apply. No kernel call.
+
+    ``baseline`` is what the process may use at all, ``own`` the masks numapin
+    applied, ``workers`` the placement's CPUs for the worker threads.
+    """
+    ownership = classify(mask, baseline, own)
+    if policy is Policy.OFF:
+        return Decision(Action.OFF, ownership, CpuSet())
+    if ownership is not Ownership.EXTERNAL:
+        return Decision(Action.PINNED, ownership, workers)
+    if policy is Policy.RESPECT:
+        inside = workers & mask
+        return Decision(Action.PINNED_INSIDE if inside else Action.KEPT_EXTERNAL, ownership, inside)
+    if policy is Policy.RESET:
+        return Decision(Action.RESET, ownership, baseline)
+    if policy is Policy.OVERRIDE:
+        return Decision(Action.OVERRODE, ownership, workers)
+    raise AssertionError(f"policy {policy} has no decision")  # a new Policy must be decided here
+
+
 # -- process-wide state ---------------------------------------------------
 
 
-@dataclass
-class _State:
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    record: Record | None = None
-    # Threads that pin_thread() placed: their mask, and the mask each had before.
-    deliberate: dict[int, CpuSet] = field(default_factory=dict)
-    before_deliberate: dict[int, CpuSet] = field(default_factory=dict)
-    warned: set[tuple[str, int]] = field(default_factory=set)
-    facts: dict[tuple[str, str | None, str | None], Facts] = field(default_factory=dict)
+class PinState:
+    """Everything numapin remembers in this process, behind one lock.
+
+    A forked child gets a fresh one (:func:`os.register_at_fork`) that says
+    the mask it was born with is numapin's, so it can re-pin quietly.
+    """
+
+    def __init__(self, record: Record | None = None) -> None:
+        self.lock = threading.RLock()
+        self.record = record
+        #: Threads that pin_thread() (or reserve=) placed: their mask, and the mask each had before.
+        self.deliberate: dict[int, CpuSet] = {}
+        self.before_deliberate: dict[int, CpuSet] = {}
+        self._warned: set[str] = set()
+        self._facts: dict[tuple[str, str | None, str | None], Facts] = {}
+
+    def forked(self) -> PinState:
+        record = self.record
+        return PinState(None if record is None else replace(record, pid=os.getpid(), source="inherited"))
+
+    def live_record(self) -> Record | None:
+        record = self.record
+        return record if record is not None and record.pid == os.getpid() else None
+
+    def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
+        """The masks that are numapin's in this process: its record and the exec marker."""
+        masks = []
+        record = self.live_record()
+        if record is not None:
+            masks.append(record.mask)
+        marker = environ.get(MARKER_ENV)
+        if marker:
+            try:
+                masks.append(CpuSet.parse(marker))
+            except ValueError:
+                log.debug("ignoring malformed %s=%r", MARKER_ENV, marker)
+        return masks
+
+    def thread_masks(self) -> set[CpuSet]:
+        """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
+        record = self.live_record()
+        return {*(() if record is None else (record.mask,)), *self.deliberate.values()}
+
+    def facts(self, root: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Facts:
+        """The machine's facts, read once per root and CUDA environment (see :func:`refresh`)."""
+        key = (str(resolve_root(root)), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER))
+        with self.lock:
+            found = self._facts.get(key)
+            if found is None:
+                found = self._facts[key] = gather(root, env)
+            return found
+
+    def forget_facts(self) -> None:
+        with self.lock:
+            self._facts.clear()
+
+    def warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+    def mark_deliberate(self, tid: int, mask: CpuSet, before: CpuSet) -> None:
+        if tid not in self.deliberate:
+            self.before_deliberate[tid] = before
+        self.deliberate[tid] = mask
+
+    def process_mask_of_caller(self, tid: int, mask: CpuSet) -> CpuSet:
+        """The process mask as the calling thread sees it: a thread placed on purpose does
+        not carry it, so then it is numapin's record, or the mask the thread had before."""
+        if self.deliberate.get(tid) != mask:
+            return mask
+        record = self.live_record()
+        return record.mask if record is not None else self.before_deliberate.get(tid, mask)
+
+    def saved(self) -> tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]:
+        return self.record, dict(self.deliberate), dict(self.before_deliberate)
+
+    def restore(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> None:
+        self.record, self.deliberate, self.before_deliberate = saved[0], dict(saved[1]), dict(saved[2])
 
 
-_state = _State()
+_STATE = PinState()
+
+
+def state() -> PinState:
+    """This process's pin state (a new one in each forked child)."""
+    return _STATE
 
 
 def _after_fork_in_child() -> None:
     # The child is a new process: a fresh lock (the parent's may have been
-    # held by another thread at fork time) and a record that says the mask it
-    # was born with is numapin's, so it can re-pin for its own GPU quietly.
-    global _state
-    old = _state
-    _state = _State()
-    if old.record is not None:
-        _state.record = replace(old.record, pid=os.getpid(), source="inherited")
+    # held by another thread at fork time) and the parent's record as its own.
+    global _STATE
+    _STATE = _STATE.forked()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _own_masks(environ: Mapping[str, str]) -> list[CpuSet]:
-    masks = []
-    record = _state.record
-    if record is not None and record.pid == os.getpid():
-        masks.append(record.mask)
-    marker = environ.get(MARKER_ENV)
-    if marker:
-        try:
-            masks.append(CpuSet.parse(marker))
-        except ValueError:
-            log.debug("ignoring malformed %s=%r", MARKER_ENV, marker)
-    return masks
+def refresh() -> None:
+    """Forget the facts numapin read (after CPU hotplug or a change of the cgroup cpuset).
 
-
-def classify(mask: CpuSet, baseline: CpuSet, environ: Mapping[str, str] | None = None) -> Ownership:
-    """Whether ``mask`` is the unconstrained baseline, numapin's own, or someone else's."""
-    env = os.environ if environ is None else environ
-    if mask >= baseline:
-        return Ownership.UNCONSTRAINED
-    if mask in _own_masks(env):
-        return Ownership.OWN
-    return Ownership.EXTERNAL
+    Topology, GPUs and the cgroup are read on the first pin and kept: pinning
+    is then as cheap as its syscalls. A forked child reads them afresh.
+    """
+    _STATE.forget_facts()
 
 
 @dataclass(frozen=True)
@@ -249,16 +378,17 @@ class Current:
 
 
 def current(*, kernel: ThreadKernel | None = None) -> Current:
-    """Report numapin's record (or the exec marker) against the calling thread's live mask."""
+    """Report numapin's record (or the exec marker) against the process's live mask."""
     ops = kernel or LinuxThreads()
     me = ops.self_tid()
     live = ops.get_affinity(me)
-    with _state.lock:
-        record = _state.record if _state.record and _state.record.pid == os.getpid() else None
-        if _state.deliberate.get(me) == live:
+    pins = _STATE
+    with pins.lock:
+        record = pins.live_record()
+        if pins.deliberate.get(me) == live:
             # The caller sits on cores of its own (pin_thread): the process
             # mask is what the other threads carry.
-            live = _process_mask(ops, me, live)
+            live = _other_thread_mask(ops, me, pins.deliberate, live)
     marker_text = os.environ.get(MARKER_ENV)
     marker = None
     if marker_text:
@@ -268,14 +398,40 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
     return Current(record, live, applied == live, marker)
 
 
-def _process_mask(ops: ThreadKernel, me: int, fallback: CpuSet) -> CpuSet:
-    """The mask of the first thread that pin_thread() did not place, or ``fallback``."""
+def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuSet], fallback: CpuSet) -> CpuSet:
+    """The mask of the first thread that was not placed on purpose, or ``fallback``."""
     with contextlib.suppress(OSError):
         for tid in ops.list_threads():
-            if tid != me and tid not in _state.deliberate:
+            if tid != me and tid not in deliberate:
                 with contextlib.suppress(OSError):
                     return ops.get_affinity(tid)
     return fallback
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """The calling thread's process mask, whose it is, and the baseline it is compared with."""
+
+    ownership: Ownership
+    mask: CpuSet
+    baseline: CpuSet
+
+
+def constraint(
+    *,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    kernel: ThreadKernel | None = None,
+) -> Constraint:
+    """Whether someone else constrained this process's mask (what :func:`pin`'s policy acts on)."""
+    env = os.environ if environ is None else environ
+    ops = kernel or LinuxThreads()
+    pins = _STATE
+    with pins.lock:
+        baseline = pins.facts(root, env).topology.allowed
+        me = ops.self_tid()
+        mask = pins.process_mask_of_caller(me, ops.get_affinity(me))
+        return Constraint(classify(mask, baseline, pins.own_masks(env)), mask, baseline)
 
 
 # -- the walk -------------------------------------------------------------
@@ -284,11 +440,13 @@ def _process_mask(ops: ThreadKernel, me: int, fallback: CpuSet) -> CpuSet:
 class _Walk:
     """Apply ``target`` to every thread, converging over threads born meanwhile."""
 
-    def __init__(self, ops: ThreadKernel, target: CpuSet, movable: set[CpuSet], all_threads: bool) -> None:
+    def __init__(self, ops: ThreadKernel, target: CpuSet, movable: set[CpuSet], all_threads: bool,
+                 deliberate: Mapping[int, CpuSet]) -> None:
         self.ops = ops
         self.target = target
         self.movable = movable
         self.all_threads = all_threads
+        self.deliberate = deliberate
         self.results: dict[int, ThreadResult] = {}
 
     def run(self, first: int) -> None:
@@ -301,7 +459,7 @@ class _Walk:
         target, results = self.target, self.results
         target_bits = target.bits
         movable = frozenset(m.bits for m in self.movable)
-        deliberate, force = _state.deliberate, self.all_threads
+        deliberate, force = self.deliberate, self.all_threads
         new = tuple.__new__
         fresh = [first]
         while fresh:
@@ -309,7 +467,7 @@ class _Walk:
                 try:
                     before = get(tid)
                 except OSError as exc:
-                    results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc))
+                    results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc.errno))
                     continue
                 bits = before.bits
                 if bits == target_bits:
@@ -320,7 +478,7 @@ class _Walk:
                     try:
                         put(tid, target)
                     except OSError as exc:
-                        results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc))
+                        results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc.errno))
                         continue
                     results[tid] = new(ThreadResult, (tid, Outcome.PINNED, before, target, None))
             fresh = [tid for tid in self.ops.list_threads() if tid not in results]
@@ -340,39 +498,16 @@ class _Walk:
                     self.ops.set_affinity(result.tid, result.before)
 
 
-def facts_for(root: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Facts:
-    """The machine's facts, read once per root and CUDA environment (see :func:`refresh`)."""
-    key = (str(resolve_root(root)), env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_DEVICE_ORDER"))
-    with _state.lock:
-        found = _state.facts.get(key)
-        if found is None:
-            found = _state.facts[key] = gather(root, env)
-        return found
-
-
-def refresh() -> None:
-    """Forget the facts numapin read (after CPU hotplug or a change of the cgroup cpuset).
-
-    Topology, GPUs and the cgroup are read on the first pin and kept: pinning
-    is then as cheap as its syscalls. A forked child reads them afresh.
-    """
-    with _state.lock:
-        _state.facts.clear()
-
-
-def _warn_once(key: tuple[str, int], message: str) -> None:
-    if key not in _state.warned:
-        _state.warned.add(key)
-        log.warning("%s", message)
-
-
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
     if strict:
         raise PinError(message, result)
     # Once per process and problem: a worker that pins in a loop (or a library
     # that calls pin() per request) must not repeat "no GPU" at every call.
-    _warn_once((message, 0), f"numapin: {message}; the process keeps its mask")
+    _STATE.warn_once(f"numapin: {message}; the process keeps its mask")
     return result
+
+
+# -- pin ------------------------------------------------------------------
 
 
 def pin(
@@ -384,7 +519,7 @@ def pin(
     all_threads: bool = False,
     strict: bool = False,
     reserve: int = 0,
-    memory: str = "none",
+    memory: str | MemoryMode = "none",
     migrate: bool = False,
     root: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -410,68 +545,54 @@ def pin(
         parse_mode(mode)
     memory_mode = _memory.parse_memory_mode(memory)
     if chosen_policy is Policy.OFF:
-        return PinResult("off: nothing done", policy=chosen_policy.value)
+        return PinResult(Action.OFF, policy=chosen_policy)
     ops = kernel or LinuxThreads()
-    with _state.lock:
+    pins = _STATE
+    with pins.lock:
         try:
-            facts = facts_for(root, env)
-            if cpus is None:
-                index = gpu if gpu is not None else gpu_of_rank(local_rank(env), len(facts.visible), env)
-                placement = place(facts.topology, facts.inventory, select_gpu(facts.visible, index),
-                                  mode=mode, reserve=reserve)
-            else:
-                named = select_gpu(facts.visible, gpu) if gpu is not None else None
-                placement = place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve)
+            facts = pins.facts(root, env)
+            placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
         except UsageError:
             raise
         except (EnvironmentProblem, OSError) as exc:
-            return _fail(strict, str(exc), PinResult("nothing pinned", policy=chosen_policy.value, message=str(exc)))
-        return _apply(ops, facts, placement, chosen_policy, all_threads, strict, memory_mode, migrate, env)
+            return _fail(strict, str(exc), PinResult(Action.NOTHING, policy=chosen_policy, message=str(exc)))
+        return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
+                                                            migrate, env, root))
 
 
-def _apply(
-    ops: ThreadKernel,
-    facts: Facts,
-    placement: Placement,
-    policy: Policy,
-    all_threads: bool,
-    strict: bool,
-    memory_mode: str,
-    migrate: bool,
-    env: Mapping[str, str],
-) -> PinResult:
+@dataclass(frozen=True)
+class _Options:
+    policy: Policy
+    all_threads: bool
+    strict: bool
+    memory: MemoryMode
+    migrate: bool
+    environ: Mapping[str, str]
+    root: str | os.PathLike[str] | None
+
+
+def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement, options: _Options) -> PinResult:
+    """Carry out :func:`decide`'s answer over every thread, then memory; record what was applied."""
+    policy, strict = options.policy, options.strict
     baseline = facts.topology.allowed
     me = ops.self_tid()
     try:
-        previous = mine = ops.get_affinity(me)
+        mine = ops.get_affinity(me)
     except OSError as exc:
-        message = f"cannot read this thread's mask ({errno_name(exc)})"
-        return _fail(strict, message, PinResult("nothing pinned", policy=policy.value, message=message))
-    # A thread that pin_thread() placed deliberately does not carry the process
-    # mask: that is numapin's record, or else the mask the thread had before.
-    if me in _state.deliberate and _state.deliberate[me] == previous:
-        previous = _state.record.mask if _state.record is not None else _state.before_deliberate.get(me, previous)
-    ownership = classify(previous, baseline, env)
-    wanted = placement.workers
-    action = "pinned"
-    if ownership is Ownership.EXTERNAL:
-        if policy is Policy.RESPECT:
-            wanted = placement.workers & previous
-            action = f"pinned inside the external mask {previous}"
-            if not wanted:
-                message = (f"the process mask {previous} was set by someone else and does not meet the "
-                           f"placement {placement.cpus}; left as it is (policy respect)")
-                _warn_once(("respect", previous.bits), f"numapin: {message}")
-                return PinResult("kept external mask", placement=placement, policy=policy.value,
-                                 ownership=ownership.value, previous=previous, message=message)
-        elif policy is Policy.RESET:
-            wanted = baseline
-            action = f"reset the external mask {previous} to the baseline"
-        else:
-            action = f"overrode the external mask {previous}"
-    movable = {previous, baseline, *_own_masks(env)}
-    walk = _Walk(ops, wanted, movable, all_threads)
-    reserve_me = bool(placement.reserved) and policy is not Policy.RESET
+        message = f"cannot read this thread's mask ({errno_name(exc.errno)})"
+        return _fail(strict, message, PinResult(Action.NOTHING, policy=policy, message=message))
+    previous = pins.process_mask_of_caller(me, mine)
+    own = pins.own_masks(options.environ)
+    decision = decide(previous, baseline, own, policy, placement.workers)
+    wanted, ownership = decision.target, decision.ownership
+    if decision.action is Action.KEPT_EXTERNAL:
+        message = (f"the process mask {previous} was set by someone else and does not meet the "
+                   f"placement {placement.cpus}; left as it is (policy respect)")
+        pins.warn_once(f"numapin: {message}")
+        return PinResult(Action.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
+                         previous=previous, message=message)
+    walk = _Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
+    reserve_me = bool(placement.reserved) and decision.action is not Action.RESET
     try:
         walk.run(me)
         if reserve_me:
@@ -479,31 +600,31 @@ def _apply(
     except OSError as exc:
         # Nothing may stay half-applied when the walk itself broke.
         walk.rollback()
-        message = f"cannot list this process's threads ({errno_name(exc)}); changes rolled back"
-        return _fail(strict, message, PinResult("nothing pinned", wanted, placement=placement,
-                                                policy=policy.value, ownership=ownership.value,
-                                                previous=previous, message=message))
+        message = f"cannot list this process's threads ({errno_name(exc.errno)}); changes rolled back"
+        return _fail(strict, message, PinResult(Action.NOTHING, wanted, placement=placement, policy=policy,
+                                                ownership=ownership, previous=previous, message=message))
     results = tuple(walk.results.values())
     failed = [r for r in results if r.outcome is Outcome.FAILED]
-    result = PinResult(action, wanted, wanted, placement, policy.value, ownership.value, previous, results)
+    result = PinResult(decision.action, wanted, wanted, placement, policy, ownership, previous, results)
     if failed and strict:
         walk.rollback()
         raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
-                       + ", ".join(str(r) for r in failed[:5]), replace(result, action="rolled back"))
+                       + ", ".join(str(r) for r in failed[:5]), replace(result, action=Action.ROLLED_BACK))
     if not result.count(Outcome.PINNED) and not result.count(Outcome.ALREADY):
-        return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action="nothing pinned"))
+        return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action=Action.NOTHING))
     result = replace(result, mask=_read_back(ops, results, wanted))
-    if memory_mode != "none" or migrate:
+    if options.memory is not MemoryMode.NONE or options.migrate:
         try:
-            memory = _memory.place_memory(placement.mems, memory_mode, migrate, strict=strict)
+            placed = _memory.place_memory(placement.mems, options.memory, options.migrate, strict=strict,
+                                          root=options.root)
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
-                           replace(result, action="rolled back")) from exc
-        result = replace(result, memory=memory)
-    _state.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
+                           replace(result, action=Action.ROLLED_BACK)) from exc
+        result = replace(result, memory=placed)
+    pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     if reserve_me:
-        _state.deliberate[me] = placement.reserved
+        pins.deliberate[me] = placement.reserved
     if failed:
         log.warning("%s", result)
     elif result.changed:
@@ -540,22 +661,21 @@ def pin_thread(
     reserved cores of a placement.
     """
     ops = kernel or LinuxThreads()
-    with _state.lock:
-        facts = facts_for(root, os.environ)
-        placement = place(facts.topology, facts.inventory, None, cpus=cpus)
+    pins = _STATE
+    with pins.lock:
+        facts = pins.facts(root, os.environ)
+        placement = resolve(facts, os.environ, cpus=cpus)
         me = ops.self_tid()
         try:
             before = ops.get_affinity(me)
             ops.set_affinity(me, placement.cpus)
             after = ops.get_affinity(me)
         except OSError as exc:
-            outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc))
-            return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc)})",
-                         PinResult("nothing pinned", placement.cpus, placement=placement, threads=(outcome,)))
-        if me not in _state.deliberate:
-            _state.before_deliberate[me] = before
-        _state.deliberate[me] = after
-        return PinResult("pinned the calling thread", placement.cpus, after, placement,
+            outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc.errno))
+            return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc.errno)})",
+                         PinResult(Action.NOTHING, placement.cpus, placement=placement, threads=(outcome,)))
+        pins.mark_deliberate(me, after, before)
+        return PinResult(Action.PINNED_CALLER, placement.cpus, after, placement,
                          threads=(ThreadResult(me, Outcome.PINNED, before, after),))
 
 
@@ -569,8 +689,9 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
     Leases nest.
     """
     ops: ThreadKernel = options.get("kernel") or LinuxThreads()
-    policy_before = _policy_or_none() if options.get("memory", "none") != "none" else None
-    with _state.lock:
+    policy_before = _policy_or_none() if options.get("memory", MemoryMode.NONE) != MemoryMode.NONE else None
+    pins = _STATE
+    with pins.lock:
         me = ops.self_tid()
         saved: dict[int, CpuSet] = {}
         for tid in ops.list_threads():
@@ -578,17 +699,18 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
                 saved[tid] = ops.get_affinity(tid)
         if me not in saved:
             saved[me] = ops.get_affinity(me)
-        record, deliberate, before_deliberate = _state.record, dict(_state.deliberate), dict(_state.before_deliberate)
+        remembered = pins.saved()
         result = pin(gpu, **options)
     try:
         yield result
     finally:
-        with _state.lock:
+        with pins.lock:
             _restore(ops, me, saved, result)
-            _state.record, _state.deliberate, _state.before_deliberate = record, deliberate, before_deliberate
-            if policy_before is not None and result.memory is not None and result.memory.applied != "none":
+            pins.restore(remembered)
+            if policy_before is not None and result.memory is not None \
+                    and result.memory.applied is not MemoryMode.NONE:
                 try:
-                    _memory.set_mempolicy(*policy_before)
+                    _memory.set_mempolicy(*policy_before, root=options.get("root"))
                 except (NumapinError, OSError) as exc:
                     log.warning("numapin: could not restore the memory policy %s %s after the lease: %s",
                                 policy_before[0].name, policy_before[1], exc)

@@ -1,25 +1,29 @@
 """Placement policies: pure functions from facts (topology, GPUs) to CPU and memory sets.
 
-Nothing here reads or changes kernel state. Every placement is computed
-against the unconstrained baseline (online CPUs inside the cgroup cpuset),
-never against the process's current mask, so planning again after pinning
-gives the same answer.
+Nothing here reads files or changes kernel state: :func:`resolve` answers
+"which GPU, which CPUs" from facts already read, for every caller (``pin``,
+``numapin exec``, ``numapin plan``, the compatibility layer). Every placement
+is computed against the unconstrained baseline (online CPUs inside the cgroup
+cpuset), never against the process's current mask, so planning again after
+pinning gives the same answer.
 """
 
 from __future__ import annotations
 
 import enum
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .cpuset import CpuSet, CpuSpec
+from .environment import RANK_MAP
 from .errors import EnvironmentProblem, UsageError
-from .gpus import Gpu, Inventory, VisibleGpu
+from .facts import Facts
+from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
+from .ranks import LocalRank, gpu_for_rank, local_rank
 from .topology import Core, Topology
 
-__all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "place_all", "plan"]
+__all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "resolve"]
 
 
 class PlacementError(EnvironmentProblem):
@@ -45,6 +49,9 @@ class Mode(str, enum.Enum):
     SINGLE = "single"
     """One physical core per GPU, distinct per GPU: GPU 0 → ``0,112``."""
 
+    EXPLICIT = "explicit"
+    """The caller's own CPUs (``cpus=``), checked against the allowed CPUs: ``cpus="0-7"`` → ``0-7``."""
+
     def __str__(self) -> str:
         return self.value
 
@@ -53,7 +60,7 @@ def parse_mode(mode: str | Mode) -> Mode:
     try:
         return Mode(mode)
     except ValueError:
-        known = ", ".join(m.value for m in Mode)
+        known = ", ".join(m.value for m in Mode if m is not Mode.EXPLICIT)
         raise UsageError(f"unknown mode {mode!r} (modes: {known}, or explicit cpus)") from None
 
 
@@ -68,7 +75,7 @@ class Placement:
     cpus: CpuSet
     mems: CpuSet
     reason: str
-    mode: str
+    mode: Mode
     gpu: int | None = None
     pci: str | None = None
     node: int | None = None
@@ -91,7 +98,7 @@ class Placement:
             "gpu": self.gpu,
             "pci": self.pci,
             "node": self.node,
-            "mode": self.mode,
+            "mode": self.mode.value,
             "cpus": str(self.cpus),
             "mems": str(self.mems),
             "reason": self.reason,
@@ -204,7 +211,7 @@ def place(
             cpus=chosen,
             mems=_mems(topology, chosen),
             reason=f"explicit CPUs {chosen}",
-            mode="explicit",
+            mode=Mode.EXPLICIT,
             gpu=None if gpu is None else gpu.index,
             pci=None if gpu is None else gpu.gpu.pci,
             node=None,
@@ -212,8 +219,8 @@ def place(
             reserved=_reserve(topology, chosen, reserve),
         )
     chosen_mode = parse_mode(mode)
-    if gpu is None:
-        raise UsageError("a placement needs a GPU or explicit cpus")
+    if gpu is None or chosen_mode is Mode.EXPLICIT:
+        raise UsageError("a placement needs a GPU and a mode, or explicit cpus")
     physical = gpu.gpu
     domain, where = _domain(topology, physical)
     if not domain:
@@ -239,14 +246,16 @@ def place(
         else:
             chosen = group
             reason += ", last-level cache group"
-    else:
+    elif chosen_mode is Mode.SINGLE:
         chosen = _single(topology, inventory, physical, domain)
         reason += ", one core"
+    else:  # a mode added to the enum but not here must fail loudly, never act as another
+        raise AssertionError(f"placement mode {chosen_mode} has no policy")
     return Placement(
         cpus=chosen,
         mems=_mems(topology, chosen),
         reason=reason,
-        mode=chosen_mode.value,
+        mode=chosen_mode,
         gpu=gpu.index,
         pci=physical.pci,
         node=physical.node,
@@ -255,49 +264,35 @@ def place(
     )
 
 
-def place_all(
-    topology: Topology,
-    inventory: Inventory,
-    visible: Sequence[VisibleGpu],
+def resolve(
+    facts: Facts,
+    environ: Mapping[str, str],
     *,
-    mode: str | Mode = Mode.NODE,
-    reserve: int = 0,
-) -> tuple[Placement, ...]:
-    """One placement per local rank: rank r drives ``visible[r]``."""
-    parse_mode(mode)
-    return tuple(place(topology, inventory, v, mode=mode, reserve=reserve, rank=r) for r, v in enumerate(visible))
-
-
-def plan(
     gpu: int | None = None,
-    *,
+    cpus: CpuSpec | None = None,
+    rank: LocalRank | None = None,
     mode: str | Mode = Mode.NODE,
     reserve: int = 0,
-    cpus: CpuSpec | None = None,
-    gpus: Sequence[int] | None = None,
-    root: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Placement | tuple[Placement, ...]:
-    """Where GPU ``gpu``'s worker should run, or (``gpu`` None) one placement per local rank.
+) -> Placement:
+    """The placement for this request: the one answer to "which GPU, which CPUs".
 
-    ``gpus`` limits the per-rank table to those logical GPUs (rank i drives
-    ``gpus[i]``). Reads the machine under ``root``; changes nothing.
+    ``cpus`` pins to an explicit set (``gpu``, when given, only names the GPU
+    it is for). Otherwise ``gpu`` is CUDA's logical index; None means the GPU
+    of ``rank``, itself read from the launcher's variables in ``environ`` when
+    None (rank 0 when none is set), through ``NUMAPIN_RANK_MAP``. Raises
+    :class:`UsageError` for the caller's mistakes and :class:`EnvironmentProblem`
+    when the machine offers nothing (no GPU visible, no allowed CPU near it).
     """
-    from .facts import gather
-    from .gpus import select_gpu
-
-    if cpus is None:
-        parse_mode(mode)
-    facts = gather(root, environ)
-    if cpus is not None and gpus is None:
-        visible = None if gpu is None else select_gpu(facts.visible, gpu)
-        return place(facts.topology, facts.inventory, visible, cpus=cpus, reserve=reserve)
-    if gpu is not None:
-        return place(facts.topology, facts.inventory, select_gpu(facts.visible, gpu), mode=mode, reserve=reserve)
-    chosen = facts.visible if gpus is None else tuple(select_gpu(facts.visible, g) for g in gpus)
-    if not chosen:
-        select_gpu(facts.visible, 0)  # raises the "no GPU visible" error
     if cpus is not None:
-        return tuple(place(facts.topology, facts.inventory, v, cpus=cpus, reserve=reserve, rank=r)
-                     for r, v in enumerate(chosen))
-    return place_all(facts.topology, facts.inventory, chosen, mode=mode, reserve=reserve)
+        named = select_gpu(facts.visible, gpu) if gpu is not None else None
+        return place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve,
+                     rank=None if rank is None else rank.rank)
+    parse_mode(mode)
+    if gpu is None:
+        if rank is None:
+            rank = local_rank(environ)
+        # With no GPU visible, selecting GPU 0 below reports that (an environment problem).
+        gpu = gpu_for_rank(0 if rank is None else rank.rank, len(facts.visible), environ.get(RANK_MAP)) \
+            if facts.visible else 0
+    return place(facts.topology, facts.inventory, select_gpu(facts.visible, gpu), mode=mode, reserve=reserve,
+                 rank=None if rank is None else rank.rank)

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from .cpuset import CpuSet
 
-__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "errno_name", "outcome_of"]
+__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of"]
 
 
 class Outcome(str, enum.Enum):
@@ -101,10 +101,6 @@ class LinuxThreads:
             return int(fields[36])
         except (IndexError, ValueError):
             return None
-
-
-def errno_name(exc: OSError) -> str:
-    return errno.errorcode.get(exc.errno or 0, str(exc.errno))
 
 
 def outcome_of(exc: OSError) -> Outcome:

@@ -78,6 +78,9 @@ class Topology:
     cgroup: Cgroup
     allowed: CpuSet
     allowed_mems: CpuSet
+    # The reading process's mask as the root's proc/self/status gave it at read
+    # time: a fact of the snapshot for `show`, never consulted by pinning (the
+    # cached facts would make it stale; pinning asks the kernel each time).
     process: CpuSet | None
     package_source: str = "physical_package_id"
     core_source: str = "thread siblings"

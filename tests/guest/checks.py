@@ -275,7 +275,7 @@ def memory_only_nodes_never_hold_cpus() -> str:
     assert memory_only, "this guest should have CPU-less nodes"
     plans = []
     for mode in ("node", "socket", "exclusive", "core-complex", "single"):
-        for p in numapin.plan(mode=mode):  # type: ignore[union-attr]
+        for p in numapin.plan_ranks(mode=mode):
             plans.append(p)
             assert not set(TOPOLOGY.nodes_of(p.cpus)) & memory_only, p
             assert not set(p.mems) & memory_only and p.node not in memory_only, p

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import os
 
-from ..cpuset import CpuSet
-from ..pinning import Ownership, PinResult, classify, facts_for, pin
-from ..threads import LinuxThreads, ThreadKernel
+from ..environment import TLLM_AFFINITY
+from ..pinning import Ownership, PinResult, constraint, pin
+from ..threads import ThreadKernel
 
 __all__ = ["ENV", "configure_cpu_affinity"]
 
-ENV = "TLLM_NUMA_AWARE_WORKER_AFFINITY"
+ENV = TLLM_AFFINITY
 
 log = logging.getLogger("numapin")
 
@@ -47,17 +47,15 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     try:
         if setting == "1":
             return pin(device_id, policy="override", kernel=kernel)
-        baseline = facts_for(None, os.environ).topology.allowed
-        ops = kernel or LinuxThreads()
-        mask = ops.get_affinity(ops.self_tid())
-        if classify(mask, baseline) is Ownership.EXTERNAL:
-            log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), mask)
+        found = constraint(kernel=kernel)
+        if found.ownership is Ownership.EXTERNAL:
+            log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
             log.warning(
                 "numapin: process %d has constrained CPU affinity but `%s` is not set. "
                 "Removing CPU affinity constraints (back to %s).",
-                os.getpid(), ENV, baseline,
+                os.getpid(), ENV, found.baseline,
             )
-            return pin(cpus=CpuSet(baseline), policy="reset", kernel=kernel)
+            return pin(cpus=found.baseline, policy="reset", kernel=kernel)
         return pin(device_id, policy="respect", kernel=kernel)
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
         log.warning("numapin: configure_cpu_affinity(%r) did nothing: %s", device_id, exc)

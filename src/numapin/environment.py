@@ -1,0 +1,49 @@
+"""The environment variables numapin reads and sets, each named once.
+
+Pure names, no reading: the modules that read a variable take an ``environ``
+mapping, so tests and ``numapin exec`` can hand them any environment.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APPLIED",
+    "CUDA_DEVICE_ORDER",
+    "CUDA_VISIBLE_DEVICES",
+    "FSROOT",
+    "LOCAL_RANK_VARIABLES",
+    "OWNED",
+    "RANK_MAP",
+    "RESERVED",
+    "TLLM_AFFINITY",
+]
+
+#: A folder standing in for ``/`` when reading ``sys/`` and ``proc/`` facts.
+FSROOT = "NUMAPIN_FSROOT"
+#: Set by ``numapin exec``: the mask it applied (numapin's own while the live mask equals it).
+APPLIED = "NUMAPIN_APPLIED"
+#: Set by ``numapin exec --reserve K``: the CPUs kept for the latency-critical thread.
+RESERVED = "NUMAPIN_RESERVED"
+#: ``r0,r1,...``: local rank i drives logical GPU r_i.
+RANK_MAP = "NUMAPIN_RANK_MAP"
+
+#: The variables numapin itself owns.
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP)
+
+#: Launchers' local-rank variables, in the order they are consulted (first set wins).
+LOCAL_RANK_VARIABLES: tuple[str, ...] = (
+    "LOCAL_RANK",  # torchrun / torch.distributed, DeepSpeed
+    "SLURM_LOCALID",  # Slurm srun
+    "OMPI_COMM_WORLD_LOCAL_RANK",  # Open MPI mpirun
+    "MPI_LOCALRANKID",  # MPICH / Intel MPI (Hydra)
+    "PMI_LOCAL_RANK",  # MPICH (PMI)
+    "MV2_COMM_WORLD_LOCAL_RANK",  # MVAPICH2
+    "PALS_LOCAL_RANKID",  # HPE Cray PALS
+)
+
+#: Read as CUDA reads them.
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+
+#: TensorRT-LLM's switch for its worker affinity, honoured by the compatibility function.
+TLLM_AFFINITY = "TLLM_NUMA_AWARE_WORKER_AFFINITY"

@@ -1,0 +1,57 @@
+"""Where workers would run on a machine: read its facts, then ask :func:`numapin.placement.resolve`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from .cpuset import CpuSpec
+from .environment import RANK_MAP
+from .facts import gather
+from .gpus import select_gpu
+from .placement import Mode, Placement, resolve
+from .ranks import LocalRank
+
+__all__ = ["plan", "plan_ranks"]
+
+
+def plan(
+    gpu: int | None = None,
+    *,
+    mode: str | Mode = Mode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Placement:
+    """Where this process's worker would run: for GPU ``gpu``, or the GPU of its local rank.
+
+    Reads the machine under ``root``; changes nothing. The same answer
+    :func:`numapin.pin` would act on.
+    """
+    env = os.environ if environ is None else environ
+    return resolve(gather(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
+
+
+def plan_ranks(
+    *,
+    mode: str | Mode = Mode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    gpus: Sequence[int] | None = None,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Placement, ...]:
+    """One placement per local rank: rank i drives ``gpus[i]`` when given; else as a launcher's
+    ranks would, one per visible GPU (rank r drives GPU r, or entry r of ``NUMAPIN_RANK_MAP``)."""
+    env = os.environ if environ is None else environ
+    facts = gather(root, env)
+    if gpus is None:
+        rank_map = env.get(RANK_MAP, "")
+        count = len(rank_map.split(",")) if rank_map else len(facts.visible)
+        if not count:
+            select_gpu(facts.visible, 0)  # raises the "no GPU visible" error
+        return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve)
+                     for r in range(count))
+    return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve)
+                 for r, g in enumerate(gpus))

@@ -1,0 +1,25 @@
+"""Plain-text rendering shared by results and the command line."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["format_size", "table"]
+
+
+def format_size(value: int | None) -> str:
+    """Bytes in binary units: ``512 B``, ``1.5 GiB``; "unknown" for None."""
+    if value is None:
+        return "unknown"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"  # pragma: no cover - the loop always returns
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart, no trailing blanks."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]

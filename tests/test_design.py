@@ -1,0 +1,153 @@
+"""The package's shape, as DESIGN.md states it: layers, one state object, one decision table."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from numapin import CpuSet
+from numapin.pinning import Action, Ownership, Policy, decide
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
+
+#: Lowest first. A module may import only from layers below its own, at module
+#: level or inside a function alike (so no import dodges a cycle).
+LAYERS: list[set[str]] = [
+    {"environment", "errors", "text", "version"},  # names and plumbing every layer may use
+    {"cpuset"},
+    {"host", "machines"},  # where facts come from; synthetic machines to read
+    {"cgroup"},
+    {"topology"},
+    {"gpus"},
+    {"facts"},
+    {"ranks"},
+    {"placement"},  # pure: facts -> Placement
+    {"planning"},  # reads facts, then placement
+    {"threads", "numa", "residency"},  # the kernel interfaces
+    {"memory"},
+    {"pinning"},  # the only stateful module
+    {"exec", "audit", "snapshot"},
+    {"compat", "compat.tensorrt_llm"},
+    {"cli"},
+    {"__main__", "__init__"},
+]
+LAYER = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        name = ".".join(parts[:-1]) if parts[-1] == "__init__" and len(parts) > 1 else ".".join(parts)
+        found[name] = path
+    return found
+
+
+def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
+    """Every numapin module ``name`` imports, wherever the import statement stands."""
+    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+    if name == "__init__":
+        package = []
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 0:
+                if node.module and node.module.startswith("numapin"):
+                    base = node.module.split(".")[1:]
+                else:
+                    continue
+            else:
+                base = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                candidate = ".".join([*base, alias.name])
+                target = candidate if candidate in modules else ".".join(base) or "__init__"
+                found.add(target)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("numapin."):
+                    found.add(alias.name.split(".", 1)[1])
+    return found - {name}
+
+
+def test_every_module_has_a_layer() -> None:
+    assert set(_modules()) == set(LAYER), "add new modules to LAYERS (and DESIGN.md's layer list)"
+
+
+@pytest.mark.parametrize("name", sorted(LAYER))
+def test_imports_only_go_down(name: str) -> None:
+    modules = _modules()
+    upward = {m: LAYER[m] for m in _imports(name, modules[name], set(modules)) if LAYER[m] >= LAYER[name]}
+    assert not upward, f"{name} (layer {LAYER[name]}) imports from its own layer or above: {upward}"
+
+
+def test_module_state_is_only_the_pin_state() -> None:
+    # Rebinding a module global needs `global`; the one place allowed is the
+    # fork hook that gives a child its own PinState.
+    holders = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Global):
+                holders.append((name, tuple(node.names)))
+    assert holders == [("pinning", ("_STATE",))]
+
+
+# -- the decision: policy x ownership, no kernel ---------------------------------
+
+BASELINE, WORKERS = CpuSet("0-7"), CpuSet("0-3")
+OWN = [CpuSet("0-3")]
+MASKS = {
+    "wider than the baseline": CpuSet("0-15"),
+    "the baseline": CpuSet("0-7"),
+    "numapin's own": CpuSet("0-3"),
+    "external, overlapping": CpuSet("2-5"),
+    "external, disjoint": CpuSet("6-7"),
+}
+TABLE = {
+    # policy:        mask label:                 (ownership, action, target)
+    Policy.RESPECT: {
+        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
+        "external, overlapping": (Ownership.EXTERNAL, Action.PINNED_INSIDE, "2-3"),
+        "external, disjoint": (Ownership.EXTERNAL, Action.KEPT_EXTERNAL, ""),
+    },
+    Policy.OVERRIDE: {
+        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
+        "external, overlapping": (Ownership.EXTERNAL, Action.OVERRODE, "0-3"),
+        "external, disjoint": (Ownership.EXTERNAL, Action.OVERRODE, "0-3"),
+    },
+    Policy.RESET: {
+        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
+        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
+        "external, overlapping": (Ownership.EXTERNAL, Action.RESET, "0-7"),
+        "external, disjoint": (Ownership.EXTERNAL, Action.RESET, "0-7"),
+    },
+    Policy.OFF: {
+        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.OFF, ""),
+        "the baseline": (Ownership.UNCONSTRAINED, Action.OFF, ""),
+        "numapin's own": (Ownership.OWN, Action.OFF, ""),
+        "external, overlapping": (Ownership.EXTERNAL, Action.OFF, ""),
+        "external, disjoint": (Ownership.EXTERNAL, Action.OFF, ""),
+    },
+}
+
+
+def test_the_table_covers_every_policy_and_case() -> None:
+    assert set(TABLE) == set(Policy) and all(set(row) == set(MASKS) for row in TABLE.values())
+
+
+@pytest.mark.parametrize(("policy", "label"), [(p, m) for p in Policy for m in MASKS])
+def test_decision_table(policy: Policy, label: str) -> None:
+    decision = decide(MASKS[label], BASELINE, OWN, policy, WORKERS)
+    ownership, action, target = TABLE[policy][label]
+    assert (decision.ownership, decision.action, str(decision.target)) == (ownership, action, target)
+
+
+def test_a_mask_is_numapins_only_while_it_is_in_the_record() -> None:
+    assert decide(CpuSet("0-3"), BASELINE, [], Policy.RESPECT, CpuSet("4-7")).action is Action.KEPT_EXTERNAL
+    assert decide(CpuSet("0-3"), BASELINE, OWN, Policy.RESPECT, CpuSet("4-7")).target == CpuSet("4-7")
