@@ -520,3 +520,52 @@ def test_nested_leases(pair_root: Path) -> None:
         workers.close()
 
     in_child(body)
+
+
+def test_a_pin_inside_a_lease_is_part_of_it(pair_root: Path) -> None:
+    # Issue 20, D4: the lease's exit takes back what a pin inside it applied,
+    # and numapin's record is what it was before the lease.
+    def body() -> None:
+        workers = Workers(2)
+        with numapin.pinned(gpu=0):
+            numapin.pin(gpu=1)
+            assert all(m == NODE1 for m in masks().values())
+        assert all(m == ALL for m in masks().values())
+        assert numapin.current().record is None
+        with logs() as records:
+            again = numapin.pin(gpu=0)
+        assert again.ownership == "unconstrained" and all(m == NODE0 for m in masks().values())
+        assert warnings(records) == []
+        workers.close()
+
+    in_child(body)
+
+
+def test_leases_from_two_threads_may_not_overlap(pair_root: Path) -> None:
+    # Issue 20, D8: overlapping, non-nested leases would each undo half of the
+    # other's work; the second is refused before it changes anything.
+    def body() -> str:
+        entered, leave = threading.Event(), threading.Event()
+
+        def first() -> None:
+            with numapin.pinned(gpu=0):
+                entered.set()
+                leave.wait()
+
+        holder = threading.Thread(target=first)
+        holder.start()
+        entered.wait()
+        try:
+            with pytest.raises(UsageError, match="holds a numapin lease") as info:
+                with numapin.pinned(gpu=1):
+                    pass
+            assert all(m == NODE0 for m in masks().values()), "the refused lease changed nothing"
+        finally:
+            leave.set()
+            holder.join()
+        assert all(m == ALL for m in masks().values())
+        with numapin.pinned(gpu=1):  # once the first is over, another thread may take one
+            assert all(m == NODE1 for m in masks().values())
+        return str(info.value)
+
+    assert "nest within one thread" in in_child(body)

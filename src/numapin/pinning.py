@@ -266,6 +266,8 @@ class PinState:
         self.deliberate: dict[int, CpuSet] = {}
         self.before_deliberate: dict[int, CpuSet] = {}
         self._warned: set[str] = set()
+        #: Threads holding a lease, innermost last (all the same thread: leases do not overlap across threads).
+        self.lease_holders: list[int] = []
         self._facts: dict[tuple[str, str | None, str | None], Facts] = {}
 
     def forked(self) -> PinState:
@@ -328,6 +330,13 @@ class PinState:
 
     def saved(self) -> tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]:
         return self.record, dict(self.deliberate), dict(self.before_deliberate)
+
+    def applied_since(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> set[CpuSet]:
+        """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
+        found = {m for tid, m in self.deliberate.items() if saved[1].get(tid) != m}
+        if self.record is not None and self.record is not saved[0]:
+            found |= {self.record.mask, self.record.target}
+        return found
 
     def restore(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> None:
         self.record, self.deliberate, self.before_deliberate = saved[0], dict(saved[1]), dict(saved[2])
@@ -686,13 +695,23 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
     Threads created during the lease get the original mask of the thread that
     took it; a thread whose mask someone else changed meanwhile keeps it. A
     memory policy the lease set on the calling thread is put back as it was.
-    Leases nest.
+    Whatever numapin applied inside the lease (a :func:`pin` or
+    :func:`pin_thread` there) is part of it: taken back on exit, with the
+    record as it was before the lease.
+
+    Leases nest within one thread. A lease taken while another thread holds
+    one is a :class:`UsageError`, raised before anything changes: two restores
+    that each undo half of the other's work would leave no defined state.
     """
     ops: ThreadKernel = options.get("kernel") or LinuxThreads()
     policy_before = _policy_or_none() if options.get("memory", MemoryMode.NONE) != MemoryMode.NONE else None
     pins = _STATE
     with pins.lock:
         me = ops.self_tid()
+        others = [tid for tid in pins.lease_holders if tid != me]
+        if others:
+            raise UsageError(f"thread {others[0]} holds a numapin lease: leases nest within one thread "
+                             "but may not overlap across threads")
         saved: dict[int, CpuSet] = {}
         for tid in ops.list_threads():
             with contextlib.suppress(OSError):
@@ -701,11 +720,13 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
             saved[me] = ops.get_affinity(me)
         remembered = pins.saved()
         result = pin(gpu, **options)
+        pins.lease_holders.append(me)
     try:
         yield result
     finally:
         with pins.lock:
-            _restore(ops, me, saved, result)
+            pins.lease_holders.pop()
+            _restore(ops, me, saved, result, pins.applied_since(remembered))
             pins.restore(remembered)
             if policy_before is not None and result.memory is not None \
                     and result.memory.applied is not MemoryMode.NONE:
@@ -724,9 +745,10 @@ def _policy_or_none() -> tuple[_memory.MemoryPolicy, CpuSet] | None:
         return None
 
 
-def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinResult) -> None:
+def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinResult,
+             inside: set[CpuSet]) -> None:
     applied = {t.tid: t.after for t in result.threads if t.outcome in (Outcome.PINNED, Outcome.ALREADY)}
-    lease_masks = {m for m in applied.values() if m is not None}
+    lease_masks = {m for m in applied.values() if m is not None} | inside
     with contextlib.suppress(OSError):
         for tid in ops.list_threads():
             try:
