@@ -25,7 +25,9 @@ class ModelKernel:
         self.vanish_on_get: set[int] = set()  # tids that exit just before they are read
         self.list_error: int | None = None
         self.on_set: Callable[[int], None] | None = None
+        self.on_list: Callable[[int], None] | None = None  # called with the listing's number, after it
         self.sets = 0
+        self.listings = 0
 
     def spawn(self, parent: int | None = None, mask: CpuSet | None = None) -> int:
         """A new thread inherits its creator's mask, as clone() does."""
@@ -40,7 +42,11 @@ class ModelKernel:
     def list_threads(self) -> list[int]:
         if self.list_error is not None:
             raise OSError(self.list_error, "cannot list /proc/self/task")
-        return list(self.masks)
+        listed = list(self.masks)
+        self.listings += 1
+        if self.on_list is not None:
+            self.on_list(self.listings)
+        return listed
 
     def get_affinity(self, tid: int) -> CpuSet:
         if tid in self.vanish_on_get:

@@ -185,3 +185,24 @@ def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
     mounts = unpacked / "proc/self/mountinfo"
     if mounts.exists():
         assert all("cgroup" in line or "cpuset" in line for line in mounts.read_text().splitlines())
+
+
+def test_snapshot_never_overwrites_without_force(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "machine.tar.gz"
+    out.write_bytes(b"someone's file")
+    assert main(["snapshot", str(out), "--machine", "pair"]) == 2
+    assert "exists; use --force" in capsys.readouterr().err and out.read_bytes() == b"someone's file"
+    assert main(["snapshot", str(out), "--machine", "pair", "--force"]) == 0
+    assert tarfile.is_tarfile(out)
+
+
+def test_snapshot_keeps_only_the_cpuset_lines_of_proc_self_cgroup(tmp_path: Path) -> None:
+    from numapin import machines as synthetic
+
+    root = synthetic.write("pair", tmp_path / "root")
+    (root / "proc/self/cgroup").write_text(
+        "12:memory:/secret/job-4711\n11:cpuset,cpu:/slurm/uid_0/job_42\n0::/slurm/uid_0/job_42/step_0\n"
+        "3:name=systemd:/user.slice/private\n")
+    unpacked = capture(tmp_path, "--root", str(root))
+    assert (unpacked / "proc/self/cgroup").read_text() == \
+        "11:cpuset,cpu:/slurm/uid_0/job_42\n0::/slurm/uid_0/job_42/step_0\n"

@@ -556,9 +556,8 @@ def test_leases_from_two_threads_may_not_overlap(pair_root: Path) -> None:
         holder.start()
         entered.wait()
         try:
-            with pytest.raises(UsageError, match="holds a numapin lease") as info:
-                with numapin.pinned(gpu=1):
-                    pass
+            with pytest.raises(UsageError, match="holds a numapin lease") as info, numapin.pinned(gpu=1):
+                pass
             assert all(m == NODE0 for m in masks().values()), "the refused lease changed nothing"
         finally:
             leave.set()

@@ -162,3 +162,20 @@ def test_launcher_rank_picks_the_gpu(gb300: Path, monkeypatch: pytest.MonkeyPatc
     kernel = ModelKernel(ALL, threads=2)
     assert numapin.pin(kernel=kernel).placement.gpu == 2  # type: ignore[union-attr]
     assert set(kernel.masks.values()) == {GRACE1}
+
+
+def test_a_clone_in_flight_at_the_last_listing_is_caught(gb300: Path) -> None:
+    # Issue 20, D9: a thread cloned from a parent that was not yet pinned becomes
+    # visible just after the listing that found nobody new; the walk lists once
+    # more before it trusts that listing.
+    kernel = ModelKernel(ALL, threads=4)
+    late: list[int] = []
+
+    def clone_in_flight(listing: int) -> None:
+        if listing == 2 and not late:  # the listing that finds nobody new
+            late.append(kernel.spawn(mask=ALL))  # copied from a parent read before its pin
+
+    kernel.on_list = clone_in_flight
+    result = numapin.pin(0, kernel=kernel)
+    assert late and late[0] in result.tids(Outcome.PINNED)
+    assert all(m == GRACE0 for m in kernel.masks.values())

@@ -194,3 +194,14 @@ def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path
     topo = read_topology(root)
     assert topo.allowed == CpuSet("0-15") and topo.online == CpuSet("0-223")
     assert topo.process == CpuSet("0-15")
+
+
+def test_an_unparsable_cgroup_cpuset_is_said_not_swallowed(tmp_path: Path) -> None:
+    # Issue 20, D7: the restriction is ignored (nothing else can be done), but the user hears of it.
+    from numapin import machines
+
+    root = machines.write("pair", tmp_path / "root")
+    (root / "sys/fs/cgroup/cpuset.cpus.effective").write_text("0-1,banana\n")
+    topo = read_topology(root)
+    assert topo.allowed == topo.online
+    assert any("cpuset.cpus.effective is not a list of ids ('0-1,banana')" in w for w in topo.warnings)

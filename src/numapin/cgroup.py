@@ -10,6 +10,7 @@ legacy ``cpuset`` mount), v2 prefers ``cpuset.cpus.effective``.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .cpuset import CpuSet
@@ -90,16 +91,20 @@ def _membership(host: Host) -> tuple[str | None, str | None]:
     return v1, v2
 
 
-def _read_set(host: Host, folder: str, names: tuple[str, ...], stop: str) -> CpuSet | None:
+def _read_set(host: Host, folder: str, names: tuple[str, ...], stop: str,
+              warn: Callable[[str], None]) -> CpuSet | None:
     """The first of ``names`` readable in ``folder`` or, failing that, in its parents up to ``stop``."""
     current = folder
     while True:
         for name in names:
-            text = host.read(posixpath.join(current, name))
+            path = posixpath.join(current, name)
+            text = host.read(path)
             if text is not None and text.strip():
                 try:
                     return CpuSet.parse(text)
                 except ValueError:
+                    shown = text.strip()[:40]
+                    warn(f"cgroup file {path} is not a list of ids ({shown!r}): that restriction is ignored")
                     return None
         if current == stop or len(current) <= len(stop):
             return None
@@ -114,8 +119,9 @@ def _folder(mount: _Mount, path: str) -> str:
     return posixpath.normpath(posixpath.join(mount.point, rel.lstrip("/")))
 
 
-def read_cgroup(host: Host) -> Cgroup:
-    """The process's cpuset restriction as far as the files tell."""
+def read_cgroup(host: Host, warn: Callable[[str], None] | None = None) -> Cgroup:
+    """The process's cpuset restriction as far as the files tell; ``warn`` hears of files it cannot read."""
+    say = warn or (lambda message: None)
     v1_path, v2_path = _membership(host)
     mounts = _mounts(host)
     if v1_path is not None:
@@ -124,14 +130,14 @@ def read_cgroup(host: Host) -> Cgroup:
             if legacy or (mount.fstype == "cgroup" and "cpuset" in mount.options):
                 prefix = "" if legacy or "noprefix" in mount.options else "cpuset."
                 folder = _folder(mount, v1_path)
-                cpus = _read_set(host, folder, (prefix + "cpus",), mount.point)
-                mems = _read_set(host, folder, (prefix + "mems",), mount.point)
+                cpus = _read_set(host, folder, (prefix + "cpus",), mount.point, say)
+                mems = _read_set(host, folder, (prefix + "mems",), mount.point, say)
                 return Cgroup(1, v1_path, folder, cpus, mems)
     if v2_path is not None:
         for mount in mounts:
             if mount.fstype == "cgroup2":
                 folder = _folder(mount, v2_path)
-                cpus = _read_set(host, folder, ("cpuset.cpus.effective", "cpuset.cpus"), mount.point)
-                mems = _read_set(host, folder, ("cpuset.mems.effective", "cpuset.mems"), mount.point)
+                cpus = _read_set(host, folder, ("cpuset.cpus.effective", "cpuset.cpus"), mount.point, say)
+                mems = _read_set(host, folder, ("cpuset.mems.effective", "cpuset.mems"), mount.point, say)
                 return Cgroup(2, v2_path, folder, cpus, mems)
     return Cgroup(None, v1_path or v2_path, None, None, None)

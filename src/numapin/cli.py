@@ -245,7 +245,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
     from .snapshot import TOP, capture
 
     with _root(args) as root:
-        files = capture(args.out, root)
+        files = capture(args.out, root, force=args.force)
     print(f"wrote {args.out}: {len(files)} files under {TOP}/ — attach it to a bug report; "
           f"`numapin show --root {TOP}` on the unpacked archive shows this machine")
     return 0
@@ -342,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="capture this machine's topology files for a bug report",
                           description="Write OUT.tar.gz with exactly the files numapin reads.")
     snap.add_argument("out", metavar="OUT.tar.gz")
+    snap.add_argument("--force", action="store_true", help="replace OUT.tar.gz when it exists")
     _add_root(snap)
     snap.set_defaults(func=cmd_snapshot)
 

@@ -15,6 +15,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from .errors import UsageError
 from .gpus import read_gpus
 from .host import Host
 from .topology import read_topology
@@ -31,7 +32,16 @@ _STATUS_KEYS = ("Cpus_allowed:", "Cpus_allowed_list:", "Mems_allowed:", "Mems_al
 _CGROUP_TYPES = (" cgroup ", " cgroup2 ", " cpuset ")
 
 
+def _cpuset_line(line: str) -> bool:
+    """A /proc/self/cgroup line the cpuset reader uses: v2's, or v1's cpuset hierarchy."""
+    parts = line.split(":", 2)
+    return len(parts) == 3 and ((parts[0] == "0" and parts[1] == "") or "cpuset" in parts[1].split(","))
+
+
 def _filtered(rel: str, text: str) -> str:
+    if rel == "proc/self/cgroup":
+        # Other controllers' paths name the job's other cgroups: none of the readers' business.
+        return "".join(line for line in text.splitlines(keepends=True) if _cpuset_line(line))
     if rel == "proc/self/status":
         return "".join(line for line in text.splitlines(keepends=True) if line.startswith(_STATUS_KEYS))
     if rel in ("proc/self/mountinfo", "proc/mounts"):
@@ -39,8 +49,14 @@ def _filtered(rel: str, text: str) -> str:
     return text
 
 
-def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = None) -> list[str]:
-    """Write ``out`` (a .tar.gz) holding the files numapin reads under ``root``; returns their paths."""
+def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
+            force: bool = False) -> list[str]:
+    """Write ``out`` (a .tar.gz) holding the files numapin reads under ``root``; returns their paths.
+
+    An existing ``out`` is a :class:`UsageError` unless ``force``.
+    """
+    if not force and os.path.lexists(out):
+        raise UsageError(f"{os.fspath(out)!r} exists; use --force to replace it", value=os.fspath(out))
     journal: list[str] = []
     topology = read_topology(root, journal=journal)
     read_gpus(topology, nvml=False, journal=journal)

@@ -441,7 +441,7 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
         r.warn(f"CPUs {homeless} belong to no NUMA node")
     cores, core_source, packages, package_source = _read_cores_and_packages(r, online, nodes)
     caches = _read_caches(r, online)
-    cgroup = read_cgroup(host)
+    cgroup = read_cgroup(host, r.warn)
     allowed = online
     if cgroup.cpus is not None:
         allowed = online & cgroup.cpus
