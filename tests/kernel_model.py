@@ -17,6 +17,7 @@ class ModelKernel:
     def __init__(self, allowed: CpuSet, threads: int = 1) -> None:
         self.allowed = allowed
         self.masks: dict[int, CpuSet] = {}
+        self.starts: dict[int, int] = {}  # tid -> start time: a reused tid starts later
         self.next_tid = 1000
         self.me = self.spawn(mask=allowed)
         for _ in range(threads - 1):
@@ -29,10 +30,12 @@ class ModelKernel:
         self.sets = 0
         self.listings = 0
 
-    def spawn(self, parent: int | None = None, mask: CpuSet | None = None) -> int:
-        """A new thread inherits its creator's mask, as clone() does."""
-        tid = self.next_tid
-        self.next_tid += 1
+    def spawn(self, parent: int | None = None, mask: CpuSet | None = None, tid: int | None = None) -> int:
+        """A new thread inherits its creator's mask, as clone() does; ``tid`` reuses an exited one's id."""
+        if tid is None:
+            tid = self.next_tid
+            self.next_tid += 1
+        self.starts[tid] = len(self.starts) + sum(self.starts.values()) + 1
         self.masks[tid] = mask if mask is not None else self.masks[parent if parent is not None else self.me]
         return tid
 
@@ -54,6 +57,12 @@ class ModelKernel:
         if tid not in self.masks:
             raise OSError(errno.ESRCH, "No such process")
         return self.masks[tid]
+
+    def start_time(self, tid: int) -> int | None:
+        return self.starts[tid] if tid in self.masks else None
+
+    def exit(self, tid: int) -> None:
+        self.masks.pop(tid)
 
     def set_affinity(self, tid: int, cpus: CpuSet) -> None:
         if tid not in self.masks:

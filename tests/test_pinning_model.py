@@ -179,3 +179,19 @@ def test_a_clone_in_flight_at_the_last_listing_is_caught(gb300: Path) -> None:
     result = numapin.pin(0, kernel=kernel)
     assert late and late[0] in result.tids(Outcome.PINNED)
     assert all(m == GRACE0 for m in kernel.masks.values())
+
+
+def test_a_reused_thread_id_is_not_its_predecessor(gb300: Path) -> None:
+    # Issue 20, D3: a thread pins itself on purpose (here to the whole machine)
+    # and exits; a new thread gets its id and the process mask. It is a new
+    # thread: the process-wide pin moves it.
+    kernel = ModelKernel(ALL, threads=3)
+    main = kernel.me
+    hot = kernel.spawn()
+    kernel.me = hot
+    numapin.pin_thread(ALL, kernel=kernel)
+    kernel.me = main
+    kernel.exit(hot)
+    kernel.spawn(tid=hot)  # same id, started later, the process mask
+    result = numapin.pin(0, kernel=kernel)
+    assert hot in result.tids(Outcome.PINNED) and kernel.masks[hot] == GRACE0

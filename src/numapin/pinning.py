@@ -262,9 +262,11 @@ class PinState:
     def __init__(self, record: Record | None = None) -> None:
         self.lock = threading.RLock()
         self.record = record
-        #: Threads that pin_thread() (or reserve=) placed: their mask, and the mask each had before.
+        #: Threads that pin_thread() (or reserve=) placed: their mask, the mask each had before,
+        #: and when each started (a reused thread id is another thread).
         self.deliberate: dict[int, CpuSet] = {}
         self.before_deliberate: dict[int, CpuSet] = {}
+        self.started: dict[int, int | None] = {}
         self._warned: set[str] = set()
         #: Threads holding a lease, innermost last (all the same thread: leases do not overlap across threads).
         self.lease_holders: list[int] = []
@@ -315,10 +317,19 @@ class PinState:
             self._warned.add(message)
             log.warning("%s", message)
 
-    def mark_deliberate(self, tid: int, mask: CpuSet, before: CpuSet) -> None:
+    def mark_deliberate(self, ops: ThreadKernel, tid: int, mask: CpuSet, before: CpuSet) -> None:
         if tid not in self.deliberate:
             self.before_deliberate[tid] = before
+            self.started[tid] = ops.start_time(tid)
         self.deliberate[tid] = mask
+
+    def forget_exited(self, ops: ThreadKernel) -> None:
+        """Drop what is remembered of deliberate threads that exited, even when their id is back."""
+        for tid in list(self.deliberate):
+            if ops.start_time(tid) != self.started.get(tid):
+                self.deliberate.pop(tid, None)
+                self.before_deliberate.pop(tid, None)
+                self.started.pop(tid, None)
 
     def process_mask_of_caller(self, tid: int, mask: CpuSet) -> CpuSet:
         """The process mask as the calling thread sees it: a thread placed on purpose does
@@ -597,6 +608,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
     except OSError as exc:
         message = f"cannot read this thread's mask ({errno_name(exc.errno)})"
         return _fail(strict, message, PinResult(Action.NOTHING, policy=policy, message=message))
+    pins.forget_exited(ops)
     previous = pins.process_mask_of_caller(me, mine)
     own = pins.own_masks(options.environ)
     decision = decide(previous, baseline, own, policy, placement.workers)
@@ -640,7 +652,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         result = replace(result, memory=placed)
     pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     if reserve_me:
-        pins.deliberate[me] = placement.reserved
+        pins.mark_deliberate(ops, me, placement.reserved, mine)
     if failed:
         log.warning("%s", result)
     elif result.changed:
@@ -690,7 +702,7 @@ def pin_thread(
             outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc.errno))
             return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc.errno)})",
                          PinResult(Action.NOTHING, placement.cpus, placement=placement, threads=(outcome,)))
-        pins.mark_deliberate(me, after, before)
+        pins.mark_deliberate(ops, me, after, before)
         return PinResult(Action.PINNED_CALLER, placement.cpus, after, placement,
                          threads=(ThreadResult(me, Outcome.PINNED, before, after),))
 

@@ -33,7 +33,7 @@ class Outcome(str, enum.Enum):
 
 
 class ThreadKernel(Protocol):
-    """The four calls pinning needs; each raises OSError as the kernel would."""
+    """The calls pinning needs; each raises OSError as the kernel would."""
 
     def self_tid(self) -> int: ...
 
@@ -42,6 +42,11 @@ class ThreadKernel(Protocol):
     def get_affinity(self, tid: int) -> CpuSet: ...
 
     def set_affinity(self, tid: int, cpus: CpuSet) -> None: ...
+
+    def start_time(self, tid: int) -> int | None:
+        """When the thread started (clock ticks since boot), None when it is gone: with the tid,
+        it names one thread for good, since the kernel reuses thread ids."""
+        ...
 
 
 class LinuxThreads:
@@ -88,8 +93,7 @@ class LinuxThreads:
         except OSError:
             return None
 
-    def last_cpu(self, tid: int) -> int | None:
-        """The CPU the thread last ran on (field 39 of its ``stat``)."""
+    def _stat_field(self, tid: int, index: int) -> int | None:
         try:
             with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
                 text = f.read()
@@ -98,9 +102,17 @@ class LinuxThreads:
         # The name (field 2) may hold spaces and parentheses: split after the last ')'.
         fields = text[text.rfind(")") + 2:].split()
         try:
-            return int(fields[36])
+            return int(fields[index])
         except (IndexError, ValueError):
             return None
+
+    def last_cpu(self, tid: int) -> int | None:
+        """The CPU the thread last ran on (field 39 of its ``stat``)."""
+        return self._stat_field(tid, 36)
+
+    def start_time(self, tid: int) -> int | None:
+        """Field 22 of the thread's ``stat``: its start time in clock ticks since boot."""
+        return self._stat_field(tid, 19)
 
 
 def outcome_of(exc: OSError) -> Outcome:
