@@ -221,7 +221,21 @@ CASES: list[tuple[str, str | None, list[int]]] = [
     ("unique uuid prefix", "PREFIX:6", [6]),
     ("unknown uuid ends the list", "5,GPU-ffffffff", [5]),
     ("legacy MIG naming its parent", "MIGGPU:3", [3]),
+    ("a number past any GPU count", "2," + "9" * 4400, [2]),
+    ("digits of another script", "1,\u00b2", [1]),
 ]
+
+
+@given(value=st.text(alphabet=st.sampled_from("0123456789,- GPUMIG-abcdef\u00b2\u0663"), max_size=60))
+def test_any_cuda_visible_devices_value_resolves_without_error(value: str, dgx_inventory: Inventory) -> None:
+    # Whatever the value, CUDA's rules give a list of distinct GPUs, never an exception
+    # (an ambiguous UUID prefix, a caller's error, aside).
+    try:
+        visible = resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": value}).visible
+    except GpuError as exc:
+        assert "ambiguous" in str(exc) or "MIG" in str(exc)
+        return
+    assert len({v.gpu.pci for v in visible}) == len(visible) <= len(dgx_inventory.gpus)
 
 
 @pytest.mark.parametrize(("label", "value", "physical"), CASES, ids=[c[0] for c in CASES])

@@ -396,8 +396,9 @@ def resolve_visible(
     for raw in value.split(","):
         entry = raw.strip()
         gpu: Gpu | None = None
-        if re.fullmatch(r"[0-9]+", entry):
-            index = int(entry)
+        if re.fullmatch(r"[0-9]+", entry, re.ASCII):
+            # No machine has 10**9 GPUs; a longer number names none (and int() refuses 4,300 digits).
+            index = int(entry) if len(entry) < 10 else len(gpus)
             gpu = gpus[index] if index < len(gpus) else None
         elif entry.upper().startswith("GPU-"):
             gpu = _match_uuid(entry, gpus)
