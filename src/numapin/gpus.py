@@ -27,7 +27,7 @@ from typing import Any
 from .cpuset import CpuSet
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, UsageError
-from .host import Host
+from .host import Host, decimal
 from .topology import Topology
 
 __all__ = [
@@ -150,11 +150,8 @@ def _numa_status_node(host: Host, bdf: str) -> int | None:
     for line in (host.read(f"proc/driver/nvidia/gpus/{bdf}/numa_status") or "").splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "Node":
-            try:
-                node = int(value.strip())
-            except ValueError:
-                return None
-            return node if node >= 0 else None
+            node = decimal(value)
+            return node if node is not None and node >= 0 else None
     return None
 
 
@@ -194,7 +191,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
             continue
         cpus = _local_cpus(host, folder, warnings)
         node_text = (host.read(f"{folder}/numa_node") or "").strip()
-        node: int | None = int(node_text) if node_text.lstrip("-").isdigit() else None
+        node = decimal(node_text)
         if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
             node = None
         if node is None:
@@ -220,7 +217,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
                 gpu_memory_nodes=gpu_memory,
                 model=info.get("Model") or None,
                 uuid=info.get("GPU UUID") or None,
-                minor=int(minor) if minor.isdigit() else None,
+                minor=value if (value := decimal(minor)) is not None and value >= 0 else None,
             )
         )
     return found

@@ -9,13 +9,31 @@ the real process.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .environment import FSROOT
 from .errors import EnvironmentProblem
 
-__all__ = ["FSROOT_ENV", "Host", "HostError", "resolve_root"]
+__all__ = ["FSROOT_ENV", "Host", "HostError", "decimal", "resolve_root"]
+
+# sysfs and procfs values are small; a file larger than this is no fact of ours.
+_MAX_READ = 1 << 20
+_DECIMAL = re.compile(r"-?[0-9]{1,9}", re.ASCII)
+
+
+def decimal(text: str | None) -> int | None:
+    """``text`` as the kernel writes an integer (ASCII, at most nine digits), or None.
+
+    ``int()`` alone would take superscripts and other scripts' digits, and
+    refuse or crawl through thousands of digits.
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if _DECIMAL.fullmatch(text) else None
 
 FSROOT_ENV = FSROOT
 
@@ -58,12 +76,30 @@ class Host:
         return self.root / rel.lstrip("/")
 
     def read(self, rel: str) -> str | None:
-        """The file's text, or None when it is absent or unreadable."""
+        """The file's text, or None when it is absent, unreadable or not a regular file.
+
+        Only regular files are read (a FIFO would block the reader forever;
+        sysfs and procfs attributes are regular files), and at most 1 MiB.
+        """
+        path = self.path(rel)
         try:
-            # Some captures end sysfs values with NUL bytes; no real value holds one.
-            text = self.path(rel).read_text(errors="replace").replace("\x00", "")
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, ValueError):
             return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            chunks, size = [], 0
+            while size < _MAX_READ and (chunk := os.read(fd, _MAX_READ - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        # Some captures end sysfs values with NUL bytes; no real value holds one.
+        text = data.decode(errors="replace").replace("\x00", "")
         if self.journal is not None:
             self.journal.append(rel.lstrip("/"))
         return text

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .cgroup import Cgroup, read_cgroup
-from .cpuset import CpuSet
-from .host import Host
+from .cpuset import MAX_ID, CpuSet
+from .host import Host, decimal
 
 __all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
 
@@ -220,18 +220,22 @@ class _Reader:
         text = self.host.read(rel)
         if text is None or not text.strip():
             return None
-        try:
-            return int(text.strip())
-        except ValueError:
-            self.warn(f"{rel}: not an integer: {text.strip()!r}")
-            return None
+        value = decimal(text)
+        if value is None:
+            self.warn(f"{rel}: not an integer: {text.strip()[:40]!r}")
+        return value
 
     def numbered(self, folder: str, prefix: str) -> list[int]:
+        """The ids of ``folder``'s entries named prefix + a decimal; ids past the kernel's limits are left out."""
         ids = []
         for name in self.host.listdir(folder):
-            digits = name[len(prefix):]
-            if name.startswith(prefix) and digits.isdigit():
-                ids.append(int(digits))
+            value = decimal(name[len(prefix):]) if name.startswith(prefix) else None
+            if value is None or value < 0:
+                continue
+            if value > MAX_ID:
+                self.warn(f"{folder}/{name}: id {value} is past any the kernel gives (up to {MAX_ID}); left out")
+                continue
+            ids.append(value)
         return sorted(ids)
 
 
@@ -280,8 +284,9 @@ def _read_nodes(r: _Reader, online: CpuSet) -> list[Node]:
         text = r.text(f"{folder}/distance")
         if text is not None:
             values = text.split()
-            if len(values) == len(order_ids) and all(v.isdigit() for v in values):
-                distances = tuple(zip(order_ids, (int(v) for v in values), strict=True))
+            numbers = [decimal(v) for v in values]
+            if len(values) == len(order_ids) and all(n is not None and n >= 0 for n in numbers):
+                distances = tuple(zip(order_ids, (n or 0 for n in numbers), strict=True))
             else:
                 r.warn(f"{folder}/distance: {len(values)} values for {len(order_ids)} nodes; ignored")
         with_memory = node_id in has_memory if has_memory is not None else memory is None or memory > 0
@@ -309,8 +314,8 @@ def _node_memory(r: _Reader, folder: str) -> int | None:
     for line in (r.text(f"{folder}/meminfo") or "").splitlines():
         fields = line.split()
         # "Node 0 MemTotal:       129839104 kB"
-        if len(fields) >= 4 and fields[2] == "MemTotal:" and fields[3].isdigit():
-            return int(fields[3]) * 1024
+        if len(fields) >= 4 and fields[2] == "MemTotal:" and (kib := decimal(fields[3])) is not None and kib >= 0:
+            return kib * 1024
     return None
 
 

@@ -1,0 +1,137 @@
+"""Corrupted machines: every kind of fact file broken in every way, read by show, plan and pin.
+
+Each file kind of a synthetic machine (the files the readers read, one per
+path pattern: ``cpuN/topology/core_id`` stands for all CPUs') is in turn
+emptied, garbled, given absurd ids, replaced by a folder or by a FIFO; then
+``show``, ``plan`` and a non-strict ``pin()`` (against the kernel model) run
+on it. The contract: a clear numapin error or a result, never another
+exception, never a hang. The default run covers small machines in seconds;
+``-m slow`` (run by CI) covers dgx-h100 and gb300.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from kernel_model import ModelKernel
+from numapin import CpuSet, NumapinError, machines, pinning, refresh
+from numapin.cli import _show_json, _show_text
+from numapin.facts import gather
+from numapin.planning import plan_ranks
+
+CORRUPTIONS = ("empty", "garbled", "absurd", "folder", "fifo")
+GARBAGE = "\u00b2 --1 banana\x00\xff 0-\n"
+ABSURD = "100000\n"
+
+
+def kinds(root: Path) -> list[Path]:
+    """One file per path pattern (digits as N), the first in sorted order."""
+    found: dict[str, Path] = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
+        found.setdefault(re.sub(r"[0-9]+", "N", str(path.relative_to(root))), path)
+    return list(found.values())
+
+
+@contextmanager
+def corrupted(path: Path, how: str) -> Iterator[None]:
+    saved = path.read_bytes()
+    path.unlink()
+    if how == "folder":
+        path.mkdir()
+    elif how == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_text({"empty": "", "garbled": GARBAGE, "absurd": ABSURD}[how], errors="surrogateescape")
+    try:
+        yield
+    finally:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        path.write_bytes(saved)
+
+
+@contextmanager
+def deadline(seconds: int, what: str) -> Iterator[None]:
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError(f"hung: {what}")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def exercise(root: Path, allowed: CpuSet) -> None:
+    """show, plan and a non-strict pin on ``root``: numapin's own errors only, and pin never raises."""
+    try:
+        facts = gather(root, {})
+        _show_text(facts)
+        json.dumps(_show_json(facts))
+        plan_ranks(root=root, environ={})
+    except NumapinError:
+        pass  # a clear one-line error on the command line
+    refresh()
+    result = pinning.pin(0, root=root, environ={}, kernel=ModelKernel(allowed, threads=3))
+    assert isinstance(result, pinning.PinResult)
+
+
+def sweep(root: Path) -> int:
+    allowed = gather(root, {}).topology.allowed
+    done = 0
+    for path in kinds(root):
+        for how in CORRUPTIONS:
+            what = f"{path.relative_to(root)} {how}"
+            with corrupted(path, how), deadline(20, what):
+                try:
+                    exercise(root, allowed)
+                except (AssertionError, NumapinError):
+                    raise
+                except Exception as exc:
+                    raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            done += 1
+    # Folders with ids past the kernel's limits, and a CPU link to nowhere.
+    for extra in ("sys/devices/system/cpu/cpu100000", "sys/devices/system/node/node100000"):
+        (root / extra).mkdir()
+        try:
+            exercise(root, allowed)
+        finally:
+            (root / extra).rmdir()
+        done += 1
+    return done
+
+
+@pytest.fixture(autouse=True)
+def _own_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model is not this process: its pins must not reach numapin's record here.
+    monkeypatch.setattr(pinning, "_STATE", pinning.PinState())
+
+
+SMALL = machines.MachineSpec("small-grace", sockets=2, cores_per_socket=2, gpus_per_node=1, gpu_memory_nodes=True,
+                             gpu_model="NVIDIA GB300")
+
+
+@pytest.mark.parametrize("shape", ["laptop", SMALL], ids=["laptop", "small-grace"])
+def test_every_kind_of_file_corrupted_every_way(shape: str | machines.MachineSpec, tmp_path: Path) -> None:
+    root = machines.write(shape, tmp_path / "root")
+    assert sweep(root) >= 5 * 30, "every kind of file, every way"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["dgx-h100", "gb300"])
+def test_large_machines_corrupted_every_way(name: str, tmp_path: Path) -> None:
+    root = machines.write(name, tmp_path / "root")
+    assert sweep(root) >= 5 * 30
