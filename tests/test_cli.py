@@ -204,3 +204,18 @@ def test_plan_help_states_the_rank_rule_as_the_readme_does() -> None:
     proc = subprocess.run([*NUMAPIN, "plan", "--help"], capture_output=True, text=True)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "r % visible GPUs" in readme and "r % N" in " ".join(proc.stdout.split())
+
+
+@pytest.mark.parametrize("args", [
+    ["exec", "--gpu", "\u0663", "--dry-run", "--", "true"],
+    ["exec", "--local-rank", "\u00b2", "--dry-run", "--", "true"],
+    ["plan", "--machine", "pair", "--reserve", "\u00b2"],
+    ["plan", "--machine", "pair", "--gpus", "0,\u0663"],
+    ["threads", "\u0663"],
+    ["threads", "--cpus", "0", "--check", "--max-remote-memory", "\u0663"],
+    ["plan", "--machine", "pair", "--gpus", "9" * 4400],
+])
+def test_numbers_are_ascii_decimals_or_exit_2(args: list[str]) -> None:
+    # Issue 20, D1: other scripts' digits, superscripts and huge numbers are a one-line error, no traceback.
+    proc = subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.strip(), proc.stderr

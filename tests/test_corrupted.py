@@ -1,8 +1,9 @@
 """Corrupted machines: every kind of fact file broken in every way, read by show, plan and pin.
 
-Each file kind of a synthetic machine (the files the readers read, one per
-path pattern: ``cpuN/topology/core_id`` stands for all CPUs') is in turn
-emptied, garbled, given absurd ids, replaced by a folder or by a FIFO; then
+Each kind of file of a synthetic machine (one path pattern: ``cpuN/topology/
+core_id`` for all CPUs') is in turn emptied, garbled, given absurd ids,
+replaced by a folder or by a FIFO, first in one file, then in every file of
+the kind at once, so that every file of the machine is hit every way; then
 ``show``, ``plan`` and a non-strict ``pin()`` (against the kernel model) run
 on it. The contract: a clear numapin error or a result, never another
 exception, never a hang. The default run covers small machines in seconds;
@@ -33,32 +34,34 @@ GARBAGE = "\u00b2 --1 banana\x00\xff 0-\n"
 ABSURD = "100000\n"
 
 
-def kinds(root: Path) -> list[Path]:
-    """One file per path pattern (digits as N), the first in sorted order."""
-    found: dict[str, Path] = {}
+def kinds(root: Path) -> dict[str, list[Path]]:
+    """Every file, grouped by path pattern (digits as N): ``cpuN/topology/core_id`` is one kind."""
+    found: dict[str, list[Path]] = {}
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink()):
-        found.setdefault(re.sub(r"[0-9]+", "N", str(path.relative_to(root))), path)
-    return list(found.values())
+        found.setdefault(re.sub(r"[0-9]+", "N", str(path.relative_to(root))), []).append(path)
+    return found
 
 
 @contextmanager
-def corrupted(path: Path, how: str) -> Iterator[None]:
-    saved = path.read_bytes()
-    path.unlink()
-    if how == "folder":
-        path.mkdir()
-    elif how == "fifo":
-        os.mkfifo(path)
-    else:
-        path.write_text({"empty": "", "garbled": GARBAGE, "absurd": ABSURD}[how], errors="surrogateescape")
+def corrupted(paths: list[Path], how: str) -> Iterator[None]:
+    saved = {path: path.read_bytes() for path in paths}
+    for path in paths:
+        path.unlink()
+        if how == "folder":
+            path.mkdir()
+        elif how == "fifo":
+            os.mkfifo(path)
+        else:
+            path.write_text({"empty": "", "garbled": GARBAGE, "absurd": ABSURD}[how], errors="surrogateescape")
     try:
         yield
     finally:
-        if path.is_dir():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-        path.write_bytes(saved)
+        for path, data in saved.items():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            path.write_bytes(data)
 
 
 @contextmanager
@@ -90,19 +93,21 @@ def exercise(root: Path, allowed: CpuSet) -> None:
 
 
 def sweep(root: Path) -> int:
+    """Each kind's first file alone, then every file of the kind at once, in every way: every file is hit."""
     allowed = gather(root, {}).topology.allowed
     done = 0
-    for path in kinds(root):
-        for how in CORRUPTIONS:
-            what = f"{path.relative_to(root)} {how}"
-            with corrupted(path, how), deadline(20, what):
-                try:
-                    exercise(root, allowed)
-                except (AssertionError, NumapinError):
-                    raise
-                except Exception as exc:
-                    raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
-            done += 1
+    for kind, paths in kinds(root).items():
+        for group in ([paths[0]], paths) if len(paths) > 1 else ([paths[0]],):
+            for how in CORRUPTIONS:
+                what = f"{kind} ({len(group)} files) {how}"
+                with corrupted(group, how), deadline(20, what):
+                    try:
+                        exercise(root, allowed)
+                    except (AssertionError, NumapinError):
+                        raise
+                    except Exception as exc:
+                        raise AssertionError(f"{what}: {type(exc).__name__}: {exc}") from exc
+                done += 1
     # Folders with ids past the kernel's limits, and a CPU link to nowhere.
     for extra in ("sys/devices/system/cpu/cpu100000", "sys/devices/system/node/node100000"):
         (root / extra).mkdir()

@@ -384,3 +384,14 @@ def test_rank_to_gpu_mapping() -> None:
         gpu_for_rank(4, 4, "3,2,1,0")
     with pytest.raises(ValueError, match="visible"):
         gpu_for_rank(0, 2, "5")
+
+
+@given(st.text(max_size=20))
+def test_rank_map_values_are_decimals_or_a_usage_error(text: str) -> None:
+    try:
+        gpu = gpu_for_rank(1, 4, text)
+    except UsageError:
+        assert text.strip(), "an empty map counts as unset"
+        return
+    entries = text.split(",") if text.strip() else []
+    assert 0 <= gpu < 4 and (not entries or gpu == int(entries[1]))

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import numapin
 from conftest import use_root
@@ -195,3 +198,16 @@ def test_a_reused_thread_id_is_not_its_predecessor(gb300: Path) -> None:
     kernel.spawn(tid=hot)  # same id, started later, the process mask
     result = numapin.pin(0, kernel=kernel)
     assert hot in result.tids(Outcome.PINNED) and kernel.masks[hot] == GRACE0
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=60)
+@given(value=st.text(max_size=8).filter(lambda v: v != "1" and "\x00" not in v))
+def test_any_other_tensorrt_llm_value_does_nothing(value: str, gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=3)
+    before = dict(kernel.masks)
+    os.environ["TLLM_NUMA_AWARE_WORKER_AFFINITY"] = value
+    try:
+        assert configure_cpu_affinity(0, kernel=kernel) is None
+    finally:
+        del os.environ["TLLM_NUMA_AWARE_WORKER_AFFINITY"]
+    assert kernel.masks == before and kernel.sets == 0

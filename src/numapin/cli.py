@@ -23,7 +23,7 @@ from .cpuset import CpuSet
 from .environment import LOCAL_RANK_VARIABLES
 from .errors import NumapinError
 from .facts import Facts, gather
-from .host import HostError
+from .host import HostError, decimal
 from .placement import Mode
 from .text import format_size, table
 from .topology import Topology
@@ -66,11 +66,29 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
                        help="read a synthetic machine: " + ", ".join(sorted(machines.SHAPES)))
 
 
+def _count(text: str) -> int:
+    """A non-negative ASCII decimal (``int`` would also take other scripts' digits)."""
+    value = decimal(text)
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"not a non-negative integer: {text[:40]!r}")
+    return value
+
+
+def _percent(text: str) -> float:
+    try:
+        value = float(text) if text.isascii() else -1.0
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"not a percentage from 0 to 100: {text[:40]!r}")
+    return value
+
+
 def _gpu_list(text: str) -> list[int]:
     try:
-        return [int(v) for v in text.split(",")]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text!r}") from None
+        return [_count(v) for v in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text[:40]!r}") from None
 
 
 def _cpuset_arg(text: str) -> CpuSet:
@@ -291,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "with --gpus, rank i drives the i-th GPU listed.")
     plan.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
     plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
-    plan.add_argument("--reserve", type=int, default=0, metavar="K",
+    plan.add_argument("--reserve", type=_count, default=0, metavar="K",
                       help="set K whole cores aside for one latency-critical thread")
     plan.add_argument("--gpus", type=_gpu_list, metavar="LIST", help="only these logical GPUs, e.g. 0,2")
     plan.add_argument("--json", action="store_true", help="a JSON list, one object per rank")
@@ -305,12 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).",
     )
     target = ex.add_mutually_exclusive_group()
-    target.add_argument("--gpu", type=int, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
+    target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
     target.add_argument("--local-rank", default="auto", metavar="auto|N",
                         help="the launcher's local rank (default auto: read it from the environment)")
     ex.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
     ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
-    ex.add_argument("--reserve", type=int, default=0, metavar="K",
+    ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
     ex.add_argument("--memory", choices=["none", "preferred", "bind"], default="preferred",
                     help="memory policy for the GPU's node (default: preferred)")
@@ -327,14 +345,14 @@ def build_parser() -> argparse.ArgumentParser:
     th = sub.add_parser("threads", help="where every thread of a process runs",
                         description="One row per thread: tid, name, mask, last CPU, inside the placement, "
                                     "pinned by numapin; then memory by node.")
-    th.add_argument("pid", nargs="?", type=int, default=None, help="process id (default: numapin itself)")
+    th.add_argument("pid", nargs="?", type=_count, default=None, help="process id (default: numapin itself)")
     which = th.add_mutually_exclusive_group()
-    which.add_argument("--gpu", type=int, metavar="N", help="compare with GPU N's node placement")
+    which.add_argument("--gpu", type=_count, metavar="N", help="compare with GPU N's node placement")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
     th.add_argument("--json", action="store_true", help="a JSON list, one object per thread")
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
-    th.add_argument("--max-remote-memory", type=float, default=100.0, metavar="PCT",
+    th.add_argument("--max-remote-memory", type=_percent, default=100.0, metavar="PCT",
                     help="with --check: the largest share of memory allowed on other nodes (default 100)")
     _add_root(th)
     th.set_defaults(func=cmd_threads)

@@ -67,7 +67,9 @@ def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None =
     """The logical GPU that local rank ``rank`` drives among ``visible`` GPUs."""
     if visible <= 0:
         raise UsageError("no GPU is visible, so no local rank can be given one")
-    if rank_map is not None and rank_map != "":
+    if isinstance(rank_map, str) and not rank_map.strip():
+        rank_map = None  # an empty map, like an empty launcher variable, counts as unset
+    if rank_map is not None:
         mapping = [decimal(RANK_MAP, v) for v in rank_map.split(",")] if isinstance(rank_map, str) else list(rank_map)
         if rank >= len(mapping):
             raise UsageError(f"{RANK_MAP} has {len(mapping)} entries; local rank {rank} has none")
