@@ -116,9 +116,10 @@ print(json.dumps({"escaped": escaped, "late": late, "most": most, "failed": fail
 """
 
 
-@pytest.mark.slow
-def test_native_thread_storm(storm_library: Path, pair_root: Path) -> None:
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(storm_library), str(ROUNDS),
+@pytest.mark.parametrize("rounds", [pytest.param(ROUNDS, marks=pytest.mark.slow), 10])
+def test_native_thread_storm(rounds: int, storm_library: Path, pair_root: Path) -> None:
+    # 10 rounds in the quick suite (seconds); the 500 of the slow run in CI.
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(storm_library), str(rounds),
                            json.dumps(sorted(NODE0)), json.dumps(sorted(NODE1))],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
