@@ -207,7 +207,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
             else:
                 warnings.append(f"{bdf}: driver names node {memory} for GPU memory, but it is no memory-only node")
         info = _driver_info(host, bdf)
-        minor = info.get("Device Minor", "")
+        minor = decimal(info.get("Device Minor"))
         found.append(
             Gpu(
                 pci=bdf,
@@ -217,7 +217,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
                 gpu_memory_nodes=gpu_memory,
                 model=info.get("Model") or None,
                 uuid=info.get("GPU UUID") or None,
-                minor=value if (value := decimal(minor)) is not None and value >= 0 else None,
+                minor=minor if minor is not None and minor >= 0 else None,
             )
         )
     return found
