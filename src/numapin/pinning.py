@@ -252,6 +252,18 @@ def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: Poli
 # -- process-wide state ---------------------------------------------------
 
 
+def _marker(environ: Mapping[str, str]) -> CpuSet | None:
+    """The mask ``numapin exec`` applied, from its environment marker (None when absent or malformed)."""
+    text = environ.get(MARKER_ENV)
+    if not text:
+        return None
+    try:
+        return CpuSet.parse(text)
+    except ValueError:
+        log.debug("ignoring malformed %s=%r", MARKER_ENV, text)
+        return None
+
+
 class PinState:
     """Everything numapin remembers in this process, behind one lock.
 
@@ -282,17 +294,9 @@ class PinState:
 
     def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
         """The masks that are numapin's in this process: its record and the exec marker."""
-        masks = []
         record = self.live_record()
-        if record is not None:
-            masks.append(record.mask)
-        marker = environ.get(MARKER_ENV)
-        if marker:
-            try:
-                masks.append(CpuSet.parse(marker))
-            except ValueError:
-                log.debug("ignoring malformed %s=%r", MARKER_ENV, marker)
-        return masks
+        marker = _marker(environ)
+        return [m for m in (None if record is None else record.mask, marker) if m is not None]
 
     def thread_masks(self) -> set[CpuSet]:
         """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
@@ -409,11 +413,7 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
             # The caller sits on cores of its own (pin_thread): the process
             # mask is what the other threads carry.
             live = _other_thread_mask(ops, me, pins.deliberate, live)
-    marker_text = os.environ.get(MARKER_ENV)
-    marker = None
-    if marker_text:
-        with contextlib.suppress(ValueError):
-            marker = CpuSet.parse(marker_text)
+    marker = _marker(os.environ)
     applied = record.mask if record is not None else marker
     return Current(record, live, applied == live, marker)
 
