@@ -13,8 +13,10 @@ which CPUs and nodes those are here.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
+import numapin
 from numapin import CpuSet, read_topology
 from numapin.machines import MachineSpec, write
 from numapin.memory import system_nodes
@@ -62,6 +64,39 @@ NODE1: set[int] = set(SPEC.node_cpus(1) & BASELINE)
 ALL: set[int] = set(BASELINE)
 #: Whether node 1 (GPU 1's node in the pair root) exists on the real kernel.
 NODE1_REAL = 1 in REAL_NODES and bool(NODE1)
+
+
+def masks() -> dict[int, set[int]]:
+    """Every live thread of this process and its mask, as the kernel reports them."""
+    found = {}
+    for name in os.listdir("/proc/self/task"):
+        try:
+            found[int(name)] = os.sched_getaffinity(int(name))
+        except ProcessLookupError:
+            continue  # exited meanwhile
+    return found
+
+
+def storm_round(gpu: int, *, spawners: int = 4, cap: int) -> tuple[numapin.PinResult, dict[int, set[int]]]:
+    """pin(gpu) while ``spawners`` threads create up to ``cap`` threads; the result and every mask right after."""
+    stop = threading.Event()
+    children: list[threading.Thread] = []
+
+    def spawn() -> None:
+        while not stop.is_set() and len(children) < cap:
+            child = threading.Thread(target=stop.wait)
+            child.start()
+            children.append(child)
+
+    starters = [threading.Thread(target=spawn) for _ in range(spawners)]
+    for s in starters:
+        s.start()
+    try:
+        return numapin.pin(gpu), masks()
+    finally:
+        stop.set()
+        for t in starters + children:
+            t.join()
 
 
 def cpus(cpu_set: set[int]) -> str:

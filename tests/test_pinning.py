@@ -8,7 +8,6 @@ one GPU per node: GPU 0 on the CPUs ``NODE0``, GPU 1 on ``NODE1`` (see
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -20,7 +19,7 @@ import pytest
 
 import numapin
 from conftest import in_child
-from live import ALL, NODE0, NODE1, SPEC, cpus
+from live import ALL, NODE0, NODE1, SPEC, cpus, masks, storm_round
 from numapin import CpuSet, UsageError
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
 from numapin.threads import Outcome
@@ -55,15 +54,6 @@ class Workers:
         self.stop.set()
         for t in self.threads:
             t.join()
-
-
-def masks() -> dict[int, set[int]]:
-    """Every live thread's mask, read from the kernel."""
-    found = {}
-    for name in os.listdir("/proc/self/task"):
-        with contextlib.suppress(ProcessLookupError):  # exited meanwhile
-            found[int(name)] = os.sched_getaffinity(int(name))
-    return found
 
 
 def set_all(cpus: set[int]) -> None:
@@ -420,25 +410,9 @@ def test_exec_marker_is_numapin_own_only_while_it_matches(pair_root: Path) -> No
 def test_threads_spawning_threads_during_pin(pair_root: Path) -> None:
     def body() -> None:
         for round_ in range(25):
-            stop = threading.Event()
-            children: list[threading.Thread] = []
-
-            def spawner(stop: threading.Event = stop, children: list[threading.Thread] = children) -> None:
-                while not stop.is_set() and len(children) < 200:
-                    child = threading.Thread(target=stop.wait)
-                    child.start()
-                    children.append(child)
-
-            spawners = [threading.Thread(target=spawner) for _ in range(4)]
-            for s in spawners:
-                s.start()
             target = NODE0 if round_ % 2 == 0 else NODE1
-            result = numapin.pin(0 if round_ % 2 == 0 else 1)
+            result, survivors = storm_round(round_ % 2, cap=200)
             assert result.count(Outcome.FAILED) == 0
-            survivors = masks()
-            stop.set()
-            for t in spawners + children:
-                t.join()
             wrong = {tid: m for tid, m in survivors.items() if m != target}
             assert not wrong, f"round {round_}: threads off target: {wrong}"
 

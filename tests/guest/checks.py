@@ -34,6 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: live.py
+from live import masks  # noqa: E402
 
 #: The bytes each check touches: small enough for a 512 MiB node, large enough to count.
 BUFFER = 64 << 20
@@ -94,16 +95,6 @@ def share_on(counts: Counter[int], node: int) -> float:
     return counts[node] / sum(counts.values())
 
 
-def masks() -> dict[int, set[int]]:
-    found = {}
-    for name in os.listdir("/proc/self/task"):
-        try:
-            found[int(name)] = os.sched_getaffinity(int(name))
-        except ProcessLookupError:
-            continue
-    return found
-
-
 @contextmanager
 def warnings_logged() -> Iterator[list[str]]:
     seen: list[str] = []
@@ -156,31 +147,14 @@ if len(sys.argv) > 1:
 @check()
 def spawn_storm_every_thread() -> str:
     """Every thread on the GPU's node after pin() returns, while threads keep spawning threads."""
-    import numapin
-    from live import NODE0, NODE1
+    from live import NODE0, NODE1, storm_round
     from numapin.threads import Outcome
 
     rounds = 12
     for round_ in range(rounds):
-        stop = threading.Event()
-        children: list[threading.Thread] = []
-
-        def spawner(stop: threading.Event = stop, children: list[threading.Thread] = children) -> None:
-            while not stop.is_set() and len(children) < 60:
-                child = threading.Thread(target=stop.wait)
-                child.start()
-                children.append(child)
-
-        spawners = [threading.Thread(target=spawner) for _ in range(4)]
-        for s in spawners:
-            s.start()
         gpu = round_ % 2
-        result = numapin.pin(gpu)
-        seen = masks()
+        result, seen = storm_round(gpu, cap=60)
         target = NODE0 if gpu == 0 else NODE1
-        stop.set()
-        for t in spawners + children:
-            t.join()
         assert result.count(Outcome.FAILED) == 0, str(result)
         wrong = {tid: m for tid, m in seen.items() if m != target}
         assert not wrong, f"round {round_}: threads off node {gpu}: {wrong}"
