@@ -29,7 +29,9 @@ LAYERS: list[set[str]] = [
     {"memory"},
     {"pinning"},  # the only stateful module
     {"exec", "audit", "snapshot"},
+    {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat", "compat.tensorrt_llm"},
+    {"startup"},  # what the start-up file runs when the environment asks
     {"cli"},
     {"__main__", "__init__"},
 ]

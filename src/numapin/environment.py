@@ -8,11 +8,14 @@ from __future__ import annotations
 
 __all__ = [
     "APPLIED",
+    "AUTOPIN",
+    "AUTOPIN_OPTIONS",
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
     "FSROOT",
     "LOCAL_RANK_VARIABLES",
     "OWNED",
+    "PATCH",
     "RANK_MAP",
     "RESERVED",
     "TLLM_AFFINITY",
@@ -27,8 +30,20 @@ RESERVED = "NUMAPIN_RESERVED"
 #: ``r0,r1,...``: local rank i drives logical GPU r_i.
 RANK_MAP = "NUMAPIN_RANK_MAP"
 
+#: Read at interpreter start (the start-up file): ``tensorrt_llm`` (comma-separated) patches those projects.
+PATCH = "NUMAPIN_PATCH"
+#: Read at interpreter start: ``1`` pins a worker process as ``numapin exec`` would, before any user code.
+AUTOPIN = "NUMAPIN_AUTOPIN"
+#: ``numapin exec``'s options, for NUMAPIN_AUTOPIN: option name -> variable.
+AUTOPIN_OPTIONS = {
+    "mode": "NUMAPIN_MODE",
+    "memory": "NUMAPIN_MEMORY",
+    "policy": "NUMAPIN_POLICY",
+    "reserve": "NUMAPIN_RESERVE",
+}
+
 #: The variables numapin itself owns.
-OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP)
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
 
 #: Launchers' local-rank variables, in the order they are consulted (first set wins).
 LOCAL_RANK_VARIABLES: tuple[str, ...] = (

@@ -21,7 +21,7 @@ from .cpuset import CpuSet
 from .environment import APPLIED, RESERVED
 from .errors import EnvironmentProblem, UsageError
 from .memory import parse_memory_mode
-from .pinning import pin, state
+from .pinning import PinResult, pin, state
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, decimal, local_rank
 
@@ -30,6 +30,7 @@ __all__ = [
     "ExecRequest",
     "PreparedExec",
     "apply_exec",
+    "bind",
     "exec_program",
     "prepare_exec",
     "run_exec",
@@ -43,7 +44,11 @@ RESERVED_ENV = RESERVED
 
 @dataclass(frozen=True)
 class ExecRequest:
-    """What ``numapin exec`` was asked to do."""
+    """What ``numapin exec`` was asked to do.
+
+    An empty ``program`` binds this process itself, already running (the
+    start-up file's ``NUMAPIN_AUTOPIN``): the same decision and pin, no exec.
+    """
 
     program: Sequence[str]
     gpu: int | None = None
@@ -95,7 +100,8 @@ class PreparedExec:
             if self.request.memory != "none":
                 lines.append(f"would set memory policy {self.request.memory} on node(s) {p.mems}")
         lines.extend(f"note: {n}" for n in self.notes)
-        lines.append("then exec: " + " ".join(self.request.program))
+        if self.request.program:
+            lines.append("then exec: " + " ".join(self.request.program))
         return "\n".join(lines)
 
 
@@ -120,7 +126,7 @@ def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | 
 
 def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedExec:
     """Decide what ``numapin exec`` will do; raises on bad input, changes nothing."""
-    executable = _which(request.program[0], environ)
+    executable = _which(request.program[0], environ) if request.program else ""
     parse_memory_mode(request.memory)
     if request.cpus is None:
         parse_mode(request.mode)
@@ -144,25 +150,33 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     return PreparedExec(request, executable, placement, rank, tuple(notes))
 
 
-def apply_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Pin this process as decided; return the environment the program gets (with numapin's marker)."""
+def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tuple[PinResult | None, dict[str, str]]:
+    """Pin this process as decided; return the pin's result and the environment with numapin's marker."""
     env = dict(os.environ if environ is None else environ)
     request = prepared.request
     if prepared.placement is None:
-        log.warning("numapin exec: %s; running the program unpinned", prepared.unpinned or "no placement")
-    else:
-        p = prepared.placement
-        result = pin(p.gpu, cpus=p.workers, policy=request.policy, strict=request.strict, memory=request.memory,
-                     root=request.root, environ=env)
-        if result.mask is not None and result.on_target:
-            env[APPLIED] = str(result.mask)
-        if p.reserved:
-            env[RESERVED] = str(p.reserved)
-    return env
+        who, what = ("numapin exec", "running the program") if request.program else ("numapin", "this process runs")
+        log.warning("%s: %s; %s unpinned", who, prepared.unpinned or "no placement", what)
+        return None, env
+    p = prepared.placement
+    result = pin(p.gpu, cpus=p.workers, policy=request.policy, strict=request.strict, memory=request.memory,
+                 root=request.root, environ=env)
+    if result.mask is not None and result.on_target:
+        env[APPLIED] = str(result.mask)
+    if p.reserved:
+        env[RESERVED] = str(p.reserved)
+    return result, env
+
+
+def apply_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Pin this process as decided; return the environment the program gets (with numapin's marker)."""
+    return bind(prepared, environ)[1]
 
 
 def exec_program(prepared: PreparedExec, env: Mapping[str, str]) -> int:
     """Replace this process with the program. Returns only on failure (raising UsageError)."""
+    if not prepared.request.program:
+        raise UsageError("no program to run")
     sys.stdout.flush()
     sys.stderr.flush()
     try:

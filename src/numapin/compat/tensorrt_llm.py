@@ -15,20 +15,30 @@ to the node: two calls, two end states, as in TensorRT-LLM itself (set the
 variable to ``"0"`` to keep a launcher's pin). Unlike the original, a call
 that finds the previous call's pin recognises it as its own and leaves every
 thread where it is, and a container's cpuset is not mistaken for a constraint.
+
+:func:`install` makes TensorRT-LLM's own callers get this function without
+editing TensorRT-LLM (see :mod:`numapin.compat.patching`); the start-up file
+does it in every process of a job when ``NUMAPIN_PATCH=tensorrt_llm``.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+from collections.abc import Callable
+from typing import Any
 
 from ..environment import TLLM_AFFINITY
 from ..pinning import Ownership, PinResult, constraint, pin
 from ..threads import ThreadKernel
+from .patching import FunctionPatch, PatchReport
 
-__all__ = ["ENV", "configure_cpu_affinity"]
+__all__ = ["ENV", "MODULE", "configure_cpu_affinity", "install", "uninstall"]
 
 ENV = TLLM_AFFINITY
+#: Where TensorRT-LLM defines the function its workers import by name.
+MODULE = "tensorrt_llm.llmapi.utils"
 
 log = logging.getLogger("numapin")
 
@@ -60,3 +70,48 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
         log.warning("numapin: configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
         return None
+
+
+def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
+    """numapin's function in the original's shape: one required argument, the device id, by any name.
+
+    Any other shape (more parameters, defaults, ``*args``) is a TensorRT-LLM
+    numapin does not know: a TypeError says so and the original stays.
+    """
+    import inspect  # only when patching: the start-up path stays lean
+
+    try:
+        signature = inspect.signature(original)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"its signature cannot be read ({exc})") from None
+    params = list(signature.parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) != 1 or params[0].kind not in positional or params[0].default is not inspect.Parameter.empty:
+        raise TypeError(f"unknown signature {original.__name__}{signature}; numapin knows (device_id)")
+    name = params[0].name
+
+    def configure(*args: Any, **kwargs: Any) -> PinResult | None:
+        device = signature.bind(*args, **kwargs).arguments[name]  # the caller's mistakes raise as before
+        return configure_cpu_affinity(device)
+
+    # The original's name and text, but not its module or __wrapped__: tracebacks show whose code runs.
+    return functools.update_wrapper(configure, original, assigned=("__name__", "__qualname__", "__doc__"), updated=())
+
+
+_PATCH = FunctionPatch(MODULE, "configure_cpu_affinity", _replacement)
+
+
+def install() -> PatchReport:
+    """Make every caller of TensorRT-LLM's ``configure_cpu_affinity`` get numapin's.
+
+    Replaces the function on :data:`MODULE` and every module-level name already
+    bound to it (found by identity); when TensorRT-LLM is not imported yet, does
+    so the moment that module is first imported. Never imports TensorRT-LLM.
+    Idempotent. A function of an unknown signature is left alone, with one warning.
+    """
+    return _PATCH.install()
+
+
+def uninstall() -> PatchReport:
+    """Put TensorRT-LLM's function back wherever numapin's is bound, and stop watching imports."""
+    return _PATCH.uninstall()

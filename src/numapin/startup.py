@@ -1,0 +1,146 @@
+"""What numapin does at interpreter start, when the environment asks for it.
+
+``pip install`` puts ``numapin-startup.pth`` in site-packages; Python's
+``site`` module runs its one line at every interpreter start. With neither
+``NUMAPIN_PATCH`` nor ``NUMAPIN_AUTOPIN`` set (or ``NUMAPIN_AUTOPIN=0``) that
+line reads the environment and stops: no numapin module is imported. Otherwise
+it calls :func:`at_start`, before any user code runs.
+
+- ``NUMAPIN_PATCH=tensorrt_llm`` installs :func:`numapin.compat.tensorrt_llm.install`.
+- ``NUMAPIN_AUTOPIN=1`` binds the process as ``numapin exec`` would (options
+  ``NUMAPIN_MODE``, ``NUMAPIN_MEMORY``, ``NUMAPIN_POLICY``, ``NUMAPIN_RESERVE``,
+  same values and defaults), while it has one thread, so every later thread
+  inherits the mask and the memory policy; it exports ``NUMAPIN_APPLIED`` (and
+  ``NUMAPIN_RESERVED``) for its children, as ``numapin exec`` does.
+
+Variables are inherited, so every Python process of a job runs this: the
+workers a framework spawns, and launchers that are Python themselves. Hence the
+rule for ``NUMAPIN_AUTOPIN``: a process is a worker when a launcher gave it a
+local rank, or when exactly one GPU is visible to it. Anything else (torchrun's
+agent, Ray's raylet and idle workers, an MPI wrapper: no local rank and several
+GPUs visible, or none) is left alone.
+
+A start-up hook must never break Python: :func:`activate` never raises; a bad
+value is one warning on stderr and the interpreter starts as usual.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from .compat import tensorrt_llm
+from .compat.patching import PatchReport
+from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED
+from .errors import UsageError
+from .exec import ExecRequest, bind, prepare_exec
+from .host import decimal
+from .memory import parse_memory_mode
+from .pinning import PinResult, state
+from .placement import parse_mode
+from .ranks import local_rank
+
+__all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
+
+log = logging.getLogger("numapin")
+
+#: ``NUMAPIN_PATCH`` names and what each installs.
+PATCHES: dict[str, Callable[[], PatchReport]] = {"tensorrt_llm": tensorrt_llm.install}
+
+_POLICIES = ("respect", "override")
+
+
+@dataclass(frozen=True)
+class Activation:
+    """What :func:`activate` did."""
+
+    patches: tuple[PatchReport, ...] = ()
+    pinned: PinResult | None = None
+    left_alone: str | None = None
+    """Why ``NUMAPIN_AUTOPIN`` did not pin this process (None when it pinned or was not asked)."""
+
+
+_STARTED: list[Activation] = []
+
+
+def at_start() -> Activation:
+    """:func:`activate` once per interpreter: what the start-up file calls.
+
+    Python's ``site`` reads the ``.pth`` files of a virtual environment's
+    site-packages twice (once as the venv's, once as the prefix's), so the line
+    runs twice; the second call returns the first's result.
+    """
+    if not _STARTED:
+        _STARTED.append(activate())
+    return _STARTED[0]
+
+
+def activate(environ: Mapping[str, str] | None = None) -> Activation:
+    """Apply what ``NUMAPIN_PATCH`` and ``NUMAPIN_AUTOPIN`` ask for. Never raises."""
+    env = os.environ if environ is None else environ
+    patches: tuple[PatchReport, ...] = ()
+    try:
+        patches = _patch(env)
+        pinned, left_alone = _autopin(env)
+    except Exception as exc:  # a start-up hook never breaks the interpreter
+        log.warning("numapin start-up: %s; this process runs unpinned", exc)
+        return Activation(patches, left_alone=str(exc))
+    return Activation(patches, pinned, left_alone)
+
+
+def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
+    names = [n.strip() for n in env.get(PATCH, "").split(",") if n.strip()]
+    reports = []
+    for name in names:
+        install = PATCHES.get(name)
+        if install is None:
+            log.warning("numapin start-up: %s=%r: unknown name %r (known: %s); ignored",
+                        PATCH, env[PATCH], name, ", ".join(PATCHES))
+            continue
+        reports.append(install())
+    return tuple(reports)
+
+
+def autopin_request(env: Mapping[str, str]) -> ExecRequest:
+    """``numapin exec``'s request for this process, from the ``NUMAPIN_*`` option variables."""
+
+    def option(name: str, default: str) -> str:
+        return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
+
+    policy = option("policy", "respect")
+    if policy not in _POLICIES:
+        raise UsageError(f"{AUTOPIN_OPTIONS['policy']}={policy!r}: expected one of {', '.join(_POLICIES)}")
+    reserve_text = option("reserve", "0")
+    reserve = decimal(reserve_text)
+    if reserve is None:
+        raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={reserve_text[:40]!r} is not a non-negative integer")
+    mode, memory = option("mode", "node"), option("memory", "preferred")
+    for name, check, value in (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory)):
+        try:
+            check(value)
+        except UsageError as exc:
+            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}") from None
+    return ExecRequest(program=(), mode=mode, memory=memory, policy=policy, reserve=reserve)
+
+
+def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
+    value = env.get(AUTOPIN, "").strip()
+    if value in ("", "0"):
+        return None, None
+    if value != "1":
+        raise UsageError(f"{AUTOPIN}={value[:40]!r}: expected 1 (pin) or 0 (off)")
+    request = autopin_request(env)
+    if local_rank(env) is None:
+        visible = len(state().facts(None, env).visible)
+        if visible != 1:
+            why = f"not a worker: no local rank and {visible} GPUs visible"
+            log.debug("numapin start-up: %s; left alone", why)
+            return None, why
+    result, bound = bind(prepare_exec(request, env), env)
+    # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec.
+    for name in (APPLIED, RESERVED):
+        if name in bound and env.get(name) != bound[name]:
+            os.environ[name] = bound[name]
+    return result, None

@@ -1,0 +1,156 @@
+"""The start-up file: inactive it costs nothing, active it patches and pins, and it never breaks Python.
+
+Each test starts a real interpreter whose site-packages holds the start-up file
+this checkout ships (``src/numapin-startup.pth``) beside a path entry for the
+numapin under test: a throwaway virtual environment, so the check does not
+depend on how numapin was installed here (an editable install has no
+start-up file). That the installed wheel carries the file is checked separately.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import live
+import numapin
+import trtllm_like
+from conftest import REPO, without_inputs
+from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
+
+STARTUP = REPO / "src" / "numapin-startup.pth"
+
+Python = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture(scope="session")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Python:
+    """Run an interpreter whose site-packages has the start-up file; env: only what the test gives."""
+    home = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(subprocess.run([home / "bin" / "python", "-c", where], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    # "_" sorts before "n": the path entry is in place when the start-up line runs.
+    (site / "_numapin_under_test.pth").write_text(str(Path(numapin.__file__).parents[1]) + "\n")
+    (site / STARTUP.name).write_bytes(STARTUP.read_bytes())
+    base = without_inputs(dict(os.environ))
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(home / "bin" / "python"), *args], env={**base, **env}, capture_output=True,
+                              text=True, timeout=60)
+
+    return run
+
+
+def _imported(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """Modules named in ``-X importtime`` output."""
+    return [line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+
+
+@pytest.mark.parametrize("env", [{}, {AUTOPIN: "0"}, {AUTOPIN: "", PATCH: " "}], ids=["unset", "autopin-0", "empty"])
+def test_inactive_start_up_imports_nothing_of_numapin(python: Python, env: dict[str, str]) -> None:
+    result = python("-X", "importtime", "-c", "pass", **env)
+    assert result.returncode == 0
+    modules = _imported(result)
+    assert modules, "no importtime output to check"
+    assert not [m for m in modules if m.startswith("numapin")]
+
+
+def test_active_start_up_imports_numapin(python: Python) -> None:
+    # The check above can fail: with the variable set, numapin is imported at start.
+    result = python("-X", "importtime", "-c", "pass", **{PATCH: "tensorrt_llm"})
+    assert "numapin.startup" in _imported(result)
+
+
+@pytest.mark.parametrize(("env", "bad"), [
+    ({AUTOPIN: "yes"}, "yes"),
+    ({PATCH: "tensorrt_llm,vllm"}, "vllm"),
+    ({AUTOPIN: "1", AUTOPIN_OPTIONS["mode"]: "nearest"}, "nearest"),
+    ({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "interleave"}, "interleave"),
+    ({AUTOPIN: "1", AUTOPIN_OPTIONS["policy"]: "reset"}, "reset"),
+    ({AUTOPIN: "1", AUTOPIN_OPTIONS["reserve"]: "two"}, "two"),
+    ({AUTOPIN: "1", "LOCAL_RANK": "-1"}, "-1"),
+], ids=["autopin", "patch", "mode", "memory", "policy", "reserve", "rank"])
+def test_a_bad_value_is_one_warning_and_python_starts(python: Python, env: dict[str, str], bad: str) -> None:
+    result = python("-c", "print('started')", **env)
+    assert result.returncode == 0 and result.stdout == "started\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("numapin start-up: ") and repr(bad) in lines[0], result.stderr
+
+
+def test_a_spawned_child_is_patched_through_the_variable_only(python: Python, tmp_path: Path) -> None:
+    site = trtllm_like.write(tmp_path / "site")
+    probe = "import tensorrt_llm.worker as w; print(hasattr(w.configure_cpu_affinity, '__numapin_original__'))"
+    env = {"PYTHONPATH": str(site), TLLM_AFFINITY: "0"}
+    assert python("-c", probe, **env, **{PATCH: "tensorrt_llm"}).stdout == "True\n"
+    assert python("-c", probe, **env).stdout == "False\n"
+
+
+_REPORT = """
+import json, logging, os, threading
+import numapin
+from live import masks
+events = []
+class Keep(logging.Handler):
+    def emit(self, record): events.append((record.levelname, record.getMessage()))
+logging.getLogger("numapin").addHandler(Keep())
+stop = threading.Event()
+threads = [threading.Thread(target=stop.wait) for _ in range(3)]
+for t in threads: t.start()
+born = {tid: sorted(m) for tid, m in masks().items()}
+again = numapin.pin()
+stop.set()
+print(json.dumps({"born": born, "applied": os.environ.get("NUMAPIN_APPLIED"),
+                  "changed": again.changed, "events": events}))
+"""
+
+
+def _autopin(python: Python, root: Path, **env: str) -> dict[str, object]:
+    memory = "preferred" if live.NODE1_REAL else "none"  # node 1 of the pair root may not exist on this kernel
+    result = python("-c", _REPORT, PYTHONPATH=str(REPO / "tests"), **{FSROOT: str(root), AUTOPIN: "1"},
+                    **{AUTOPIN_OPTIONS["memory"]: memory}, **env)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+def test_autopin_binds_a_worker_at_birth(python: Python, pair_root: Path) -> None:
+    report = _autopin(python, pair_root, LOCAL_RANK="1")
+    born = report["born"]
+    assert isinstance(born, dict) and len(born) == 4
+    assert all(set(mask) == live.NODE1 for mask in born.values()), born
+    assert report["applied"] == live.cpus(live.NODE1)
+    assert report["changed"] is False and report["events"] == [], "pin() inside must change and warn nothing"
+
+
+def test_autopin_takes_the_only_visible_gpu(python: Python, pair_root: Path) -> None:
+    report = _autopin(python, pair_root, **{CUDA_VISIBLE_DEVICES: "1"})
+    born = report["born"]
+    assert isinstance(born, dict) and all(set(mask) == live.NODE1 for mask in born.values())
+
+
+def test_autopin_leaves_a_launcher_alone(python: Python, pair_root: Path) -> None:
+    # No local rank and both GPUs visible: torchrun's agent, a raylet. Nothing moves, nothing is said.
+    report = _autopin(python, pair_root)
+    born = report["born"]
+    assert isinstance(born, dict) and all(set(mask) == live.ALL for mask in born.values())
+    assert report["applied"] is None
+
+
+def test_the_installed_wheel_carries_the_start_up_file() -> None:
+    dist = metadata.distribution("numapin")
+    direct = dist.read_text("direct_url.json")
+    if direct and json.loads(direct).get("dir_info", {}).get("editable"):
+        pytest.skip("numapin is installed editable here; setuptools' editable wheels carry only the package")
+    installed = Path(sysconfig.get_path("purelib")) / STARTUP.name
+    assert installed.read_bytes() == STARTUP.read_bytes()
+    assert any(str(f) == STARTUP.name for f in dist.files or []), "pip uninstall would leave the file behind"
