@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import live
+from live import INPUTS
 from numapin import environment, machines
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,14 +48,15 @@ class Snapshots:
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
-_GUEST = Path(__file__).resolve().parent / "guest"
+#: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
+#: runs torchrun and Ray. Each runs only when asked for by path (python -m pytest tests/guest).
+_TIERS = {Path(__file__).resolve().parent / name for name in ("guest", "integration")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    # The guest tier boots QEMU: only when asked for by path (python -m pytest tests/guest).
-    if collection_path == _GUEST:
+    if collection_path in _TIERS:
         asked = [Path(a.split("::")[0]).resolve() for a in config.args]
-        return not any(a == _GUEST or _GUEST in a.parents for a in asked)
+        return not any(a == collection_path or collection_path in a.parents for a in asked)
     return None
 
 
@@ -94,16 +96,6 @@ def machine_root(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
         return made[name]
 
     return make
-
-
-#: Every variable numapin reads: tests start from none of them set.
-INPUTS = (*environment.OWNED, *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
-          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY)
-
-
-def without_inputs(environ: dict[str, str]) -> dict[str, str]:
-    """``environ`` less every variable numapin reads."""
-    return {k: v for k, v in environ.items() if k not in INPUTS}
 
 
 def use_root(root: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

@@ -17,11 +17,21 @@ import threading
 from pathlib import Path
 
 import numapin
-from numapin import CpuSet, read_topology
+from numapin import CpuSet, environment, read_topology
 from numapin.machines import MachineSpec, write
 from numapin.memory import system_nodes
 
 _GIB = 1 << 30
+
+#: Every variable numapin reads: tests start from none of them set.
+INPUTS = (*environment.OWNED, *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
+          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY)
+
+
+def without_inputs(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` less every variable numapin reads."""
+    return {k: v for k, v in environ.items() if k not in INPUTS}
+
 
 #: The live kernel's topology, read from ``/`` whatever NUMAPIN_FSROOT says.
 TOPOLOGY = read_topology("/")

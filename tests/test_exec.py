@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import without_inputs
-from live import ALL, NODE0, NODE1, NODE1_REAL, cpus
+from live import ALL, NODE0, NODE1, NODE1_REAL, cpus, without_inputs
 from numapin.environment import LOCAL_RANK_VARIABLES
 from numapin.exec import ExecRequest, prepare_exec
 

@@ -23,7 +23,8 @@ import pytest
 import live
 import numapin
 import trtllm_like
-from conftest import REPO, without_inputs
+from conftest import REPO
+from live import without_inputs
 from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
 
 STARTUP = REPO / "src" / "numapin-startup.pth"
