@@ -130,6 +130,21 @@ def test_every_command_has_help(command: str) -> None:
     assert proc.returncode == 0 and "usage: numapin " + command in proc.stdout
 
 
+def test_help_names_every_synthetic_machine() -> None:
+    from numapin.cli import MACHINE_NAMES
+    from numapin.machines import SHAPES
+
+    assert tuple(sorted(SHAPES)) == MACHINE_NAMES
+    proc = subprocess.run([*NUMAPIN, "show", "--help"], capture_output=True, text=True, env={**os.environ,
+                                                                                               "COLUMNS": "200"})
+    assert ", ".join(MACHINE_NAMES) in proc.stdout
+
+
+def test_an_unknown_machine_is_named_in_the_error() -> None:
+    proc = subprocess.run([*NUMAPIN, "show", "--machine", "cray"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown machine 'cray'" in proc.stderr and "dgx-h100" in proc.stderr
+
+
 def test_console_script_is_installed() -> None:
     from importlib.metadata import entry_points
 

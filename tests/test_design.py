@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
 #: Lowest first. A module may import only from layers below its own, at module
 #: level or inside a function alike (so no import dodges a cycle).
 LAYERS: list[set[str]] = [
-    {"environment", "errors", "text", "version"},  # names and plumbing every layer may use
+    {"environment", "errors", "logger", "records", "text", "version"},  # names and plumbing every layer may use
     {"cpuset"},
     {"host", "machines"},  # where facts come from; synthetic machines to read
     {"cgroup"},

@@ -284,7 +284,7 @@ def test_nvml_failing_on_a_mig_device_is_the_environments_problem(dgx_inventory:
 
 
 def test_device_order_and_mixed_models(dgx_inventory: Inventory) -> None:
-    from dataclasses import replace
+    from numapin.records import replace
 
     mixed = Inventory((replace(dgx_inventory.gpus[0], model="other"), *dgx_inventory.gpus[1:]))
     assert any("FASTEST_FIRST" in n for n in resolve_visible(mixed, {}).notes)

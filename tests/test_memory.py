@@ -16,15 +16,8 @@ from conftest import in_child
 from live import ALL, NODE0, REAL_NODES
 from memory_model import ModelMemory
 from numapin import CpuSet, MemoryPolicy, UsageError, get_mempolicy, set_mempolicy
-from numapin.memory import (
-    MemoryMode,
-    MemoryPolicyError,
-    migrate,
-    parse_numa_maps,
-    place_memory,
-    residency,
-    system_nodes,
-)
+from numapin.memory import MemoryMode, MemoryPolicyError, migrate, place_memory, system_nodes
+from numapin.residency import parse_numa_maps, residency
 
 pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node 0")
 
@@ -313,11 +306,11 @@ def test_numa_maps_counts_add_up(entries: list[tuple[int, int, int]]) -> None:
 
 
 def test_unsupported_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
-    import platform
+    from types import SimpleNamespace
 
     from numapin.memory import NotSupported
 
-    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(os, "uname", lambda: SimpleNamespace(machine="riscv64"))
     with pytest.raises(NotSupported, match="riscv64"):
         get_mempolicy()
 

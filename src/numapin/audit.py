@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from .cpuset import CpuSet
@@ -11,6 +10,7 @@ from .environment import APPLIED
 from .errors import UsageError
 from .pinning import state
 from .planning import plan
+from .records import record
 from .residency import Residency, residency
 from .text import table
 from .threads import LinuxThreads
@@ -19,7 +19,7 @@ from .topology import read_topology
 __all__ = ["Audit", "ThreadRow", "audit"]
 
 
-@dataclass(frozen=True)
+@record
 class ThreadRow:
     tid: int
     name: str | None
@@ -39,7 +39,7 @@ class ThreadRow:
         }
 
 
-@dataclass(frozen=True)
+@record
 class Audit:
     """Every thread of ``pid`` against a placement (None when no placement was named)."""
 

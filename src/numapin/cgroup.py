@@ -11,15 +11,15 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from .cpuset import CpuSet
 from .host import Host
+from .records import record
 
 __all__ = ["Cgroup", "read_cgroup"]
 
 
-@dataclass(frozen=True)
+@record
 class Cgroup:
     """The cpuset a process lives in; ``cpus``/``mems`` None when unrestricted or unknown."""
 
@@ -35,7 +35,7 @@ class Cgroup:
         return f"cgroup v{self.version} {self.path}: cpus {self.cpus}, mems {self.mems}"
 
 
-@dataclass(frozen=True)
+@record
 class _Mount:
     point: str
     root: str

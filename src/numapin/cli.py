@@ -9,29 +9,25 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import logging
 import os
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import machines
 from .cpuset import CpuSet
 from .environment import LOCAL_RANK_VARIABLES
 from .errors import NumapinError
-from .facts import Facts, gather
 from .host import HostError, decimal
-from .placement import Mode
-from .text import format_size, table
-from .topology import Topology
 from .version import __version__
 
-log = logging.getLogger("numapin")
+if TYPE_CHECKING:
+    from .facts import Facts
 
-_MODES = [m.value for m in Mode if m is not Mode.EXPLICIT]
+#: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
+MACHINE_NAMES = ("dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
+
+# Each command imports what it needs when it runs: `numapin exec` reaches execve
+# without loading what show, threads or snapshot use (json, tempfile, tarfile...).
 
 
 class CliError(Exception):
@@ -46,6 +42,11 @@ def _root(args: argparse.Namespace) -> Iterator[str | None]:
     """The filesystem root the command reads: --root, --machine (written to a temp folder), or the default."""
     machine = getattr(args, "machine", None)
     if machine:
+        import tempfile
+        from pathlib import Path
+
+        from . import machines
+
         try:
             spec = machines.shape_named(machine)
         except ValueError as exc:
@@ -62,8 +63,16 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--root", metavar="DIR",
                        help="read the machine from DIR instead of / (as NUMAPIN_FSROOT does)")
-    where.add_argument("--machine", metavar="NAME", choices=sorted(machines.SHAPES),
-                       help="read a synthetic machine: " + ", ".join(sorted(machines.SHAPES)))
+    # The names are checked when the machine is written (_root), so that parsing
+    # does not load the machine specs: `numapin machine --help` lists them.
+    where.add_argument("--machine", metavar="NAME",
+                       help="read a synthetic machine: " + ", ".join(MACHINE_NAMES))
+
+
+def _modes() -> list[str]:
+    from .placement import Mode
+
+    return [m.value for m in Mode if m is not Mode.EXPLICIT]
 
 
 def _count(text: str) -> int:
@@ -99,6 +108,8 @@ def _cpuset_arg(text: str) -> CpuSet:
 
 
 def _size(value: int | None) -> str:
+    from .text import format_size
+
     return "memory unknown" if value is None else format_size(value)
 
 
@@ -106,7 +117,7 @@ def _size(value: int | None) -> str:
 
 
 def _show_text(facts: Facts, machine: str | None = None) -> str:
-    t: Topology = facts.topology
+    t = facts.topology
     lines = [f"numapin {__version__} — " + (f"synthetic machine {machine}" if machine else f"machine at {t.root}")]
     restriction = str(t.cgroup) if t.cgroup.version else "no cgroup cpuset restriction"
     lines.append(f"CPUs: online {t.online} ({len(t.online)}), allowed {t.allowed} ({restriction})")
@@ -172,6 +183,10 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    from .facts import gather
+
     with _root(args) as root:
         facts = gather(root)
         if args.json:
@@ -185,7 +200,10 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
     from .planning import plan_ranks
+    from .text import table
 
     with _root(args) as root:
         plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
@@ -233,6 +251,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
             if args.json:
+                import json
+
                 print(json.dumps(prepared.as_dict(), indent=2))
             else:
                 print(prepared.describe())
@@ -245,6 +265,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_threads(args: argparse.Namespace) -> int:
+    import json
+
     from .audit import audit
 
     with _root(args) as root:
@@ -273,6 +295,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_machine(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from . import machines
+
     spec = machines.shape_named(args.name)
     dest = Path(args.dir)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
@@ -288,26 +314,55 @@ def cmd_machine(args: argparse.Namespace) -> int:
 # -- parser ---------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Formatter(argparse.HelpFormatter):
+    """argparse's formatter, told the terminal width up front.
+
+    Left to itself it imports shutil for the width, on every add_argument call
+    (argparse formats each argument once to check it): as much time as the
+    rest of parsing. The width is the one shutil would find.
+    """
+
+    def __init__(self, prog: str, **options: Any) -> None:
+        if "width" not in options:
+            try:
+                columns = int(os.environ["COLUMNS"])
+            except (KeyError, ValueError):
+                try:
+                    columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 80
+                except (AttributeError, ValueError, OSError):
+                    columns = 80
+            options["width"] = (columns or 80) - 2
+        super().__init__(prog, **options)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, only that sub-command's arguments (the others are listed, empty)."""
     parser = argparse.ArgumentParser(
         prog="numapin",
         description="Put each GPU worker process, every thread and its memory, near its GPU.",
+        formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"numapin {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what numapin does")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (helptext, fill) in _COMMANDS.items():
+        p = sub.add_parser(name, help=helptext, formatter_class=_Formatter)
+        if command is None or command == name:
+            fill(p)
+    return parser
 
-    show = sub.add_parser("show", help="the machine: NUMA nodes, packages, cores, caches, cgroup, GPUs",
-                          description="Show this machine's topology as numapin sees it.")
+
+def _show_args(show: argparse.ArgumentParser) -> None:
+    show.description = "Show this machine's topology as numapin sees it."
     show.add_argument("--json", action="store_true", help="one JSON object instead of text")
     _add_root(show)
     show.set_defaults(func=cmd_show)
 
-    plan = sub.add_parser("plan", help="where each local rank's worker would run",
-                          description="Print the placement of every local rank: one row per visible GPU, "
-                                      "local rank r driving GPU r % N (or entry r of NUMAPIN_RANK_MAP); "
-                                      "with --gpus, rank i drives the i-th GPU listed.")
-    plan.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
+
+def _plan_args(plan: argparse.ArgumentParser) -> None:
+    plan.description = ("Print the placement of every local rank: one row per visible GPU, local rank r driving "
+                        "GPU r % N (or entry r of NUMAPIN_RANK_MAP); with --gpus, rank i drives the i-th GPU listed.")
+    plan.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
     plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     plan.add_argument("--reserve", type=_count, default=0, metavar="K",
                       help="set K whole cores aside for one latency-critical thread")
@@ -316,17 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_root(plan)
     plan.set_defaults(func=cmd_plan)
 
-    ex = sub.add_parser(
-        "exec", help="pin, then replace this process with PROGRAM (bind at birth)",
-        description="Pin this process for its GPU (CPUs and memory), mark the mask as numapin's, then exec "
-                    "PROGRAM: same pid, same stdio, PROGRAM's own exit code and signals. Local ranks are read "
-                    "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).",
-    )
+
+def _exec_args(ex: argparse.ArgumentParser) -> None:
+    ex.description = ("Pin this process for its GPU (CPUs and memory), mark the mask as numapin's, then exec "
+                      "PROGRAM: same pid, same stdio, PROGRAM's own exit code and signals. Local ranks are read "
+                      "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).")
     target = ex.add_mutually_exclusive_group()
     target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
     target.add_argument("--local-rank", default="auto", metavar="auto|N",
                         help="the launcher's local rank (default auto: read it from the environment)")
-    ex.add_argument("--mode", choices=_MODES, default="node", help="placement mode (default: node)")
+    ex.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
     ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
@@ -342,9 +396,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     ex.set_defaults(func=cmd_exec)
 
-    th = sub.add_parser("threads", help="where every thread of a process runs",
-                        description="One row per thread: tid, name, mask, last CPU, inside the placement, "
-                                    "pinned by numapin; then memory by node.")
+
+def _threads_args(th: argparse.ArgumentParser) -> None:
+    th.description = ("One row per thread: tid, name, mask, last CPU, inside the placement, pinned by numapin; "
+                      "then memory by node.")
     th.add_argument("pid", nargs="?", type=_count, default=None, help="process id (default: numapin itself)")
     which = th.add_mutually_exclusive_group()
     which.add_argument("--gpu", type=_count, metavar="N", help="compare with GPU N's node placement")
@@ -357,27 +412,53 @@ def build_parser() -> argparse.ArgumentParser:
     _add_root(th)
     th.set_defaults(func=cmd_threads)
 
-    snap = sub.add_parser("snapshot", help="capture this machine's topology files for a bug report",
-                          description="Write OUT.tar.gz with exactly the files numapin reads.")
+
+def _snapshot_args(snap: argparse.ArgumentParser) -> None:
+    snap.description = "Write OUT.tar.gz with exactly the files numapin reads."
     snap.add_argument("out", metavar="OUT.tar.gz")
     snap.add_argument("--force", action="store_true", help="replace OUT.tar.gz when it exists")
     _add_root(snap)
     snap.set_defaults(func=cmd_snapshot)
 
-    mach = sub.add_parser("machine", help="write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT",
-                          description="Write the sys/ and proc/ files of a synthetic machine under DIR (new or "
-                                      "empty), as the kernel and the NVIDIA driver would show them.")
-    mach.add_argument("name", metavar="NAME", choices=sorted(machines.SHAPES),
-                      help="one of: " + ", ".join(sorted(machines.SHAPES)))
+
+def _machine_args(mach: argparse.ArgumentParser) -> None:
+    from .machines import SHAPES
+
+    mach.description = ("Write the sys/ and proc/ files of a synthetic machine under DIR (new or empty), as the "
+                        "kernel and the NVIDIA driver would show them.")
+    mach.add_argument("name", metavar="NAME", choices=sorted(SHAPES), help="one of: " + ", ".join(sorted(SHAPES)))
     mach.add_argument("dir", metavar="DIR", help="the folder to write (it stands in for /)")
     mach.set_defaults(func=cmd_machine)
-    return parser
+
+
+_COMMANDS = {
+    "show": ("the machine: NUMA nodes, packages, cores, caches, cgroup, GPUs", _show_args),
+    "plan": ("where each local rank's worker would run", _plan_args),
+    "exec": ("pin, then replace this process with PROGRAM (bind at birth)", _exec_args),
+    "threads": ("where every thread of a process runs", _threads_args),
+    "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
+    "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),
+}
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    """The sub-command named in ``argv`` (its first word not an option), when it is one of ours."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in _COMMANDS else None
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command(words)).parse_args(words)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(message)s")
+    # Without -v, logging stays unconfigured (and unimported until numapin warns): warnings then
+    # reach stderr as the bare message through logging's last-resort handler, as they did with
+    # basicConfig(level=WARNING, format="%(message)s").
     try:
         code = int(args.func(args))
         sys.stdout.flush()  # here, not at exit: a closed pipe must meet the handler below

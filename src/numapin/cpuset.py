@@ -7,14 +7,22 @@ just the integer printed in 32-bit groups.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Union
 
 __all__ = ["MAX_ID", "CpuSet", "CpuSpec"]
 
-_NUMBER = re.compile(r"[0-9]+\Z")
-_HEXWORD = re.compile(r"[0-9a-fA-F]{1,8}\Z")
+# Character checks rather than regular expressions: importing re costs a start-up more than a pin.
+_DECIMAL_DIGITS = frozenset("0123456789")
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _number(text: str) -> bool:
+    return bool(text) and _DECIMAL_DIGITS.issuperset(text)
+
+
+def hex_word(text: str, longest: int = 8) -> bool:
+    """Whether ``text`` is 1 to ``longest`` ASCII hex digits."""
+    return 0 < len(text) <= longest and _HEX_DIGITS.issuperset(text)
 
 # The kernel prints every cpumask as comma-separated groups of 32 bits.
 _MASK_WORD_BITS = 32
@@ -24,8 +32,6 @@ _MASK_WORD_BITS = 32
 #: bitmap of gigabytes.
 MAX_ID = (1 << 16) - 1
 
-#: Anything the API accepts where it asks for CPUs.
-CpuSpec = Union["CpuSet", Iterable[int], str]
 
 
 def _bits_of(ids: Iterable[int]) -> int:
@@ -86,7 +92,7 @@ class CpuSet:
         bits = 0
         for token in body.split(","):
             first, dash, last = token.partition("-")
-            if not _NUMBER.match(first) or (dash and not _NUMBER.match(last)):
+            if not _number(first) or (dash and not _number(last)):
                 raise ValueError(f"bad cpulist token {token!r} in {text!r}")
             lo = int(first)
             hi = int(last) if dash else lo
@@ -112,7 +118,7 @@ class CpuSet:
             raise ValueError(f"hex mask of {len(words)} words is longer than ids go ({MAX_ID})")
         bits = 0
         for word in words:
-            if not _HEXWORD.match(word):
+            if not hex_word(word):
                 raise ValueError(f"bad hex mask word {word!r} in {text!r}")
             bits = (bits << _MASK_WORD_BITS) | int(word, 16)
         return cls.from_bits(bits)
@@ -252,3 +258,11 @@ def _coerce(value: object) -> CpuSet:
     if isinstance(value, CpuSet):
         return value
     raise TypeError(f"expected a CpuSet, got {type(value).__name__}")
+
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+if TYPE_CHECKING:
+    #: Anything the API accepts where it asks for CPUs.
+    CpuSpec = CpuSet | Iterable[int] | str
+else:
+    CpuSpec = object  # annotations only (they are strings at run time)

@@ -9,21 +9,20 @@ the program's own exit code and signals.
 
 from __future__ import annotations
 
-import logging
 import os
-import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from .cpuset import CpuSet
 from .environment import APPLIED, RESERVED
 from .errors import EnvironmentProblem, UsageError
+from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult, pin, state
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, decimal, local_rank
+from .records import record
 
 __all__ = [
     "RESERVED_ENV",
@@ -36,13 +35,11 @@ __all__ = [
     "run_exec",
 ]
 
-log = logging.getLogger("numapin")
-
 #: Set by ``numapin exec`` when cores were reserved: the hot thread's CPUs.
 RESERVED_ENV = RESERVED
 
 
-@dataclass(frozen=True)
+@record
 class ExecRequest:
     """What ``numapin exec`` was asked to do.
 
@@ -62,7 +59,7 @@ class ExecRequest:
     root: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class PreparedExec:
     """The decision, made before anything changes: what to pin, then what to run."""
 
@@ -110,10 +107,12 @@ def _which(program: str, environ: Mapping[str, str]) -> str:
         if os.path.isfile(program) and os.access(program, os.X_OK):
             return program
         raise UsageError(f"{program!r} is not an executable file")
-    found = shutil.which(program, path=environ.get("PATH", os.defpath))
-    if found is None:
-        raise UsageError(f"program {program!r} not found on PATH")
-    return found
+    # As execvp searches (shutil.which would do, but importing shutil costs more than the search).
+    for folder in environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or ".", program)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise UsageError(f"program {program!r} not found on PATH")
 
 
 def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .environment import CUDA_VISIBLE_DEVICES
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
 from .host import Host
+from .records import record
 from .topology import Topology, read_topology
 
 __all__ = ["Facts", "gather"]
 
 
-@dataclass(frozen=True)
+@record
 class Facts:
     topology: Topology
     inventory: Inventory

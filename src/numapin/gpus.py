@@ -17,17 +17,16 @@ PCI order and warns that the default order is ambiguous.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
-import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cpuset import CpuSet
+from .cpuset import CpuSet, hex_word
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, UsageError
 from .host import Host, decimal
+from .logger import log
+from .records import field, record, replace
 from .topology import Topology
 
 __all__ = [
@@ -41,12 +40,9 @@ __all__ = [
     "visible_gpus",
 ]
 
-log = logging.getLogger("numapin")
-
 _NVIDIA = 0x10DE
 # PCI base class 0x03 (display): 0x0300 VGA, 0x0302 3D controller.
 _DISPLAY_CLASSES = (0x0300, 0x0302)
-_BDF = re.compile(r"(?:([0-9a-fA-F]{1,8}):)?([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])\Z")
 
 
 class GpuError(UsageError):
@@ -61,16 +57,31 @@ class NoGpuError(EnvironmentProblem):
     """No GPU is visible to this process at all."""
 
 
+def _bdf(bus_id: str) -> tuple[str, str, str, str] | None:
+    """``[domain:]bus:device.function`` split into its hex parts, or None when it is not one."""
+    parts = bus_id.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    if len(parts) != 3:
+        return None
+    domain, bus, rest = parts
+    device, dot, function = rest.partition(".")
+    if not (dot and hex_word(domain) and hex_word(bus, 2) and hex_word(device, 2)
+            and len(function) == 1 and function in "01234567"):
+        return None
+    return domain, bus, device, function
+
+
 def normalize_pci(bus_id: str) -> str:
     """``0000:18:00.0`` form (lowercase, 4-digit domain) of any PCI bus id spelling."""
-    match = _BDF.match(bus_id.strip())
-    if not match:
+    parts = _bdf(bus_id.strip())
+    if parts is None:
         raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain, bus, dev, fn = match.groups()
-    return f"{int(domain or '0', 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
+    domain, bus, dev, fn = parts
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
 
 
-@dataclass(frozen=True)
+@record
 class Gpu:
     """One physical NVIDIA GPU and what lies near it.
 
@@ -97,7 +108,7 @@ class Gpu:
         return f"{self.pci} {name} node {node} cpus {self.cpus}"
 
 
-@dataclass(frozen=True)
+@record
 class Inventory:
     """Every NVIDIA GPU of the machine, in PCI order."""
 
@@ -110,7 +121,7 @@ class Inventory:
         return next((g for g in self.gpus if g.pci == wanted), None)
 
 
-@dataclass(frozen=True)
+@record
 class VisibleGpu:
     """A GPU as CUDA numbers it in this process (``index`` = ``cuda:index``)."""
 
@@ -177,9 +188,9 @@ def _node_from_cpus(topology: Topology, cpus: CpuSet) -> int | None:
 
 def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu]:
     found = []
-    driver_bdfs = {normalize_pci(b) for b in host.listdir("proc/driver/nvidia/gpus") if _BDF.match(b)}
+    driver_bdfs = {normalize_pci(b) for b in host.listdir("proc/driver/nvidia/gpus") if _bdf(b)}
     for name in sorted(host.listdir("sys/bus/pci/devices")):
-        if not _BDF.match(name):
+        if not _bdf(name):
             continue
         bdf = normalize_pci(name)
         folder = f"sys/bus/pci/devices/{name}"
@@ -330,7 +341,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class _Resolution:
     visible: tuple[VisibleGpu, ...]
     notes: tuple[str, ...] = field(default=())
@@ -393,7 +404,7 @@ def resolve_visible(
     for raw in value.split(","):
         entry = raw.strip()
         gpu: Gpu | None = None
-        if re.fullmatch(r"[0-9]+", entry, re.ASCII):
+        if entry.isascii() and entry.isdigit():
             # No machine has 10**9 GPUs; a longer number names none (and int() refuses 4,300 digits).
             index = int(entry) if len(entry) < 10 else len(gpus)
             gpu = gpus[index] if index < len(gpus) else None

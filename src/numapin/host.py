@@ -9,19 +9,17 @@ the real process.
 from __future__ import annotations
 
 import os
-import re
 import stat
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from .environment import FSROOT
 from .errors import EnvironmentProblem
+from .records import field, record
 
 __all__ = ["FSROOT_ENV", "Host", "HostError", "decimal", "resolve_root"]
 
 # sysfs and procfs values are small; a file larger than this is no fact of ours.
 _MAX_READ = 1 << 20
-_DECIMAL = re.compile(r"-?[0-9]{1,9}", re.ASCII)
+_DIGITS = frozenset("0123456789")
 
 
 def decimal(text: str | None) -> int | None:
@@ -33,7 +31,8 @@ def decimal(text: str | None) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    return int(text) if _DECIMAL.fullmatch(text) else None
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if 0 < len(digits) <= 9 and _DIGITS.issuperset(digits) else None
 
 FSROOT_ENV = FSROOT
 
@@ -42,14 +41,14 @@ class HostError(EnvironmentProblem):
     """The filesystem root cannot serve as a machine description."""
 
 
-def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
-    """The root to read: ``root``, else ``$NUMAPIN_FSROOT``, else ``/``."""
+def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
+    """The root to read: ``root``, else ``$NUMAPIN_FSROOT``, else ``/`` (as a string path)."""
     if root is None:
         root = os.environ.get(FSROOT_ENV) or "/"
-    return Path(root)
+    return os.fspath(root)
 
 
-@dataclass(frozen=True)
+@record
 class Host:
     """A read-only view of one machine's ``sys/`` and ``proc/`` files.
 
@@ -57,7 +56,7 @@ class Host:
     successfully: ``numapin snapshot`` captures exactly those.
     """
 
-    root: Path
+    root: str
     journal: list[str] | None = field(default=None, compare=False)
 
     @classmethod
@@ -68,12 +67,13 @@ class Host:
     def is_live(self) -> bool:
         """True when the root is the real ``/`` of the running process."""
         try:
-            return self.root.resolve() == Path("/")
+            return os.path.realpath(self.root) == "/"
         except OSError:
             return False
 
-    def path(self, rel: str) -> Path:
-        return self.root / rel.lstrip("/")
+    def path(self, rel: str) -> str:
+        # Plain string joins: pathlib would cost more than the read on the hot path (one call per file).
+        return os.path.join(self.root, rel.lstrip("/"))
 
     def read(self, rel: str) -> str | None:
         """The file's text, or None when it is absent, unreadable or not a regular file.
@@ -112,14 +112,14 @@ class Host:
             return []
 
     def exists(self, rel: str) -> bool:
-        return self.path(rel).exists()
+        return os.path.exists(self.path(rel))
 
     def check(self) -> None:
         """Raise HostError when the root cannot describe a machine at all."""
-        if not self.root.is_dir():
-            raise HostError(f"root {str(self.root)!r} does not exist or is not a folder")
+        if not os.path.isdir(self.root):
+            raise HostError(f"root {self.root!r} does not exist or is not a folder")
         cpu = self.path("sys/devices/system/cpu")
-        if not cpu.is_dir():
-            raise HostError(f"root {str(self.root)!r} has no CPU information (no sys/devices/system/cpu)")
+        if not os.path.isdir(cpu):
+            raise HostError(f"root {self.root!r} has no CPU information (no sys/devices/system/cpu)")
         if not os.access(cpu, os.R_OK | os.X_OK):
-            raise HostError(f"root {str(self.root)!r}: {cpu} is not readable")
+            raise HostError(f"root {self.root!r}: {cpu} is not readable")

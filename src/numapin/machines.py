@@ -10,10 +10,10 @@ this project's 2-CPU test machine seen as two nodes.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from .cpuset import CpuSet
+from .records import record
 
 __all__ = ["SHAPES", "MachineSpec", "shape_named", "synthetic", "write"]
 
@@ -21,7 +21,7 @@ _NVIDIA = "0x10de"
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record
 class MachineSpec:
     """The shape of a machine: CPUs are numbered the way Linux numbers x86 threads.
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import enum
 import errno
-import logging
 import os
-from dataclasses import dataclass
 
 from .cpuset import CpuSet, CpuSpec
 from .errors import EnvironmentProblem, UsageError, errno_name
 from .host import Host
+from .logger import log
 from .numa import LinuxMemory, MemoryKernel, MemoryPolicy
-from .residency import Residency, parse_numa_maps, residency
+from .records import record
 
 __all__ = [
     "MemoryMode",
@@ -33,19 +32,14 @@ __all__ = [
     "MemoryResult",
     "MigrateResult",
     "NotSupported",
-    "Residency",
     "allowed_nodes",
     "get_mempolicy",
     "migrate",
     "parse_memory_mode",
-    "parse_numa_maps",
     "place_memory",
-    "residency",
     "set_mempolicy",
     "system_nodes",
 ]
-
-log = logging.getLogger("numapin")
 
 _LINUX = LinuxMemory()
 
@@ -159,7 +153,7 @@ def _policy_named(name: str) -> MemoryPolicy:
         raise UsageError(f"unknown memory policy {name!r} (policies: {known})", value=name) from None
 
 
-@dataclass(frozen=True)
+@record
 class MigrateResult:
     to_nodes: CpuSet
     from_nodes: CpuSet
@@ -225,7 +219,7 @@ def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
         raise UsageError(f"unknown memory mode {mode!r} (modes: {known})", value=mode) from None
 
 
-@dataclass(frozen=True)
+@record
 class MemoryResult:
     """What was done with memory: the policy in force, migration, and any step-down."""
 

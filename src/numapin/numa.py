@@ -13,7 +13,6 @@ import ctypes
 import enum
 import errno
 import os
-import platform
 from typing import Protocol
 
 from .cpuset import CpuSet
@@ -61,7 +60,7 @@ class LinuxMemory:
         self._libc.syscall.restype = ctypes.c_long
 
     def _numbers(self) -> tuple[int, int, int]:
-        machine = platform.machine()
+        machine = os.uname().machine
         try:
             return _SYSCALLS[machine]
         except KeyError:

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import os
 import threading
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from . import memory as _memory
@@ -30,8 +28,10 @@ from .environment import APPLIED, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name
 from .facts import Facts, gather
 from .host import resolve_root
+from .logger import log
 from .memory import MemoryMode
 from .placement import Mode, Placement, parse_mode, resolve
+from .records import record, replace
 from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of
 
 __all__ = [
@@ -57,8 +57,6 @@ __all__ = [
     "refresh",
     "state",
 ]
-
-log = logging.getLogger("numapin")
 
 #: Set by ``numapin exec`` to the cpulist it applied before starting the program.
 MARKER_ENV = APPLIED
@@ -119,7 +117,7 @@ class Action(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@record
 class Record:
     """What numapin applied in this process."""
 
@@ -146,7 +144,7 @@ class ThreadResult(NamedTuple):
         return text
 
 
-@dataclass(frozen=True)
+@record
 class PinResult:
     """The truthful outcome of one pin: the decision, the target and every thread's fate."""
 
@@ -210,7 +208,7 @@ class PinError(NumapinError):
 # -- the decision -----------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """What to do with the process mask: the action, whose mask it is, and the CPUs to apply."""
 
@@ -384,7 +382,7 @@ def refresh() -> None:
     _STATE.forget_facts()
 
 
-@dataclass(frozen=True)
+@record
 class Current:
     """What numapin applied in this process, and whether the live mask still matches it."""
 
@@ -428,7 +426,7 @@ def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuS
     return fallback
 
 
-@dataclass(frozen=True)
+@record
 class Constraint:
     """The calling thread's process mask, whose it is, and the baseline it is compared with."""
 
@@ -587,7 +585,7 @@ def pin(
                                                             migrate, env, root))
 
 
-@dataclass(frozen=True)
+@record
 class _Options:
     policy: Policy
     all_threads: bool

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from .cpuset import CpuSet, CpuSpec
@@ -21,6 +20,7 @@ from .errors import EnvironmentProblem, UsageError
 from .facts import Facts
 from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
+from .records import record
 from .topology import Core, Topology
 
 __all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "resolve"]
@@ -64,7 +64,7 @@ def parse_mode(mode: str | Mode) -> Mode:
         raise UsageError(f"unknown mode {mode!r} (modes: {known}, or explicit cpus)") from None
 
 
-@dataclass(frozen=True)
+@record
 class Placement:
     """Where one GPU's worker runs.
 

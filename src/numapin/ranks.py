@@ -15,10 +15,10 @@ says otherwise (rank r drives logical GPU map[r]).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from .environment import LOCAL_RANK_VARIABLES, RANK_MAP
 from .errors import UsageError
+from .records import record
 
 __all__ = ["LocalRank", "decimal", "gpu_for_rank", "local_rank"]
 
@@ -26,7 +26,7 @@ __all__ = ["LocalRank", "decimal", "gpu_for_rank", "local_rank"]
 _MAX_DIGITS = 9
 
 
-@dataclass(frozen=True)
+@record
 class LocalRank:
     """A local rank and the variable it came from; ``ignored`` lists other launchers' differing values."""
 

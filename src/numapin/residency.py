@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 
 from .cpuset import CpuSet, CpuSpec
 from .errors import UsageError
+from .records import field, record
 from .text import format_size
 
 __all__ = ["Residency", "parse_numa_maps", "residency"]
@@ -20,7 +20,7 @@ _NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
 _OWN_FILES = ("/dev/zero", "/SYSV", "/memfd:", "/dev/shm/", "/anon_hugepage")
 
 
-@dataclass(frozen=True)
+@record
 class Residency:
     """Pages and bytes of a process per NUMA node, from ``numa_maps``.
 

@@ -67,7 +67,7 @@ def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = N
     with tarfile.open(Path(out), "w:gz") as archive:
         # Folders the readers list must exist even when empty of files we keep.
         for folder in ("sys/devices/system/cpu", "sys/devices/system/node"):
-            if host.path(folder).is_dir():
+            if os.path.isdir(host.path(folder)):
                 info = tarfile.TarInfo(f"{TOP}/{folder}")
                 info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                 archive.addfile(info)

@@ -26,10 +26,8 @@ value is one warning on stderr and the interpreter starts as usual.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
@@ -37,14 +35,14 @@ from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED
 from .errors import UsageError
 from .exec import ExecRequest, bind, prepare_exec
 from .host import decimal
+from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult, state
 from .placement import parse_mode
 from .ranks import local_rank
+from .records import record
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
-
-log = logging.getLogger("numapin")
 
 #: ``NUMAPIN_PATCH`` names and what each installs.
 PATCHES: dict[str, Callable[[], PatchReport]] = {"tensorrt_llm": tensorrt_llm.install}
@@ -52,7 +50,7 @@ PATCHES: dict[str, Callable[[], PatchReport]] = {"tensorrt_llm": tensorrt_llm.in
 _POLICIES = ("respect", "override")
 
 
-@dataclass(frozen=True)
+@record
 class Activation:
     """What :func:`activate` did."""
 

@@ -10,14 +10,13 @@ could not read in ``Topology.warnings``.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from .cgroup import Cgroup, read_cgroup
 from .cpuset import MAX_ID, CpuSet
 from .host import Host, decimal
+from .records import field, record
 
 __all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
 
@@ -25,7 +24,7 @@ _CPU = "sys/devices/system/cpu"
 _NODE = "sys/devices/system/node"
 
 
-@dataclass(frozen=True)
+@record
 class Node:
     """A NUMA node. ``cpus`` are its online CPUs; a node without CPUs is memory-only."""
 
@@ -40,7 +39,7 @@ class Node:
         return dict(self.distances).get(other)
 
 
-@dataclass(frozen=True)
+@record
 class Package:
     """A socket (``physical_package_id``), or the reader's stand-in grouping."""
 
@@ -48,7 +47,7 @@ class Package:
     cpus: CpuSet
 
 
-@dataclass(frozen=True)
+@record
 class Core:
     """A physical core: its online SMT siblings."""
 
@@ -57,7 +56,7 @@ class Core:
     cpus: CpuSet
 
 
-@dataclass(frozen=True)
+@record
 class CacheGroup:
     """CPUs sharing one last-level cache (an L3 slice, a CCX, ...)."""
 
@@ -65,9 +64,9 @@ class CacheGroup:
     cpus: CpuSet
 
 
-@dataclass(frozen=True)
+@record
 class Topology:
-    root: Path
+    root: str
     online: CpuSet
     possible: CpuSet
     offline: CpuSet

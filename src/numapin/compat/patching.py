@@ -15,22 +15,21 @@ a closure keeps the original (the projects patched here bind it at module level)
 from __future__ import annotations
 
 import contextlib
-import logging
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FunctionPatch", "PatchReport"]
+from ..logger import log
+from ..records import record
 
-log = logging.getLogger("numapin")
+__all__ = ["FunctionPatch", "PatchReport"]
 
 _MARK = "__numapin_original__"
 
 
-@dataclass(frozen=True)
+@record
 class PatchReport:
     """What one ``install()`` or ``uninstall()`` did."""
 

@@ -24,12 +24,12 @@ does it in every process of a job when ``NUMAPIN_PATCH=tensorrt_llm``.
 from __future__ import annotations
 
 import functools
-import logging
 import os
 from collections.abc import Callable
 from typing import Any
 
 from ..environment import TLLM_AFFINITY
+from ..logger import log
 from ..pinning import Ownership, PinResult, constraint, pin
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
@@ -39,8 +39,6 @@ __all__ = ["ENV", "MODULE", "configure_cpu_affinity", "install", "uninstall"]
 ENV = TLLM_AFFINITY
 #: Where TensorRT-LLM defines the function its workers import by name.
 MODULE = "tensorrt_llm.llmapi.utils"
-
-log = logging.getLogger("numapin")
 
 
 def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None) -> PinResult | None:
