@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from .cpuset import CpuSet
 from .environment import APPLIED
@@ -15,6 +14,10 @@ from .residency import Residency, residency
 from .text import table
 from .threads import LinuxThreads
 from .topology import read_topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Audit", "ThreadRow", "audit"]
 

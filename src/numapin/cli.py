@@ -12,7 +12,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
 
 from .cpuset import CpuSet
 from .environment import LOCAL_RANK_VARIABLES
@@ -20,7 +19,10 @@ from .errors import NumapinError
 from .host import HostError, decimal
 from .version import __version__
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .facts import Facts
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .cpuset import CpuSet
 from .environment import APPLIED, RESERVED
@@ -23,6 +22,10 @@ from .pinning import PinResult, pin, state
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, decimal, local_rank
 from .records import record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "RESERVED_ENV",

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from .environment import CUDA_VISIBLE_DEVICES
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
 from .host import Host
 from .records import record
 from .topology import Topology, read_topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Facts", "gather"]
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .cpuset import CpuSet, hex_word
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
@@ -28,6 +27,10 @@ from .host import Host, decimal
 from .logger import log
 from .records import field, record, replace
 from .topology import Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "Gpu",

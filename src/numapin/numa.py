@@ -13,9 +13,14 @@ import ctypes
 import enum
 import errno
 import os
-from typing import Protocol
 
 from .cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
 __all__ = ["LinuxMemory", "MemoryKernel", "MemoryPolicy"]
 

@@ -19,8 +19,8 @@ import contextlib
 import enum
 import os
 import threading
+from collections import namedtuple
 from collections.abc import Collection, Iterator, Mapping
-from typing import Any, NamedTuple
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
@@ -33,6 +33,10 @@ from .memory import MemoryMode
 from .placement import Mode, Placement, parse_mode, resolve
 from .records import record, replace
 from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "MARKER_ENV",
@@ -128,14 +132,24 @@ class Record:
     source: str = "pin"
 
 
-class ThreadResult(NamedTuple):
+if TYPE_CHECKING:
+    from typing import NamedTuple
+
+    class _ThreadFields(NamedTuple):
+        tid: int
+        outcome: Outcome
+        before: CpuSet | None = None
+        after: CpuSet | None = None
+        error: str | None = None
+else:
+    # typing.NamedTuple would import typing at run time for this one class: the same tuple from collections.
+    _ThreadFields = namedtuple("ThreadResult", ("tid", "outcome", "before", "after", "error"), defaults=(None,) * 3)
+
+
+class ThreadResult(_ThreadFields):
     """One thread's fate. An immutable record (a named tuple: pinning makes one per thread)."""
 
-    tid: int
-    outcome: Outcome
-    before: CpuSet | None = None
-    after: CpuSet | None = None
-    error: str | None = None
+    __slots__ = ()
 
     def __str__(self) -> str:
         text = f"{self.tid}: {self.outcome}"

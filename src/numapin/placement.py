@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Any
 
 from .cpuset import CpuSet, CpuSpec
 from .environment import RANK_MAP
@@ -22,6 +21,10 @@ from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
 from .records import record
 from .topology import Core, Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "resolve"]
 

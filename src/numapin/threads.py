@@ -12,9 +12,14 @@ import enum
 import errno
 import os
 import threading
-from typing import Protocol
 
 from .cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
 __all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of"]
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 from functools import cached_property
-from typing import Any
 
 from .cgroup import Cgroup, read_cgroup
 from .cpuset import MAX_ID, CpuSet
 from .host import Host, decimal
 from .records import field, record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
 

@@ -26,13 +26,16 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from typing import Any
 
 from ..environment import TLLM_AFFINITY
 from ..logger import log
 from ..pinning import Ownership, PinResult, constraint, pin
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["ENV", "MODULE", "configure_cpu_affinity", "install", "uninstall"]
 
