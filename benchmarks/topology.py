@@ -1,12 +1,16 @@
-"""How the topology reader's cost grows with the machine.
+"""How the topology reader's cost grows with the machine, and how close it is to reading the files raw.
 
 Prints the median time to read the largest real capture (by CPU count) and
-synthetic machines of 128 to 1024 CPUs, with the cost per CPU: a flat
-per-CPU column means reading grows linearly. Run: python benchmarks/topology.py
+synthetic machines of 128 to 1024 CPUs, with the cost per CPU (a flat
+per-CPU column means reading grows linearly), and beside it the median time
+of plain ``os.open``/``os.read``/``os.close`` of exactly the files the reader
+read (its journal), measured in the same run: the ratio is what parsing and
+checking add to the reads themselves. Run: python benchmarks/topology.py
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tarfile
 import tempfile
@@ -19,14 +23,29 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hwloc-l
 REPEATS = 7
 
 
-def median_seconds(root: Path) -> float:
-    read_topology(root)  # warm the page cache
-    times = []
+def raw_reads(paths: list[str]) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.read(fd, 4096)  # a page: every file the reader reads is smaller
+        finally:
+            os.close(fd)
+
+
+def median_seconds(root: Path) -> tuple[float, float]:
+    """Median seconds of read_topology(root) and of the raw reads of the same files, interleaved."""
+    journal: list[str] = []
+    read_topology(root, journal=journal)  # warm the page cache, and learn which files it reads
+    paths = [os.path.join(root, rel) for rel in journal]
+    reader, raw = [], []
     for _ in range(REPEATS):
         start = time.perf_counter()
         read_topology(root)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        reader.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        raw_reads(paths)
+        raw.append(time.perf_counter() - start)
+    return statistics.median(reader), statistics.median(raw)
 
 
 def largest_capture(workdir: Path) -> tuple[str, Path] | None:
@@ -48,7 +67,7 @@ def main() -> None:
     base = "/dev/shm" if Path("/dev/shm").is_dir() else None
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         work = Path(tmp)
-        rows: list[tuple[str, int, float]] = []
+        rows: list[tuple[str, int, tuple[float, float]]] = []
         capture = largest_capture(work)
         if capture is not None:
             name, root = capture
@@ -58,12 +77,15 @@ def main() -> None:
         for cpus in (128, 256, 512, 1024):
             root = machines.write(machines.synthetic(cpus), work / f"synthetic-{cpus}")
             rows.append((f"synthetic {cpus}", cpus, median_seconds(root)))
-    smallest = min(r[2] / r[1] for r in rows if r[0].startswith("synthetic"))
-    print(f"{'machine':40} {'CPUs':>5} {'median ms':>10} {'us/CPU':>8} {'per-CPU ratio':>14}")
-    for name, cpus, seconds in rows:
+    smallest = min(r[2][0] / r[1] for r in rows if r[0].startswith("synthetic"))
+    print(f"{'machine':32} {'CPUs':>5} {'median ms':>10} {'us/CPU':>7} {'per-CPU ratio':>14} "
+          f"{'raw reads ms':>13} {'reader/raw':>11}")
+    for name, cpus, (seconds, raw) in rows:
         per_cpu = seconds / cpus
-        print(f"{name:40} {cpus:5d} {seconds * 1e3:10.2f} {per_cpu * 1e6:8.1f} {per_cpu / smallest:14.2f}")
+        print(f"{name:32} {cpus:5d} {seconds * 1e3:10.2f} {per_cpu * 1e6:7.1f} {per_cpu / smallest:14.2f} "
+              f"{raw * 1e3:13.2f} {seconds / raw:11.2f}")
     print("per-CPU ratio: cost per CPU relative to the cheapest synthetic machine (1.00 = linear growth)")
+    print("raw reads: os.open/os.read/os.close of exactly the files the reader read, in the same run")
 
 
 if __name__ == "__main__":

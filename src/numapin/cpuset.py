@@ -89,6 +89,10 @@ class CpuSet:
         body = text.strip()
         if not body:
             return cls.from_bits(0)
+        if body.isdigit() and body.isascii() and len(body) <= 5:  # one id, as most sibling lists hold
+            value = int(body)
+            if value <= MAX_ID:
+                return cls.from_bits(1 << value)
         bits = 0
         for token in body.split(","):
             first, dash, last = token.partition("-")

@@ -13,12 +13,13 @@ import stat
 
 from .environment import FSROOT
 from .errors import EnvironmentProblem
-from .records import field, record
 
 __all__ = ["FSROOT_ENV", "Host", "HostError", "decimal", "resolve_root"]
 
 # sysfs and procfs values are small; a file larger than this is no fact of ours.
 _MAX_READ = 1 << 20
+_PAGE = 4096
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 _DIGITS = frozenset("0123456789")
 
 
@@ -48,16 +49,24 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
     return os.fspath(root)
 
 
-@record
 class Host:
     """A read-only view of one machine's ``sys/`` and ``proc/`` files.
 
     ``journal``, when given, collects the relative path of every file read
-    successfully: ``numapin snapshot`` captures exactly those.
+    successfully: ``numapin snapshot`` captures exactly those. (A plain class,
+    not a record: it keeps the root's prefix ready for :meth:`read`, which runs
+    once per file, thousands of times on a large machine.)
     """
 
-    root: str
-    journal: list[str] | None = field(default=None, compare=False)
+    __slots__ = ("_prefix", "journal", "root")
+
+    def __init__(self, root: str, journal: list[str] | None = None) -> None:
+        self.root = root
+        self.journal = journal
+        self._prefix = root if root.endswith("/") else root + "/"
+
+    def __repr__(self) -> str:
+        return f"Host(root={self.root!r})"
 
     @classmethod
     def at(cls, root: str | os.PathLike[str] | None = None, journal: list[str] | None = None) -> Host:
@@ -72,36 +81,43 @@ class Host:
             return False
 
     def path(self, rel: str) -> str:
-        # Plain string joins: pathlib would cost more than the read on the hot path (one call per file).
-        return os.path.join(self.root, rel.lstrip("/"))
+        # String concatenation: pathlib, or even os.path.join, costs more than the read on the hot path.
+        return self._prefix + rel.lstrip("/")
 
     def read(self, rel: str) -> str | None:
         """The file's text, or None when it is absent, unreadable or not a regular file.
 
-        Only regular files are read (a FIFO would block the reader forever;
-        sysfs and procfs attributes are regular files), and at most 1 MiB.
+        At most 1 MiB, never waiting: the file is opened non-blocking (a FIFO
+        would otherwise block the reader forever). A sysfs value comes whole in
+        one short read, and that common case costs open, read, close; a read
+        that returns nothing or fills its page is checked (fstat) to come from
+        a regular file before it is taken or continued, so an empty FIFO or a
+        device (``/dev/zero`` behind a symlink) reads as absent.
         """
-        path = self.path(rel)
+        rel = rel.lstrip("/")
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(self._prefix + rel, _OPEN_FLAGS)
         except (OSError, ValueError):
             return None
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            # A page at a time: a 1 MiB buffer for every read would cost more than
+            # the read (Python allocates it each time).
+            data = chunk = os.read(fd, _PAGE)
+            if (not data or len(data) == _PAGE) and not stat.S_ISREG(os.fstat(fd).st_mode):
                 return None
-            chunks, size = [], 0
-            while size < _MAX_READ and (chunk := os.read(fd, _MAX_READ - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-            data = b"".join(chunks)
+            while len(chunk) == _PAGE and len(data) < _MAX_READ:
+                chunk = os.read(fd, min(_PAGE * 16, _MAX_READ - len(data)))
+                data += chunk
         except OSError:
             return None
         finally:
             os.close(fd)
         # Some captures end sysfs values with NUL bytes; no real value holds one.
-        text = data.decode(errors="replace").replace("\x00", "")
+        text = data.decode(errors="replace")
+        if "\x00" in text:
+            text = text.replace("\x00", "")
         if self.journal is not None:
-            self.journal.append(rel.lstrip("/"))
+            self.journal.append(rel)
         return text
 
     def listdir(self, rel: str) -> list[str]:

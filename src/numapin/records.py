@@ -68,6 +68,11 @@ def replace(obj: T, **changes: Any) -> T:
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
     specs = self.__record_fields__
+    if not kwargs and len(args) == len(specs):  # every field given in order: the common case, kept short
+        put = object.__setattr__
+        for name, value in zip(self.__record_names__, args, strict=True):
+            put(self, name, value)
+        return
     if len(args) > len(specs):
         raise TypeError(f"{type(self).__name__}() takes {len(specs)} arguments, {len(args)} given")
     put = object.__setattr__
@@ -145,6 +150,7 @@ def record(cls: type[T]) -> type[T]:
             raise TypeError(f"{cls.__name__}: field {spec.name!r} without a default follows {seen_default!r}")
         seen_default = seen_default or (spec.name if has_default else "")
     cls.__record_fields__ = tuple(specs)  # type: ignore[attr-defined]
+    cls.__record_names__ = tuple(f.name for f in specs)  # type: ignore[attr-defined]
     own = cls.__dict__
     methods = {"__init__": _init, "__repr__": _repr, "__eq__": _eq, "__hash__": _hash,
                "__setattr__": _setattr, "__delattr__": _delattr}

@@ -219,12 +219,19 @@ class _Reader:
         return found if found is not None else self.cpuset(f"{folder}/{maskname}", mask=True)
 
     def integer(self, rel: str) -> int | None:
-        text = self.host.read(rel)
-        if text is None or not text.strip():
+        return self.parse_integer(rel, self.host.read(rel))
+
+    def parse_integer(self, rel: str, text: str | None) -> int | None:
+        if text is None:
             return None
-        value = decimal(text)
+        body = text.strip()
+        if body.isdigit() and body.isascii() and len(body) <= 9:  # the common case, checked cheaply
+            return int(body)
+        if not body:
+            return None
+        value = decimal(body)
         if value is None:
-            self.warn(f"{rel}: not an integer: {text.strip()[:40]!r}")
+            self.warn(f"{rel}: not an integer: {body[:40]!r}")
         return value
 
     def numbered(self, folder: str, prefix: str) -> list[int]:
@@ -324,44 +331,80 @@ def _node_memory(r: _Reader, folder: str) -> int | None:
 def _read_cores_and_packages(
     r: _Reader, online: CpuSet, nodes: list[Node]
 ) -> tuple[list[Core], str, list[Package], str]:
-    by_key: dict[tuple[int | None, int | None, int | None], list[int]] = {}
+    by_key: dict[tuple[int | None, int | None, int | None], int] = {}  # -> the core's CPUs (bits)
     package_ids: dict[int, int | None] = {}
     package_groups: set[CpuSet] = set()
+    # A sibling list names the same set from every CPU in it, so it is read once
+    # per group, from its first CPU, and handed to the others (only when that CPU
+    # is in its own list: a capture that breaks this is read CPU by CPU). The same
+    # for the package id and the package's list. The core id is read for every
+    # CPU: on AMD family 15h two cores listed as siblings have ids of their own.
+    # This loop runs once per CPU (1024 times on the largest machines): it reads
+    # through local names and keeps sibling sets as integers.
+    core_group: dict[int, int | None] = {}  # cpu -> its core's online siblings (bits), None if unknown
+    package_group: dict[int, int | None] = {}  # cpu -> its package id, from the package's first CPU
+    online_bits = online.bits
+    read = r.host.read
+    cpus = _members(online_bits)
+    core_texts = [read(f"{_CPU}/cpu{cpu}/topology/core_id") for cpu in cpus]
     any_core_info = False
-    for cpu in online:
-        folder = f"{_CPU}/cpu{cpu}/topology"
-        package = r.integer(f"{folder}/physical_package_id")
-        package_ids[cpu] = None if package is None or package < 0 else package
-        core_id = r.integer(f"{folder}/core_id")
-        siblings = r.either(folder, "core_cpus_list", "core_cpus")
-        if siblings is None:
-            siblings = r.either(folder, "thread_siblings_list", "thread_siblings")
+    for cpu, core_text in zip(cpus, core_texts, strict=True):
+        package = package_group.get(cpu, -1)
+        if package == -1:
+            folder = f"{_CPU}/cpu{cpu}/topology"
+            package = r.integer(folder + "/physical_package_id")
+            package = None if package is None or package < 0 else package
+            group = r.either(folder, "package_cpus_list", "package_cpus")
+            if group is None:
+                group = r.either(folder, "core_siblings_list", "core_siblings")
+            if group is not None:
+                package_groups.add(group & online)
+                if cpu in group:
+                    package_group.update(dict.fromkeys(group & online, package))
+        package_ids[cpu] = package
+        body = None if core_text is None else core_text.strip()
+        if body is not None and body.isdigit() and body.isascii() and len(body) <= 9:
+            core_id: int | None = int(body)
+        else:
+            core_id = r.parse_integer(f"{_CPU}/cpu{cpu}/topology/core_id", core_text)
+        siblings = core_group.get(cpu, -1)
+        if siblings == -1:
+            folder = f"{_CPU}/cpu{cpu}/topology"
+            found = r.either(folder, "core_cpus_list", "core_cpus")
+            if found is None:
+                found = r.either(folder, "thread_siblings_list", "thread_siblings")
+            siblings = None if found is None else found.bits & online_bits
+            if siblings is not None and siblings >> cpu & 1:
+                for member in _members(siblings):
+                    core_group[member] = siblings
         if siblings is not None or core_id is not None:
             any_core_info = True
-        group = r.either(folder, "package_cpus_list", "package_cpus")
-        if group is None:
-            group = r.either(folder, "core_siblings_list", "core_siblings")
-        if group is not None:
-            package_groups.add(group & online)
         # The core id takes part in the key: on AMD family 15h the kernel lists
         # both cores of a compute unit as siblings while each has its own id.
-        key = (package_ids[cpu], core_id, None if siblings is None else (siblings & online).bits)
-        by_key.setdefault(key, []).append(cpu)
+        key = (package, core_id, siblings)
+        by_key[key] = by_key.get(key, 0) | 1 << cpu
 
     packages, package_source = _packages(r, online, nodes, package_ids, package_groups)
-    package_of = {cpu: p.id for p in packages for cpu in p.cpus}
+    package_of = {cpu: p.id for p in packages for cpu in _members(p.cpus.bits)}
     if not any_core_info:
         if online:
             r.warn("no core information: each CPU counted as one core")
         cores = [Core(package_of.get(cpu, 0), cpu, CpuSet([cpu])) for cpu in online]
         return cores, "assumed", packages, package_source
-    cores = []
-    for (_, core_id, _), members in by_key.items():
-        cpus = CpuSet(members)
-        first = cpus.first()
-        cores.append(Core(package_of.get(first, 0), first if core_id is None else core_id, cpus))
-    cores.sort(key=lambda c: c.cpus.first())
+    order = sorted(((bits & -bits).bit_length() - 1, core_id, bits) for (_, core_id, _), bits in by_key.items())
+    cores = [Core(package_of.get(first, 0), first if core_id is None else core_id, CpuSet.from_bits(bits))
+             for first, core_id, bits in order]
     return cores, "thread siblings", packages, package_source
+
+
+def _members(bits: int) -> list[int]:
+    """The ids of the 1-bits of ``bits``, ascending (for the small sets of a core's siblings)."""
+    found = []
+    while bits:
+        low = bits & -bits
+        found.append(low.bit_length() - 1)
+        bits ^= low
+    return found
 
 
 def _packages(
@@ -372,11 +415,11 @@ def _packages(
     groups: set[CpuSet],
 ) -> tuple[list[Package], str]:
     if online and all(p is not None for p in package_ids.values()):
-        members: dict[int, list[int]] = {}
+        members: dict[int, int] = {}
         for cpu, pid in package_ids.items():
             assert pid is not None
-            members.setdefault(pid, []).append(cpu)
-        return [Package(pid, CpuSet(cpus)) for pid, cpus in sorted(members.items())], "physical_package_id"
+            members[pid] = members.get(pid, 0) | 1 << cpu
+        return [Package(pid, CpuSet.from_bits(bits)) for pid, bits in sorted(members.items())], "physical_package_id"
     # No usable package ids (s390, ppc, partial captures): use the kernel's own
     # package sibling lists when they tile the CPUs, else one package for all.
     if groups and CpuSet.union(groups) == online and sum(len(g) for g in groups) == len(online):
