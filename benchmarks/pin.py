@@ -6,6 +6,8 @@ interleaved call by call so that the machine's noise falls on all of them:
 - floor: a bare loop of ``os.sched_setaffinity`` over ``/proc/self/task``;
 - converging floor: the same loop plus the two things correctness needs, a
   read of each mask and a second listing that catches threads born meanwhile;
+- confirming floor: the converging floor plus the one more listing numapin's
+  contract makes (it stops only after two listings in a row find nobody new);
 - numapin: ``numapin.pin(cpus=...)``, which also reads every thread's mask to
   classify it, records the outcome per thread and makes a convergence pass
   (policy ``override``, since the other two leave masks numapin did not set);
@@ -13,7 +15,11 @@ interleaved call by call so that the machine's noise falls on all of them:
   installed (``pip install torch==2.13.0``), skipped with a message otherwise.
 
 Each call alternates between two targets, so every call really moves every
-thread. Run: python benchmarks/pin.py
+thread. A second table repeats numapin against PyTorch's binder with large
+masks (112 CPU ids each, as one socket of a DGX H100), numapin reading a
+synthetic DGX H100 so that such masks are valid placements: the kernel keeps
+only the CPUs this machine has, but both tools pass the whole mask on every
+call. Run: python benchmarks/pin.py
 """
 
 from __future__ import annotations
@@ -21,12 +27,14 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import numapin
-from numapin import CpuSet
+from numapin import CpuSet, machines
 from numapin.threads import Outcome
 
 ROUNDS = 41
@@ -55,6 +63,24 @@ def converging_floor(cpus: set[int]) -> None:
         fresh = [tid for tid in map(int, os.listdir("/proc/self/task")) if tid not in seen]
 
 
+def confirming_floor(cpus: set[int]) -> None:
+    """The converging floor, plus the listing numapin's contract adds: stop only after two listings in a row
+    find nobody new (a clone in flight during the first shows up in the second)."""
+    seen: set[int] = set()
+    fresh = [int(name) for name in os.listdir("/proc/self/task")]
+    confirmed = False
+    while fresh or not confirmed:
+        confirmed = not fresh
+        for tid in fresh:
+            seen.add(tid)
+            try:
+                if os.sched_getaffinity(tid) != cpus:
+                    os.sched_setaffinity(tid, cpus)
+            except OSError:
+                pass
+        fresh = [tid for tid in map(int, os.listdir("/proc/self/task")) if tid not in seen]
+
+
 def with_numapin(cpus: set[int]) -> None:
     result = numapin.pin(cpus=CpuSet(cpus), policy="override")
     assert result.count(Outcome.FAILED) == 0
@@ -73,13 +99,38 @@ def torch_binder() -> Callable[[set[int]], None] | None:
     return run
 
 
+def large_masks(allowed: list[int], rounds: int) -> None:
+    """numapin and PyTorch's binder with masks of 112 CPU ids, 1000 threads alive (started by the caller)."""
+    binder = torch_binder()
+    if binder is None:
+        return
+    # Each target holds one CPU this machine has and 111 it may not: the kernel applies the intersection.
+    targets = [{allowed[0], *range(64, 175)}, {allowed[1], *range(175, 286)}]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = machines.write(machines.synthetic(288), Path(tmp) / "root")
+        calls: dict[str, Callable[[set[int]], None]] = {
+            "numapin": lambda cpus: numapin.pin(cpus=CpuSet(cpus), policy="override", root=root),
+            "pytorch": binder,
+        }
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for round_ in range(rounds):
+            for offset, name in enumerate(calls if round_ % 2 else reversed(list(calls))):
+                start = time.perf_counter()
+                calls[name](targets[(round_ + offset) % 2])
+                times[name].append(time.perf_counter() - start)
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    print(f"large masks (112 CPU ids), {len(os.listdir('/proc/self/task'))} threads: numapin "
+          f"{medians['numapin'] * 1e6:.0f} us, pytorch {medians['pytorch'] * 1e6:.0f} us, "
+          f"numapin/pytorch {medians['numapin'] / medians['pytorch']:.2f}")
+
+
 def main() -> None:
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         sys.exit("needs at least two CPUs to move threads between")
     targets = [{allowed[0]}, {allowed[1]}]
     methods: dict[str, Callable[[set[int]], None]] = {
-        "floor": floor, "converging": converging_floor, "numapin": with_numapin}
+        "floor": floor, "converging": converging_floor, "confirming": confirming_floor, "numapin": with_numapin}
     binder = torch_binder()
     if binder is None:
         print("PyTorch not installed: its binder is skipped (pip install torch==2.13.0)")
@@ -89,7 +140,8 @@ def main() -> None:
     workers: list[threading.Thread] = []
     original = set(allowed)
     print(f"{'threads':>7} " + " ".join(f"{name + ' us':>12}" for name in methods)
-          + f" {'numapin/floor':>14} {'numapin/converging':>19}" + (f" {'numapin/pytorch':>16}" if binder else ""))
+          + f" {'numapin/floor':>14} {'numapin/converging':>19} {'numapin/confirming':>19}"
+          + (f" {'numapin/pytorch':>16}" if binder else ""))
     try:
         for count in (10, 100, 1000):
             while len(os.listdir("/proc/self/task")) < count:
@@ -111,10 +163,14 @@ def main() -> None:
             medians = {name: statistics.median(values) for name, values in times.items()}
             line = f"{len(os.listdir('/proc/self/task')):7d} " + " ".join(
                 f"{medians[name] * 1e6:12.0f}" for name in methods)
-            line += f" {medians['numapin'] / medians['floor']:14.2f} {medians['numapin'] / medians['converging']:19.2f}"
+            line += (f" {medians['numapin'] / medians['floor']:14.2f}"
+                     f" {medians['numapin'] / medians['converging']:19.2f}"
+                     f" {medians['numapin'] / medians['confirming']:19.2f}")
             if binder:
                 line += f" {medians['numapin'] / medians['pytorch']:16.2f}"
             print(line)
+        floor(original)
+        large_masks(allowed, ROUNDS)
     finally:
         stop.set()
         for worker in workers:

@@ -31,8 +31,8 @@ from .host import resolve_root
 from .logger import log
 from .memory import MemoryMode
 from .placement import Mode, Placement, parse_mode, resolve
-from .records import record, replace
-from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of
+from .records import field, record, replace
+from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of, walk_calls
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -172,8 +172,12 @@ class PinResult:
     threads: tuple[ThreadResult, ...] = ()
     memory: _memory.MemoryResult | None = None
     message: str | None = None
+    counts: Mapping[Outcome, int] | None = field(default=None, compare=False)
+    """How many threads had each outcome, when the walk counted them (else counted from ``threads``)."""
 
     def count(self, outcome: Outcome) -> int:
+        if self.counts is not None:
+            return self.counts.get(outcome, 0)
         return sum(1 for t in self.threads if t.outcome is outcome)
 
     def tids(self, outcome: Outcome) -> tuple[int, ...]:
@@ -480,19 +484,29 @@ class _Walk:
         self.all_threads = all_threads
         self.deliberate = deliberate
         self.results: dict[int, ThreadResult] = {}
+        self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
 
     def run(self, first: int) -> None:
         # The calling thread first: threads it creates from now on inherit the
         # target. Then passes over /proc/self/task until one finds nobody new,
         # so threads spawned meanwhile by not-yet-pinned threads are caught.
         # This loop runs once per thread: locals instead of attributes, masks
-        # compared as integers, results built as plain tuples.
-        get, put = self.ops.get_affinity, self.ops.set_affinity
-        target, results = self.target, self.results
+        # compared as integers, results built as plain tuples, outcomes counted
+        # as they happen (nothing walks the results again).
+        get, to_cpuset, put, arg = walk_calls(self.ops, self.target)
+        target, results, counts = self.target, self.results, self.counts
         target_bits = target.bits
         movable = frozenset(m.bits for m in self.movable)
         deliberate, force = self.deliberate, self.all_threads
         new = tuple.__new__
+        pinned = already = kept = 0
+        PINNED, ALREADY, KEPT = Outcome.PINNED, Outcome.ALREADY, Outcome.KEPT
+        # Neighbouring threads almost always share a mask: the raw mask of the
+        # last read and its CpuSet are kept, so a read costs the syscall alone.
+        last_raw: object = None
+        before, bits = target, target.bits
+        # Whether a thread holding the last mask read may be moved: decided once per mask, not per thread.
+        may_move = True
         fresh = [first]
         confirmed = False
         while fresh or not confirmed:
@@ -504,31 +518,45 @@ class _Walk:
             confirmed = not fresh
             for tid in fresh:
                 try:
-                    before = get(tid)
+                    raw = get(tid)
                 except OSError as exc:
                     results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc.errno))
+                    counts[results[tid].outcome] += 1
                     continue
-                bits = before.bits
+                if raw != last_raw:
+                    last_raw, before = raw, to_cpuset(raw)
+                    bits = before.bits
+                    may_move = force or bits in movable
                 if bits == target_bits:
-                    results[tid] = new(ThreadResult, (tid, Outcome.ALREADY, before, before, None))
-                elif not force and (bits not in movable or (deliberate and deliberate.get(tid) == before)):
-                    results[tid] = new(ThreadResult, (tid, Outcome.KEPT, before, before, None))
+                    results[tid] = new(ThreadResult, (tid, ALREADY, before, before, None))
+                    already += 1
+                elif not may_move or (deliberate and not force and deliberate.get(tid) == before):
+                    results[tid] = new(ThreadResult, (tid, KEPT, before, before, None))
+                    kept += 1
                 else:
                     try:
-                        put(tid, target)
+                        put(tid, arg)
                     except OSError as exc:
                         results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc.errno))
+                        counts[results[tid].outcome] += 1
                         continue
-                    results[tid] = new(ThreadResult, (tid, Outcome.PINNED, before, target, None))
+                    results[tid] = new(ThreadResult, (tid, PINNED, before, target, None))
+                    pinned += 1
             fresh = [tid for tid in self.ops.list_threads() if tid not in results]
+        counts[Outcome.PINNED] += pinned
+        counts[Outcome.ALREADY] += already
+        counts[Outcome.KEPT] += kept
 
     def move_caller(self, tid: int, before: CpuSet, cpus: CpuSet) -> None:
         """Give the calling thread a target of its own (the reserved cores) after the walk."""
+        self.counts[self.results[tid].outcome] -= 1
         if before == cpus:
             self.results[tid] = ThreadResult(tid, Outcome.ALREADY, before, before)
+            self.counts[Outcome.ALREADY] += 1
             return
         self.ops.set_affinity(tid, cpus)
         self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, cpus)
+        self.counts[Outcome.PINNED] += 1
 
     def rollback(self) -> None:
         for result in self.results.values():
@@ -644,15 +672,18 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         return _fail(strict, message, PinResult(Action.NOTHING, wanted, placement=placement, policy=policy,
                                                 ownership=ownership, previous=previous, message=message))
     results = tuple(walk.results.values())
-    failed = [r for r in results if r.outcome is Outcome.FAILED]
-    result = PinResult(decision.action, wanted, wanted, placement, policy, ownership, previous, results)
-    if failed and strict:
+    counts = walk.counts
+    result = PinResult(decision.action, wanted, wanted, placement, policy, ownership, previous, results,
+                       counts=counts)
+    if counts[Outcome.FAILED] and strict:
         walk.rollback()
+        failed = [r for r in results if r.outcome is Outcome.FAILED]
         raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
                        + ", ".join(str(r) for r in failed[:5]), replace(result, action=Action.ROLLED_BACK))
-    if not result.count(Outcome.PINNED) and not result.count(Outcome.ALREADY):
+    if not counts[Outcome.PINNED] and not counts[Outcome.ALREADY]:
         return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action=Action.NOTHING))
-    result = replace(result, mask=_read_back(ops, results, wanted))
+    mask = _read_back(ops, results, wanted)
+    placed = None
     if options.memory is not MemoryMode.NONE or options.migrate:
         try:
             placed = _memory.place_memory(placement.mems, options.memory, options.migrate, strict=strict,
@@ -660,12 +691,14 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
-                           replace(result, action=Action.ROLLED_BACK)) from exc
-        result = replace(result, memory=placed)
+                           replace(result, action=Action.ROLLED_BACK, mask=mask)) from exc
+    # Built once, now that the mask read back and the memory placement are known.
+    result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
+                       counts=counts)
     pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
-    if failed:
+    if counts[Outcome.FAILED]:
         log.warning("%s", result)
     elif result.changed:
         log.info("%s", result)

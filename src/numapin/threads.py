@@ -17,11 +17,16 @@ from .cpuset import CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import Protocol
+    from collections.abc import Callable
+    from typing import Any, Protocol
+
+    #: ``(get, to_cpuset, put, arg)``: ``get(tid)`` gives a raw mask (raw masks compare with ``==``),
+    #: ``to_cpuset(raw)`` its CpuSet, ``put(tid, arg)`` applies the target given as ``arg``.
+    WalkCalls = tuple[Callable[[int], Any], Callable[[Any], CpuSet], Callable[[int, Any], None], Any]
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
-__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of"]
+__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "walk_calls"]
 
 
 class Outcome(str, enum.Enum):
@@ -91,6 +96,24 @@ class LinuxThreads:
             last = self._target = (cpus, list(cpus))
         os.sched_setaffinity(tid, last[1])
 
+    def walk_calls(self, target: CpuSet) -> WalkCalls:
+        """The calls a walk over many threads makes, as direct as they can be (see :class:`WalkCalls`).
+
+        With CPU ids up to 64 (machine and target), ``os.sched_getaffinity`` and
+        ``os.sched_setaffinity`` themselves, with the target's list built once.
+        Above, Python's calls convert a set of every CPU on each call (a few
+        microseconds at 224 CPUs), so the masks travel as raw ``cpu_set_t``
+        bytes through libc instead: the target's buffer built once per pin, a
+        read compared as bytes and turned into a CpuSet only when it differs
+        from the last one.
+        """
+        ids = max(os.cpu_count() or 1, target.last() + 1 if target else 1)
+        if ids <= _SMALL_MASKS:
+            return os.sched_getaffinity, CpuSet, os.sched_setaffinity, list(target)
+        raw = _RawAffinity(ids)
+        return raw.get, raw.to_cpuset, raw.set, raw.buffer(target)
+
+
     def thread_name(self, tid: int) -> str | None:
         try:
             with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
@@ -119,6 +142,55 @@ class LinuxThreads:
         """Field 22 of the thread's ``stat``: its start time in clock ticks since boot."""
         return self._stat_field(tid, 19)
 
+
+#: Up to this many CPU ids, Python's own affinity calls are as fast as raw buffers.
+_SMALL_MASKS = 64
+
+
+def walk_calls(ops: ThreadKernel, target: CpuSet) -> WalkCalls:
+    """``ops``'s own fast calls when it has them, else its plain methods (a model of the kernel)."""
+    fast = getattr(ops, "walk_calls", None)
+    if fast is not None:
+        calls: WalkCalls = fast(target)
+        return calls
+    return ops.get_affinity, _same, ops.set_affinity, target
+
+
+def _same(cpus: CpuSet) -> CpuSet:
+    return cpus
+
+
+class _RawAffinity:
+    """``sched_{get,set}affinity`` through libc with ``cpu_set_t`` buffers, for machines of many CPUs."""
+
+    def __init__(self, cpus: int) -> None:
+        import ctypes
+
+        self._ctypes = ctypes
+        self.size = max(8, (cpus + 63) // 64 * 8)
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._get = libc.sched_getaffinity
+        self._set = libc.sched_setaffinity
+        self._buf = ctypes.create_string_buffer(self.size)
+
+    def _fail(self) -> None:
+        code = self._ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+    def get(self, tid: int) -> bytes:
+        if self._get(tid, self.size, self._buf) != 0:
+            self._fail()
+        return self._buf.raw
+
+    def to_cpuset(self, raw: bytes) -> CpuSet:
+        return CpuSet.from_bits(int.from_bytes(raw, "little"))
+
+    def buffer(self, target: CpuSet) -> Any:
+        return self._ctypes.create_string_buffer(target.bits.to_bytes(self.size, "little"), self.size)
+
+    def set(self, tid: int, buffer: Any) -> None:
+        if self._set(tid, self.size, buffer) != 0:
+            self._fail()
 
 def outcome_of(exc: OSError) -> Outcome:
     """ESRCH means the thread exited meanwhile; anything else is a failure."""
