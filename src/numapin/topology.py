@@ -237,8 +237,13 @@ class _Reader:
     def numbered(self, folder: str, prefix: str) -> list[int]:
         """The ids of ``folder``'s entries named prefix + a decimal; ids past the kernel's limits are left out."""
         ids = []
+        start = len(prefix)
         for name in self.host.listdir(folder):
-            value = decimal(name[len(prefix):]) if name.startswith(prefix) else None
+            if not name.startswith(prefix):
+                continue
+            suffix = name[start:]
+            # The common case (cpu12) checked cheaply; decimal() for anything else.
+            value = int(suffix) if suffix.isdigit() and suffix.isascii() and len(suffix) <= 9 else decimal(suffix)
             if value is None or value < 0:
                 continue
             if value > MAX_ID:
