@@ -48,11 +48,12 @@ def floor(cpus: set[int]) -> None:
             pass
 
 
-def converging_floor(cpus: set[int]) -> None:
-    """The floor plus what correctness needs: read each mask, and list again for threads born meanwhile."""
+def _converge(cpus: set[int], empty_listings: int) -> None:
+    """Set each thread's mask where it differs; list again until ``empty_listings`` in a row find nobody new."""
     seen: set[int] = set()
     fresh = [int(name) for name in os.listdir("/proc/self/task")]
-    while fresh:
+    empty = 0
+    while empty < empty_listings:
         for tid in fresh:
             seen.add(tid)
             try:
@@ -61,24 +62,18 @@ def converging_floor(cpus: set[int]) -> None:
             except OSError:
                 pass
         fresh = [tid for tid in map(int, os.listdir("/proc/self/task")) if tid not in seen]
+        empty = 0 if fresh else empty + 1
+
+
+def converging_floor(cpus: set[int]) -> None:
+    """The floor plus what correctness needs: read each mask, and list again for threads born meanwhile."""
+    _converge(cpus, 1)
 
 
 def confirming_floor(cpus: set[int]) -> None:
     """The converging floor, plus the listing numapin's contract adds: stop only after two listings in a row
     find nobody new (a clone in flight during the first shows up in the second)."""
-    seen: set[int] = set()
-    fresh = [int(name) for name in os.listdir("/proc/self/task")]
-    confirmed = False
-    while fresh or not confirmed:
-        confirmed = not fresh
-        for tid in fresh:
-            seen.add(tid)
-            try:
-                if os.sched_getaffinity(tid) != cpus:
-                    os.sched_setaffinity(tid, cpus)
-            except OSError:
-                pass
-        fresh = [tid for tid in map(int, os.listdir("/proc/self/task")) if tid not in seen]
+    _converge(cpus, 2)
 
 
 def with_numapin(cpus: set[int]) -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import os
 import threading
 
-from .cpuset import CpuSet
+from .cpuset import MAX_ID, CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -161,25 +162,31 @@ def _same(cpus: CpuSet) -> CpuSet:
 
 
 class _RawAffinity:
-    """``sched_{get,set}affinity`` through libc with ``cpu_set_t`` buffers, for machines of many CPUs."""
+    """``sched_{get,set}affinity`` through libc with ``cpu_set_t`` buffers, for masks of many CPU ids."""
 
     def __init__(self, cpus: int) -> None:
         import ctypes
 
         self._ctypes = ctypes
-        self.size = max(8, (cpus + 63) // 64 * 8)
-        libc = ctypes.CDLL(None, use_errno=True)
-        self._get = libc.sched_getaffinity
-        self._set = libc.sched_setaffinity
-        self._buf = ctypes.create_string_buffer(self.size)
+        libc = _libc()
+        self._get, self._set = libc.sched_getaffinity, libc.sched_setaffinity
+        # At least glibc's CPU_SETSIZE (1024 CPUs); the kernel refuses a read into
+        # less than its own mask size (possible CPUs), so get() grows it on EINVAL.
+        self._size(max(128, (cpus + 63) // 64 * 8))
+
+    def _size(self, size: int) -> None:
+        self.size = size
+        self._buf = self._ctypes.create_string_buffer(size)
 
     def _fail(self) -> None:
         code = self._ctypes.get_errno()
         raise OSError(code, os.strerror(code))
 
     def get(self, tid: int) -> bytes:
-        if self._get(tid, self.size, self._buf) != 0:
-            self._fail()
+        while self._get(tid, self.size, self._buf) != 0:
+            if self._ctypes.get_errno() != errno.EINVAL or self.size >= _MAX_MASK_BYTES:
+                self._fail()
+            self._size(self.size * 2)
         return self._buf.raw
 
     def to_cpuset(self, raw: bytes) -> CpuSet:
@@ -189,8 +196,20 @@ class _RawAffinity:
         return self._ctypes.create_string_buffer(target.bits.to_bytes(self.size, "little"), self.size)
 
     def set(self, tid: int, buffer: Any) -> None:
-        if self._set(tid, self.size, buffer) != 0:
+        if self._set(tid, len(buffer), buffer) != 0:
             self._fail()
+
+
+#: CpuSet's id limit, in bytes of mask.
+_MAX_MASK_BYTES = (MAX_ID + 1) // 8
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
 
 def outcome_of(exc: OSError) -> Outcome:
     """ESRCH means the thread exited meanwhile; anything else is a failure."""
