@@ -25,7 +25,8 @@ _GIB = 1 << 30
 
 #: Every variable numapin reads: tests start from none of them set.
 INPUTS = (*environment.OWNED, *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
-          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY)
+          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY, *environment.THREAD_POOLS,
+          *environment.OPENMP_BINDING, *environment.LAUNCHER_BINDING)
 
 
 def without_inputs(environ: dict[str, str]) -> dict[str, str]:

@@ -124,7 +124,7 @@ def test_argument_errors_exit_2(args: list[str]) -> None:
     assert proc.returncode == 2 and proc.stderr
 
 
-@pytest.mark.parametrize("command", ["show", "plan", "exec", "threads", "snapshot", "machine"])
+@pytest.mark.parametrize("command", ["show", "plan", "exec", "threads", "doctor", "snapshot", "machine"])
 def test_every_command_has_help(command: str) -> None:
     proc = subprocess.run([*NUMAPIN, command, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0 and "usage: numapin " + command in proc.stdout

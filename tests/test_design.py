@@ -25,10 +25,10 @@ LAYERS: list[set[str]] = [
     {"ranks"},
     {"placement"},  # pure: facts -> Placement
     {"planning"},  # reads facts, then placement
-    {"threads", "numa", "residency"},  # the kernel interfaces
+    {"threads", "numa", "residency", "threadpools"},  # the kernel interfaces, and the pools of loaded libraries
     {"memory"},
     {"pinning"},  # the only stateful module
-    {"exec", "audit", "snapshot"},
+    {"exec", "audit", "snapshot", "doctor"},
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat", "compat.tensorrt_llm"},
     {"startup"},  # what the start-up file runs when the environment asks

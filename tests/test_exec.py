@@ -204,3 +204,44 @@ def test_refused_memory_policy_steps_down_unless_strict(refusing_env: dict[str, 
     flag = tmp_path / "ran"
     strict = run(["exec", "--gpu", "1", "--memory", "bind", "--strict", "--", "touch", str(flag)], env)
     assert strict.returncode == 2 and not flag.exists()
+
+
+# -- thread pools follow the placement ------------------------------------------------------------
+
+POOL = "import os; print(os.environ.get('OMP_NUM_THREADS'), os.environ.get('MKL_NUM_THREADS'))"
+
+
+@pytest.mark.parametrize(("given", "threads", "expected"), [
+    ({}, [], "1 1"),  # one CPU placed: pools of one
+    ({"OMP_NUM_THREADS": "3"}, [], "3 1"),
+    ({}, ["--threads", "keep"], "None None"),
+    ({}, ["--threads", "5"], "5 5"),
+    ({"MKL_NUM_THREADS": "2"}, ["--threads", "5"], "5 2"),
+], ids=["auto", "user-set-kept", "keep", "number", "number-keeps-user"])
+def test_thread_pools_are_sized_to_the_placement_unless_set(given: dict[str, str], threads: list[str],
+                                                            expected: str) -> None:
+    env = {**without_inputs(dict(os.environ)), **given}
+    proc = run(["exec", "--cpus", str(min(ALL)), "--memory", "none", *threads, "--", sys.executable, "-c", POOL], env)
+    assert proc.returncode == 0 and proc.stdout == expected + "\n", proc.stderr
+
+
+def test_the_issues_command_prints_1_then_3() -> None:
+    command = ["exec", "--cpus", "0", "--", sys.executable, "-c", 'import os; print(os.environ["OMP_NUM_THREADS"])']
+    env = without_inputs(dict(os.environ))
+    if 0 not in ALL:
+        pytest.skip("CPU 0 is not allowed here")
+    assert run(command, env).stdout == "1\n"
+    assert run(command, {**env, "OMP_NUM_THREADS": "3"}).stdout == "3\n"
+
+
+def test_a_dry_run_says_what_it_sets_and_keeps(env: dict[str, str]) -> None:
+    proc = run(["exec", "--gpu", "0", "--dry-run", "--", "true"], {**env, "OMP_NUM_THREADS": "7"})
+    assert f"would set MKL_NUM_THREADS={len(NODE0)} OPENBLAS_NUM_THREADS={len(NODE0)}" in proc.stdout
+    assert "keeps OMP_NUM_THREADS=7 (set by the caller)" in proc.stdout
+
+
+@pytest.mark.parametrize("bad", ["0", "many", "-2"])
+def test_bad_thread_counts_exit_2(bad: str) -> None:
+    proc = run(["exec", "--cpus", str(min(ALL)), "--threads", bad, "--", "true"], without_inputs(dict(os.environ)))
+    assert proc.returncode == 2 and "--threads" in proc.stderr
+

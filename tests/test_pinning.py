@@ -542,3 +542,18 @@ def test_leases_from_two_threads_may_not_overlap(pair_root: Path) -> None:
         return str(info.value)
 
     assert "nest within one thread" in in_child(body)
+
+
+def test_threadpools_without_threadpoolctl_is_one_warning(pair_root: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    # As if threadpoolctl were not installed (None in sys.modules makes its import fail).
+    monkeypatch.setitem(__import__("sys").modules, "threadpoolctl", None)
+
+    def body() -> tuple[tuple[str, ...], list[str]]:
+        with caplog.at_level(logging.WARNING, logger="numapin"):
+            first = numapin.pin(0, threadpools=True)
+            numapin.pin(0, threadpools=True)
+        return first.threadpools, [r.getMessage() for r in caplog.records]
+
+    pools, messages = in_child(body)
+    assert pools == () and len(messages) == 1 and "threadpoolctl is not installed" in messages[0]

@@ -111,6 +111,7 @@ born = {tid: sorted(m) for tid, m in masks().items()}
 again = numapin.pin()
 stop.set()
 print(json.dumps({"born": born, "applied": os.environ.get("NUMAPIN_APPLIED"),
+                  "omp": os.environ.get("OMP_NUM_THREADS"),
                   "changed": again.changed, "events": events}))
 """
 
@@ -130,6 +131,7 @@ def test_autopin_binds_a_worker_at_birth(python: Python, pair_root: Path) -> Non
     assert isinstance(born, dict) and len(born) == 4
     assert all(set(mask) == live.NODE1 for mask in born.values()), born
     assert report["applied"] == live.cpus(live.NODE1)
+    assert report["omp"] == str(len(live.NODE1)), "the pools are sized to the placement, as by numapin exec"
     assert report["changed"] is False and report["events"] == [], "pin() inside must change and warn nothing"
 
 

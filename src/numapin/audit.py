@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 
 from .cpuset import CpuSet
-from .environment import APPLIED
 from .errors import UsageError
-from .pinning import state
+from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
 from .residency import Residency, residency
 from .text import table
-from .threads import LinuxThreads
+from .threads import LinuxThreads, process_environ
 from .topology import read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -105,19 +104,9 @@ class Audit:
 
 
 def _marker(pid: int) -> CpuSet | None:
-    if pid == os.getpid():
-        value = os.environ.get(APPLIED)
-    else:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                entries = f.read().split(b"\0")
-        except OSError:
-            return None
-        prefix = APPLIED.encode() + b"="
-        value = next((e[len(prefix):].decode() for e in entries if e.startswith(prefix)), None)
     try:
-        return CpuSet.parse(value) if value else None
-    except ValueError:
+        return exec_marker(os.environ if pid == os.getpid() else process_environ(pid))
+    except OSError:
         return None
 
 

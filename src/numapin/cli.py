@@ -1,4 +1,4 @@
-"""The ``numapin`` command: show, plan, exec, threads, snapshot, machine.
+"""The ``numapin`` command: show, plan, exec, threads, doctor, snapshot, machine.
 
 A thin front end: every decision is made by the library; this module parses
 arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
@@ -249,6 +249,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             policy=args.policy,
             strict=args.strict,
             root=root,
+            threads=args.threads,
         )
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
@@ -261,6 +262,23 @@ def cmd_exec(args: argparse.Namespace) -> int:
             return 0
         env = apply_exec(prepared)
     return exec_program(prepared, env)
+
+
+# -- doctor ---------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import diagnose
+
+    with _root(args) as root:
+        found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, root=root, pid=args.pid)
+    if args.json:
+        import json
+
+        print(json.dumps(found.as_dict(), indent=2))
+    else:
+        print(found.text())
+    return found.exit_code
 
 
 # -- threads --------------------------------------------------------------
@@ -374,15 +392,20 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
     plan.set_defaults(func=cmd_plan)
 
 
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    """--gpu or --local-rank, and --mode: which GPU's placement (exec and doctor)."""
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
+    target.add_argument("--local-rank", default="auto", metavar="auto|N",
+                        help="the launcher's local rank (default auto: read it from the environment)")
+    parser.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
+
+
 def _exec_args(ex: argparse.ArgumentParser) -> None:
     ex.description = ("Pin this process for its GPU (CPUs and memory), mark the mask as numapin's, then exec "
                       "PROGRAM: same pid, same stdio, PROGRAM's own exit code and signals. Local ranks are read "
                       "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).")
-    target = ex.add_mutually_exclusive_group()
-    target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
-    target.add_argument("--local-rank", default="auto", metavar="auto|N",
-                        help="the launcher's local rank (default auto: read it from the environment)")
-    ex.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
+    _add_target(ex)
     ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
@@ -390,6 +413,10 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
                     help="memory policy for the GPU's node (default: preferred)")
     ex.add_argument("--policy", choices=["respect", "override"], default="respect",
                     help="what to do with a mask someone else set (default: respect)")
+    ex.add_argument("--threads", default="auto", metavar="keep|auto|N",
+                    help="thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) when unset: "
+                         "auto sizes them to the placement's CPUs (default), N to N, keep leaves them; "
+                         "a value already set is never changed")
     ex.add_argument("--strict", action="store_true",
                     help="exit 2 instead of stepping down or running unpinned")
     ex.add_argument("--dry-run", action="store_true", help="print what would be done; run nothing")
@@ -397,6 +424,19 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
     _add_root(ex)
     ex.add_argument("program", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARGS...]")
     ex.set_defaults(func=cmd_exec)
+
+
+def _doctor_args(doc: argparse.ArgumentParser) -> None:
+    doc.description = ("Check the environment (this process's, or PID's) and the machine against the placement "
+                       "numapin would make: launcher bindings, OpenMP binding, thread-pool sizes, NUMA balancing, "
+                       "a cgroup that cuts the GPU's node, GPUs sharing a node, mixed GPU models. Each finding has "
+                       "a stable id, a severity, what is seen, why it matters and the fix. Exit 0: no warning or "
+                       "error; 1: findings; 2: bad input.")
+    _add_target(doc)
+    doc.add_argument("--pid", type=_count, metavar="PID", help="check that process's environment and mask")
+    doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
+    _add_root(doc)
+    doc.set_defaults(func=cmd_doctor)
 
 
 def _threads_args(th: argparse.ArgumentParser) -> None:
@@ -438,6 +478,7 @@ _COMMANDS = {
     "plan": ("where each local rank's worker would run", _plan_args),
     "exec": ("pin, then replace this process with PROGRAM (bind at birth)", _exec_args),
     "threads": ("where every thread of a process runs", _threads_args),
+    "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
     "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),
 }

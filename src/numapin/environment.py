@@ -13,11 +13,14 @@ __all__ = [
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
     "FSROOT",
+    "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
+    "OPENMP_BINDING",
     "OWNED",
     "PATCH",
     "RANK_MAP",
     "RESERVED",
+    "THREAD_POOLS",
     "TLLM_AFFINITY",
 ]
 
@@ -40,6 +43,7 @@ AUTOPIN_OPTIONS = {
     "memory": "NUMAPIN_MEMORY",
     "policy": "NUMAPIN_POLICY",
     "reserve": "NUMAPIN_RESERVE",
+    "threads": "NUMAPIN_THREADS",
 }
 
 #: The variables numapin itself owns.
@@ -59,6 +63,14 @@ LOCAL_RANK_VARIABLES: tuple[str, ...] = (
 #: Read as CUDA reads them.
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+
+#: Thread-pool sizes: OpenMP's, and the two BLAS libraries' own (each falls back to OpenMP's when unset).
+THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+#: OpenMP runtimes' own binding: each re-pins the threads it starts (read by numapin doctor).
+OPENMP_BINDING = ("KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
+#: Launchers' CPU binding of their tasks (read by numapin doctor).
+LAUNCHER_BINDING = ("SLURM_CPU_BIND", "SLURM_CPU_BIND_LIST", "OMPI_MCA_hwloc_base_binding_policy")
 
 #: TensorRT-LLM's switch for its worker affinity, honoured by the compatibility function.
 TLLM_AFFINITY = "TLLM_NUMA_AWARE_WORKER_AFFINITY"

@@ -14,8 +14,9 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from .cpuset import CpuSet
-from .environment import APPLIED, RESERVED
+from .environment import APPLIED, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
+from .host import decimal as count
 from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult, pin, state
@@ -34,6 +35,7 @@ __all__ = [
     "apply_exec",
     "bind",
     "exec_program",
+    "parse_threads",
     "prepare_exec",
     "run_exec",
 ]
@@ -60,6 +62,8 @@ class ExecRequest:
     policy: str = "respect"
     strict: bool = False
     root: str | None = None
+    threads: str = "auto"
+    """Thread-pool sizes for the program: ``auto`` (the placement's CPU count), ``keep``, or a number."""
 
 
 @record
@@ -73,6 +77,10 @@ class PreparedExec:
     notes: tuple[str, ...]
     unpinned: str | None = None
     """Why the program will run unpinned (an environment problem outside strict mode)."""
+    pools: tuple[tuple[str, str], ...] = ()
+    """Thread-pool variables numapin will set for the program, ``(name, value)``."""
+    kept_pools: tuple[tuple[str, str], ...] = ()
+    """Thread-pool variables the caller set, which numapin leaves as they are."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +91,7 @@ class PreparedExec:
             "unpinned": self.unpinned,
             "memory": self.request.memory,
             "policy": self.request.policy,
+            "threads": {"set": dict(self.pools), "kept": dict(self.kept_pools)},
             "notes": list(self.notes),
         }
 
@@ -99,6 +108,10 @@ class PreparedExec:
                 lines.append(f"would export {RESERVED_ENV}={p.reserved} for the latency-critical thread")
             if self.request.memory != "none":
                 lines.append(f"would set memory policy {self.request.memory} on node(s) {p.mems}")
+        if self.pools:
+            lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.pools) + " (thread pools)")
+        if self.kept_pools:
+            lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_pools) + " (set by the caller)")
         lines.extend(f"note: {n}" for n in self.notes)
         if self.request.program:
             lines.append("then exec: " + " ".join(self.request.program))
@@ -130,6 +143,7 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     """Decide what ``numapin exec`` will do; raises on bad input, changes nothing."""
     executable = _which(request.program[0], environ) if request.program else ""
     parse_memory_mode(request.memory)
+    parse_threads(request.threads)
     if request.cpus is None:
         parse_mode(request.mode)
     rank = _exec_rank(request, environ)
@@ -149,7 +163,29 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         # Deciding changes nothing and says nothing: apply_exec() warns when it
         # really runs the program unpinned, a dry run prints the reason once.
         return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc))
-    return PreparedExec(request, executable, placement, rank, tuple(notes))
+    pools, kept = _pools(request.threads, len(placement.workers), environ)
+    return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept)
+
+
+def parse_threads(threads: str) -> str:
+    """``keep``, ``auto`` or a positive number of threads; UsageError otherwise."""
+    if threads in ("keep", "auto"):
+        return threads
+    value = count(threads)
+    if value is None or value < 1:
+        raise UsageError(f"--threads {threads[:40]!r}: keep, auto, or a positive number of threads")
+    return str(value)
+
+
+def _pools(threads: str, cpus: int, environ: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...],
+                                                                          tuple[tuple[str, str], ...]]:
+    """The thread-pool variables to set (unset ones) and to keep (the caller's), for ``--threads``."""
+    if threads == "keep":
+        return (), ()
+    size = str(cpus) if threads == "auto" else threads
+    pools = tuple((name, size) for name in THREAD_POOLS if name not in environ)
+    kept = tuple((name, environ[name]) for name in THREAD_POOLS if name in environ)
+    return pools, kept
 
 
 def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tuple[PinResult | None, dict[str, str]]:
@@ -167,6 +203,9 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         env[APPLIED] = str(result.mask)
     if p.reserved:
         env[RESERVED] = str(p.reserved)
+    env.update(prepared.pools)
+    if prepared.kept_pools:
+        log.info("numapin: thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env
 
 

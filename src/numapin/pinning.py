@@ -32,6 +32,8 @@ from .logger import log
 from .memory import MemoryMode
 from .placement import Mode, Placement, parse_mode, resolve
 from .records import field, record, replace
+from .threadpools import ThreadpoolsUnavailable
+from .threadpools import resize as resize_pools
 from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of, walk_calls
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -55,6 +57,7 @@ __all__ = [
     "constraint",
     "current",
     "decide",
+    "exec_marker",
     "pin",
     "pin_thread",
     "pinned",
@@ -174,6 +177,8 @@ class PinResult:
     message: str | None = None
     counts: Mapping[Outcome, int] | None = field(default=None, compare=False)
     """How many threads had each outcome, when the walk counted them (else counted from ``threads``)."""
+    threadpools: tuple[str, ...] = ()
+    """The thread pools resized (``pin(threadpools=True)``), as ``"openmp (libgomp.so.1): 2 -> 1"``."""
 
     def count(self, outcome: Outcome) -> int:
         if self.counts is not None:
@@ -210,6 +215,8 @@ class PinResult:
             parts.append(f"threads: {counts}")
         if self.memory is not None:
             parts.append(str(self.memory))
+        if self.threadpools:
+            parts.append("thread pools: " + ", ".join(self.threadpools))
         if self.message:
             parts.append(self.message)
         return "numapin: " + "; ".join(parts)
@@ -268,7 +275,7 @@ def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: Poli
 # -- process-wide state ---------------------------------------------------
 
 
-def _marker(environ: Mapping[str, str]) -> CpuSet | None:
+def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
     """The mask ``numapin exec`` applied, from its environment marker (None when absent or malformed)."""
     text = environ.get(MARKER_ENV)
     if not text:
@@ -311,7 +318,7 @@ class PinState:
     def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
         """The masks that are numapin's in this process: its record and the exec marker."""
         record = self.live_record()
-        marker = _marker(environ)
+        marker = exec_marker(environ)
         return [m for m in (None if record is None else record.mask, marker) if m is not None]
 
     def thread_masks(self) -> set[CpuSet]:
@@ -429,7 +436,7 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
             # The caller sits on cores of its own (pin_thread): the process
             # mask is what the other threads carry.
             live = _other_thread_mask(ops, me, pins.deliberate, live)
-    marker = _marker(os.environ)
+    marker = exec_marker(os.environ)
     applied = record.mask if record is not None else marker
     return Current(record, live, applied == live, marker)
 
@@ -591,6 +598,7 @@ def pin(
     root: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
     kernel: ThreadKernel | None = None,
+    threadpools: bool = False,
 ) -> PinResult:
     """Pin every thread of this process (and optionally its memory) near GPU ``gpu``.
 
@@ -600,7 +608,9 @@ def pin(
     warns about nothing; another GPU moves the pin. Threads with a mask that is
     neither the old process mask nor numapin's are kept unless ``all_threads``.
     With ``reserve=K`` the calling thread goes to the K reserved cores (see
-    :func:`pin_thread`) and every other thread to the rest.
+    :func:`pin_thread`) and every other thread to the rest. ``threadpools=True``
+    also sizes the OpenMP and BLAS pools already loaded to the target's CPU count
+    (through threadpoolctl, when installed; ``PinResult.threadpools`` says what changed).
 
     Caller mistakes raise :class:`UsageError` before anything changes. Problems
     of the environment return a result saying nothing was pinned (after one
@@ -624,7 +634,7 @@ def pin(
         except (EnvironmentProblem, OSError) as exc:
             return _fail(strict, str(exc), PinResult(Action.NOTHING, policy=chosen_policy, message=str(exc)))
         return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
-                                                            migrate, env, root))
+                                                            migrate, env, root, threadpools))
 
 
 @record
@@ -636,6 +646,7 @@ class _Options:
     migrate: bool
     environ: Mapping[str, str]
     root: str | os.PathLike[str] | None
+    threadpools: bool = False
 
 
 def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement, options: _Options) -> PinResult:
@@ -692,9 +703,15 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
                            replace(result, action=Action.ROLLED_BACK, mask=mask)) from exc
-    # Built once, now that the mask read back and the memory placement are known.
+    pools: tuple[str, ...] = ()
+    if options.threadpools:
+        try:
+            pools = resize_pools(len(wanted))
+        except ThreadpoolsUnavailable as exc:
+            pins.warn_once(f"numapin: {exc}; thread pools left as they are")
+    # Built once, now that the mask read back, the memory placement and the pools are known.
     result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
-                       counts=counts)
+                       counts=counts, threadpools=pools)
     pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)

@@ -8,7 +8,7 @@ it calls :func:`at_start`, before any user code runs.
 
 - ``NUMAPIN_PATCH=tensorrt_llm`` installs :func:`numapin.compat.tensorrt_llm.install`.
 - ``NUMAPIN_AUTOPIN=1`` binds the process as ``numapin exec`` would (options
-  ``NUMAPIN_MODE``, ``NUMAPIN_MEMORY``, ``NUMAPIN_POLICY``, ``NUMAPIN_RESERVE``,
+  ``NUMAPIN_MODE``, ``NUMAPIN_MEMORY``, ``NUMAPIN_POLICY``, ``NUMAPIN_RESERVE``, ``NUMAPIN_THREADS``,
   same values and defaults), while it has one thread, so every later thread
   inherits the mask and the memory policy; it exports ``NUMAPIN_APPLIED`` (and
   ``NUMAPIN_RESERVED``) for its children, as ``numapin exec`` does.
@@ -31,9 +31,9 @@ from collections.abc import Callable, Mapping
 
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
-from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED
+from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THREAD_POOLS
 from .errors import UsageError
-from .exec import ExecRequest, bind, prepare_exec
+from .exec import ExecRequest, bind, parse_threads, prepare_exec
 from .host import decimal
 from .logger import log
 from .memory import parse_memory_mode
@@ -114,13 +114,14 @@ def autopin_request(env: Mapping[str, str]) -> ExecRequest:
     reserve = decimal(reserve_text)
     if reserve is None:
         raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={reserve_text[:40]!r} is not a non-negative integer")
-    mode, memory = option("mode", "node"), option("memory", "preferred")
-    for name, check, value in (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory)):
+    mode, memory, threads = option("mode", "node"), option("memory", "preferred"), option("threads", "auto")
+    checks = (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory), ("threads", parse_threads, threads))
+    for name, check, value in checks:
         try:
             check(value)
         except UsageError as exc:
             raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}") from None
-    return ExecRequest(program=(), mode=mode, memory=memory, policy=policy, reserve=reserve)
+    return ExecRequest(program=(), mode=mode, memory=memory, policy=policy, reserve=reserve, threads=threads)
 
 
 def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
@@ -137,8 +138,9 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
             log.debug("numapin start-up: %s; left alone", why)
             return None, why
     result, bound = bind(prepare_exec(request, env), env)
-    # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec.
-    for name in (APPLIED, RESERVED):
+    # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec;
+    # the thread-pool sizes reach this process's OpenMP and BLAS, which read them when they load.
+    for name in (APPLIED, RESERVED, *THREAD_POOLS):
         if name in bound and env.get(name) != bound[name]:
             os.environ[name] = bound[name]
     return result, None

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
-__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "walk_calls"]
+__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "process_environ", "walk_calls"]
 
 
 class Outcome(str, enum.Enum):
@@ -209,6 +209,14 @@ def _libc() -> Any:
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
+
+
+def process_environ(pid: int) -> dict[str, str]:
+    """Process ``pid``'s environment as it started (``/proc/PID/environ``); OSError when it cannot be read."""
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        entries = f.read().split(b"\0")
+    pairs = (entry.split(b"=", 1) for entry in entries if b"=" in entry)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
 def outcome_of(exc: OSError) -> Outcome:

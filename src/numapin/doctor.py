@@ -1,0 +1,299 @@
+"""``numapin doctor``: what in the job would undo the pin or waste it, each finding with its fix.
+
+Reads an environment (this process's, or another's from ``/proc/PID/environ``),
+the machine's facts and the placement numapin would make, and checks them
+against each other. Nothing is changed. Every finding has a stable id (for
+scripts: ``--json``), a severity — ``error``: the pin will be undone or cannot
+hold; ``warning``: it will be wasted; ``info``: worth knowing — what was seen,
+why it matters, and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from .cpuset import CpuSet, hex_word
+from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, THREAD_POOLS
+from .errors import EnvironmentProblem, UsageError
+from .facts import Facts, gather
+from .host import Host, decimal
+from .pinning import Ownership, classify, exec_marker
+from .placement import Mode, Placement, resolve
+from .ranks import LocalRank, local_rank
+from .records import record
+from .threads import process_environ
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Diagnosis", "Finding", "diagnose", "read_environ"]
+
+_OFF = ("", "none", "disabled", "false")
+
+
+@record
+class Finding:
+    """One thing that fights or wastes the pin."""
+
+    id: str
+    severity: str  # "error", "warning" or "info"
+    sees: str
+    why: str
+    fix: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "severity": self.severity, "sees": self.sees, "why": self.why, "fix": self.fix}
+
+    def text(self) -> str:
+        return f"{self.severity}: [{self.id}] {self.sees}\n    why: {self.why}\n    fix: {self.fix}"
+
+
+@record
+class Diagnosis:
+    """What ``numapin doctor`` found, and the placement it checked against."""
+
+    placement: Placement | None
+    findings: tuple[Finding, ...]
+    pid: int | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0 when nothing is a warning or an error, else 1."""
+        return 1 if any(f.severity in ("error", "warning") for f in self.findings) else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "placement": None if self.placement is None else self.placement.as_dict(),
+                "findings": [f.as_dict() for f in self.findings]}
+
+    def text(self) -> str:
+        who = "this process" if self.pid is None else f"process {self.pid}"
+        lines = [f"numapin doctor: {who}"]
+        if self.placement is not None:
+            p = self.placement
+            lines.append(f"placement: {p.workers} for GPU {p.gpu} ({p.reason})")
+        lines.extend(f.text() for f in self.findings)
+        lines.append(f"{len(self.findings)} finding(s)" if self.findings else "no findings")
+        return "\n".join(lines)
+
+
+def read_environ(pid: int) -> dict[str, str]:
+    """Process ``pid``'s environment at its start; UsageError when it cannot be read."""
+    try:
+        return process_environ(pid)
+    except FileNotFoundError:
+        raise UsageError(f"no process {pid}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the environment of process {pid} ({exc.strerror})") from None
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def diagnose(
+    environ: Mapping[str, str] | None = None,
+    *,
+    gpu: int | None = None,
+    rank: str = "auto",
+    mode: str | Mode = Mode.NODE,
+    root: str | os.PathLike[str] | None = None,
+    pid: int | None = None,
+) -> Diagnosis:
+    """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement."""
+    if pid is not None and environ is None:
+        environ = read_environ(pid)
+    env = dict(os.environ if environ is None else environ)
+    facts = gather(root, env)
+    findings: list[Finding] = []
+    chosen: LocalRank | None = None
+    if gpu is None:
+        chosen = local_rank(env) if rank == "auto" else LocalRank(_count("--local-rank", rank), "--local-rank")
+    try:
+        placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
+    except EnvironmentProblem as exc:
+        placement = None
+        findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to",
+                                "check CUDA_VISIBLE_DEVICES and the launcher's local rank"))
+    findings += _machine(facts, Host(facts.topology.root), placement, env, mode)
+    if placement is not None:
+        findings += _launcher(env, facts, placement, chosen, pid)
+        findings += _thread_pools(env, facts, placement, pid)
+    findings += _openmp(env)
+    return Diagnosis(placement, tuple(findings), pid)
+
+
+def _count(name: str, text: str) -> int:
+    value = decimal(text)
+    if value is None or value < 0:
+        raise UsageError(f"{name} {text[:40]!r} is not a non-negative integer")
+    return value
+
+
+# -- the checks ---------------------------------------------------------------
+
+
+def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping[str, str],
+             mode: str | Mode) -> list[Finding]:
+    found = []
+    t = facts.topology
+    balancing = decimal(host.read("proc/sys/kernel/numa_balancing"))
+    if balancing:
+        found.append(Finding(
+            "numa-balancing", "warning", f"automatic NUMA balancing is on (kernel.numa_balancing={balancing})",
+            "the kernel moves pages and tasks between nodes behind numapin's memory policy and pins",
+            "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
+    gpus = [v.gpu for v in facts.visible]
+    # The firmware's answer itself: numapin infers a node from the local CPUs when it says -1.
+    unknown = [g for g in gpus if g.node is None
+               or (decimal(host.read(f"sys/bus/pci/devices/{g.pci}/numa_node")) or 0) < 0]
+    if unknown:
+        guessed = ", ".join(f"{g.pci} (taken as node {g.node}, from its local CPUs)" if g.node is not None
+                            else f"{g.pci} (no node)" for g in unknown)
+        found.append(Finding(
+            "gpu-node-unknown", "warning", f"the firmware reports NUMA node -1 for GPU(s) {guessed}",
+            "numapin can only go by the GPU's local CPU list, which may span nodes or be the whole machine",
+            "update the BIOS/firmware (ACPI _PXM of the PCIe root port), or pin with --cpus"))
+    models = {g.model for g in gpus if g.model}
+    order = env.get(CUDA_DEVICE_ORDER, "")
+    if len(models) > 1 and order != "PCI_BUS_ID":
+        found.append(Finding(
+            "mixed-gpu-models", "warning", f"GPUs of {len(models)} models ({', '.join(sorted(models))}) and "
+            f"{CUDA_DEVICE_ORDER}={order or 'unset'}",
+            "CUDA then numbers the fastest GPU first, not in PCI order: cuda:N may not be the GPU numapin places",
+            f"export {CUDA_DEVICE_ORDER}=PCI_BUS_ID"))
+    if placement is None or placement.node is None:
+        return found
+    node = next((n for n in t.nodes if n.id == placement.node), None)
+    if node is not None and node.cpus - t.allowed:
+        severity = "error" if not node.cpus & t.allowed else "warning"
+        found.append(Finding(
+            "cgroup-cuts-node", severity, f"the cgroup cpuset {t.cgroup.cpus} holds {len(node.cpus & t.allowed)} "
+            f"of the {len(node.cpus)} CPUs of GPU {placement.gpu}'s node {node.id}",
+            "the worker gets only part of its node (or none of it)",
+            "give the container the whole node (docker --cpuset-cpus, Kubernetes CPU manager static policy)"))
+    gpu_mems = next((g.memory_nodes for g in gpus if g.pci == placement.pci), CpuSet())
+    if gpu_mems and not gpu_mems <= t.allowed_mems and t.cgroup.mems is not None:
+        found.append(Finding(
+            "cgroup-excludes-memory", "error", f"the cgroup allows memory on node(s) {t.cgroup.mems}, not "
+            f"GPU {placement.gpu}'s {gpu_mems}",
+            "the worker's memory cannot live on its GPU's node: every host-to-device copy crosses the interconnect",
+            "allow the node in the container's cpuset.mems"))
+    sharing = [g.pci for g in gpus if g.node == placement.node]
+    if str(mode) == Mode.NODE.value and len(sharing) > 1:
+        found.append(Finding(
+            "shared-node", "warning", f"{len(sharing)} visible GPUs on node {placement.node} and mode node",
+            "their workers all get the whole node and compete for the same CPUs",
+            "use --mode exclusive (each GPU its share of the node's cores)"))
+    return found
+
+
+def _slurm_cpus(env: Mapping[str, str], rank: int) -> CpuSet | None:
+    """The CPUs Slurm binds this task to (map_cpu / mask_cpu), None when it does not say which."""
+    bind = env.get("SLURM_CPU_BIND", "")
+    listing = env.get("SLURM_CPU_BIND_LIST", "")
+    for part in bind.split(","):
+        kind, _, values = part.partition(":")
+        entries = [v for v in (values or listing).split(",") if v]
+        if kind in ("map_cpu", "mask_cpu") and entries:
+            entry = entries[rank % len(entries)]
+            try:
+                if kind == "map_cpu":
+                    return CpuSet([_count("SLURM_CPU_BIND", entry)])
+                word = entry.lower().removeprefix("0x")
+                return CpuSet.from_bits(int(word, 16)) if hex_word(word, longest=len(word)) else None
+            except (UsageError, ValueError):
+                return None
+    return None
+
+
+def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
+              pid: int | None) -> list[Finding]:
+    found = []
+    target = placement.workers
+    bind = env.get("SLURM_CPU_BIND", "")
+    kinds = {p.partition(":")[0] for p in bind.split(",") if p} - {"quiet", "verbose"}
+    if kinds and not kinds <= {"none", "no"}:
+        cpus = _slurm_cpus(env, 0 if rank is None else rank.rank)
+        if cpus is not None and not cpus <= target:
+            found.append(Finding(
+                "launcher-binding", "error", f"Slurm binds this task to CPU(s) {cpus} (SLURM_CPU_BIND={bind}), "
+                f"not within GPU {placement.gpu}'s {target}",
+                "numapin respects a launcher's mask: the worker stays where Slurm put it, away from its GPU",
+                "srun --cpu-bind=none (numapin then places each task), or a map_cpu/mask_cpu list per GPU"))
+        elif cpus is None:
+            found.append(Finding(
+                "launcher-binding", "warning", f"Slurm binds this task (SLURM_CPU_BIND={bind})",
+                "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
+                "srun --cpu-bind=none, and let numapin place each task"))
+    policy = env.get("OMPI_MCA_hwloc_base_binding_policy", "").strip().lower()
+    if policy and policy not in _OFF:
+        found.append(Finding(
+            "launcher-binding", "warning", f"Open MPI binds each rank (OMPI_MCA_hwloc_base_binding_policy={policy})",
+            "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
+            "mpirun --bind-to none, and let numapin place each rank"))
+    mask = _process_mask(facts, pid)
+    if mask is not None:
+        own = [m for m in (exec_marker(env),) if m is not None]
+        if classify(mask, facts.topology.allowed, own) is Ownership.EXTERNAL and not target <= mask:
+            found.append(Finding(
+                "external-mask", "error" if not mask & target else "warning",
+                f"the process mask {mask} was set by someone else (a launcher, numactl, taskset) and does not "
+                f"hold GPU {placement.gpu}'s {target}",
+                "numapin respects it (policy respect): the worker cannot reach its GPU's CPUs",
+                "remove the outer binding, or pin with --policy override"))
+    return found
+
+
+def _process_mask(facts: Facts, pid: int | None) -> CpuSet | None:
+    if pid is None:
+        return facts.topology.process
+    text = _status(pid).get("Cpus_allowed_list")
+    try:
+        return None if text is None else CpuSet.parse(text)
+    except ValueError:
+        return None
+
+
+def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None) -> list[Finding]:
+    found = []
+    cpus = len(placement.workers)
+    for name in THREAD_POOLS:
+        text = env.get(name, "").strip()
+        size = decimal(text.split(",")[0]) if text else None  # OpenMP allows a list per nesting level
+        if size is not None and size > cpus:
+            found.append(Finding(
+                "thread-pool-oversized", "warning", f"{name}={text} but the placement has {cpus} CPU(s)",
+                f"{size} threads share {cpus} CPUs: they preempt each other and wait on each other at every barrier",
+                f"export {name}={cpus} (numapin exec does it with --threads auto when it is unset)"))
+    if "OMP_NUM_THREADS" not in env and len(facts.topology.online) > cpus:
+        found.append(Finding(
+            "thread-pool-default", "warning",
+            f"OMP_NUM_THREADS is unset: thread pools size themselves to the machine ({len(facts.topology.online)} "
+            f"CPUs), the placement has {cpus}",
+            "more threads than CPUs to run on (MKL and OpenBLAS fall back to OMP_NUM_THREADS too)",
+            f"export OMP_NUM_THREADS={cpus}, or start the worker with numapin exec (--threads auto)"))
+    if pid is not None:
+        threads = decimal(_status(pid).get("Threads"))
+        if threads is not None and threads > cpus:
+            found.append(Finding(
+                "live-threads", "info", f"process {pid} has {threads} threads for {cpus} CPU(s)",
+                "fine when most of them wait; a pool of busy threads larger than the CPUs is not",
+                "size the busy pools to the placement"))
+    return found
+
+
+def _openmp(env: Mapping[str, str]) -> list[Finding]:
+    set_ = [f"{name}={env[name]}" for name in OPENMP_BINDING if env.get(name, "").strip().lower() not in _OFF]
+    if not set_:
+        return []
+    return [Finding(
+        "openmp-affinity", "warning", f"OpenMP binding is set: {', '.join(set_)}",
+        "the OpenMP runtime re-pins each thread it starts after numapin, often several threads to one CPU",
+        f"unset {', '.join(s.split('=')[0] for s in set_)} (numapin's mask already holds every thread), "
+        "or OMP_PROC_BIND=false")]

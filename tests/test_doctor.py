@@ -1,0 +1,182 @@
+"""numapin doctor: each finding on a root or environment that produces it, and a clean case that produces none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import live
+from live import NODE0, NODE1, without_inputs
+from numapin import CpuSet, machines
+from numapin.doctor import diagnose
+from numapin.machines import MachineSpec
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+
+
+def ids(found: object) -> list[str]:
+    return [f.id for f in found.findings]  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Path:
+    """The pair root (GPU 0 on NODE0, GPU 1 on NODE1) with NUMA balancing off."""
+    if not NODE0 or not NODE1:
+        pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
+    root = live.write_pair(tmp_path / "pair")
+    balance(root, 0)
+    return root
+
+
+def balance(root: Path, value: int) -> None:
+    path = root / "proc/sys/kernel/numa_balancing"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{value}\n")
+
+
+def clean() -> dict[str, str]:
+    """An environment with nothing to find for GPU 0 of the pair root: its pools sized to its node."""
+    return {"OMP_NUM_THREADS": str(len(NODE0))}
+
+
+def doctor_cli(root: Path, env: dict[str, str], *args: str) -> tuple[int, dict[str, object]]:
+    proc = subprocess.run([*NUMAPIN, "doctor", "--root", str(root), "--gpu", "0", "--json", *args],
+                          capture_output=True, text=True, env={**without_inputs(dict(os.environ)), **env})
+    return proc.returncode, json.loads(proc.stdout) if proc.stdout else {"stderr": proc.stderr}
+
+
+def test_the_four_findings_of_the_issue_and_the_clean_case(pair: Path) -> None:
+    outside = min(NODE1)  # a CPU that is not GPU 0's
+    balance(pair, 1)
+    env = {"OMP_NUM_THREADS": "64", "KMP_AFFINITY": "compact", "SLURM_CPU_BIND": f"map_cpu:{outside}"}
+    code, report = doctor_cli(pair, env)
+    findings = report["findings"]
+    assert isinstance(findings, list)
+    assert sorted(f["id"] for f in findings) == ["launcher-binding", "numa-balancing", "openmp-affinity",
+                                                 "thread-pool-oversized"]
+    assert code == 1 and all(f["sees"] and f["why"] and f["fix"] for f in findings)
+    balance(pair, 0)
+    code, report = doctor_cli(pair, clean())
+    assert (code, report["findings"]) == (0, [])
+
+
+@pytest.mark.parametrize(("env", "expected", "severity"), [
+    ({"SLURM_CPU_BIND": "quiet,cores"}, "launcher-binding", "warning"),
+    ({"SLURM_CPU_BIND": "none"}, None, None),
+    ({"OMPI_MCA_hwloc_base_binding_policy": "core"}, "launcher-binding", "warning"),
+    ({"OMPI_MCA_hwloc_base_binding_policy": "none"}, None, None),
+    ({"OMP_PROC_BIND": "close"}, "openmp-affinity", "warning"),
+    ({"OMP_PROC_BIND": "false", "KMP_AFFINITY": "disabled"}, None, None),
+    ({"MKL_NUM_THREADS": "1000"}, "thread-pool-oversized", "warning"),
+    ({"OMP_NUM_THREADS": "1000,2"}, "thread-pool-oversized", "warning"),
+    ({"CUDA_VISIBLE_DEVICES": ""}, "no-placement", "error"),
+], ids=["slurm-cores", "slurm-none", "ompi-core", "ompi-none", "omp-bind", "omp-off", "mkl", "omp-nested",
+        "no-gpu"])
+def test_environment_findings(pair: Path, env: dict[str, str], expected: str | None, severity: str | None) -> None:
+    found = diagnose({**clean(), **env}, gpu=0 if "CUDA_VISIBLE_DEVICES" not in env else None, root=pair)
+    assert ids(found) == ([expected] if expected else [])
+    if expected:
+        assert found.findings[0].severity == severity and found.exit_code == 1
+
+
+def test_slurm_mask_inside_the_node_is_no_finding(pair: Path) -> None:
+    inside = CpuSet(NODE0)
+    found = diagnose({**clean(), "SLURM_CPU_BIND": f"quiet,mask_cpu:{hex(inside.bits)}"}, gpu=0, root=pair)
+    assert ids(found) == []
+
+
+def test_unset_pools_default_to_the_whole_machine(pair: Path) -> None:
+    assert ids(diagnose({}, gpu=0, root=pair)) == ["thread-pool-default"]
+
+
+def test_another_process_mask_and_threads(pair: Path) -> None:
+    # A process a launcher pinned away from GPU 0, with more threads than GPU 0's CPUs.
+    code = "import threading, time; [threading.Thread(target=time.sleep, args=(30,), daemon=True).start() " \
+           "for _ in range(4)]; print('up', flush=True); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**without_inputs(dict(os.environ)), **clean()},
+                             preexec_fn=lambda: os.sched_setaffinity(0, NODE1))
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "up\n"
+        found = diagnose(gpu=0, root=pair, pid=child.pid)
+    finally:
+        child.kill()
+        child.wait()
+    assert sorted(ids(found)) == ["external-mask", "live-threads"]
+    severities = {f.id: f.severity for f in found.findings}
+    assert severities == {"external-mask": "error", "live-threads": "info"}
+
+
+def test_bad_input_exits_2(pair: Path) -> None:
+    for args in (["--local-rank", "x"], ["--pid", str(2**22 + 7)]):
+        proc = subprocess.run([*NUMAPIN, "doctor", "--root", str(pair), *args], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.startswith("numapin doctor: "), (args, proc.stderr)
+
+
+# -- the machine's own findings, each on a root edited to show it ---------------------------------
+
+
+def _edit(make: Callable[[Path], Path], edit: Callable[[Path], None], tmp_path: Path) -> Path:
+    root = make(tmp_path / "root")
+    balance(root, 0)
+    edit(root)
+    return root
+
+
+def _gpu_dirs(root: Path) -> list[Path]:
+    return sorted((root / "proc/driver/nvidia/gpus").iterdir())
+
+
+def test_a_cgroup_that_cuts_the_node(tmp_path: Path) -> None:
+    spec = MachineSpec("cut", sockets=2, cores_per_socket=2, gpus_per_node=1)
+    root = machines.write(spec, tmp_path / "root", cgroup_cpus=CpuSet("1-3"))
+    balance(root, 0)
+    found = diagnose({"OMP_NUM_THREADS": "1"}, gpu=0, root=root)
+    assert ids(found) == ["cgroup-cuts-node"] and found.findings[0].severity == "warning"
+
+
+def test_a_cgroup_that_excludes_the_gpus_memory(tmp_path: Path) -> None:
+    def edit(root: Path) -> None:
+        (root / "sys/fs/cgroup/cpuset.mems.effective").write_text("1\n")
+
+    root = _edit(lambda d: machines.write(MachineSpec("mems", sockets=2, cores_per_socket=1, gpus_per_node=1), d),
+                 edit, tmp_path)
+    assert ids(diagnose({"OMP_NUM_THREADS": "1"}, gpu=0, root=root)) == ["cgroup-excludes-memory"]
+
+
+def test_gpus_sharing_a_node_in_mode_node(machine_root: Callable[[str], Path]) -> None:
+    root = machine_root("dgx-h100")
+    balance(root, 0)
+    env = {"OMP_NUM_THREADS": "1"}
+    assert ids(diagnose(env, gpu=0, root=root)) == ["shared-node"]
+    assert ids(diagnose(env, gpu=0, root=root, mode="exclusive")) == []
+
+
+def test_mixed_models_without_pci_order(tmp_path: Path) -> None:
+    def edit(root: Path) -> None:
+        info = _gpu_dirs(root)[1] / "information"
+        info.write_text(info.read_text().replace("H100 80GB HBM3", "A100-SXM4-80GB"))
+
+    spec = MachineSpec("mixed", sockets=2, cores_per_socket=1, gpus_per_node=1)
+    root = _edit(lambda d: machines.write(spec, d), edit, tmp_path)
+    assert ids(diagnose({"OMP_NUM_THREADS": "1"}, gpu=0, root=root)) == ["mixed-gpu-models"]
+    assert ids(diagnose({"OMP_NUM_THREADS": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, gpu=0, root=root)) == []
+
+
+def test_a_gpu_without_a_numa_node(tmp_path: Path) -> None:
+    def edit(root: Path) -> None:
+        for device in (root / "sys/bus/pci/devices").iterdir():
+            node = device / "numa_node"
+            if node.exists() and (device / "class").read_text().startswith("0x03"):
+                node.write_text("-1\n")
+
+    spec = MachineSpec("nonode", sockets=1, cores_per_socket=2, gpus_per_node=1)
+    root = _edit(lambda d: machines.write(spec, d), edit, tmp_path)
+    found = diagnose({"OMP_NUM_THREADS": "1"}, gpu=0, root=root)
+    assert ids(found) == ["gpu-node-unknown"] and "taken as node 0" in found.findings[0].sees
