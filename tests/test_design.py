@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"threads", "numa", "residency", "threadpools"},  # the kernel interfaces, and the pools of loaded libraries
     {"memory"},
     {"pinning"},  # the only stateful module
-    {"exec", "audit", "snapshot", "doctor"},
+    {"exec", "audit", "snapshot", "doctor", "picture"},
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat", "compat.tensorrt_llm"},
     {"startup"},  # what the start-up file runs when the environment asks

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .facts import Facts
+    from .placement import Placement
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
 MACHINE_NAMES = ("dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
@@ -195,7 +196,20 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(json.dumps(_show_json(facts, args.machine), indent=2))
         else:
             print(_show_text(facts, args.machine))
+        _pictures(args, facts, (), f"numapin show · {args.machine or facts.topology.root}")
     return 0
+
+
+def _pictures(args: argparse.Namespace, facts: Facts, plans: Sequence[Placement], title: str) -> None:
+    """Write the --svg and --html pictures asked for."""
+    if not (args.svg or args.html):
+        return
+    from . import picture
+
+    for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
+        if path:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(make(facts, plans, title))
 
 
 # -- plan -----------------------------------------------------------------
@@ -209,6 +223,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     with _root(args) as root:
         plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
+        if args.svg or args.html:
+            from .facts import gather
+
+            facts = gather(root)
+            what = f"mode {plans[0].mode}" + (f" · reserve {args.reserve}" if args.reserve else "")
+            where = args.machine or facts.topology.root
+            title = f"numapin plan · {what} · {where}" + (f" · {plans[0].reason}" if len(plans) == 1 else "")
+            _pictures(args, facts, plans, title)
     if args.json:
         print(json.dumps([p.as_dict() for p in plans], indent=2))
         return 0
@@ -375,6 +397,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _show_args(show: argparse.ArgumentParser) -> None:
     show.description = "Show this machine's topology as numapin sees it."
     show.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    _add_picture(show)
     _add_root(show)
     show.set_defaults(func=cmd_show)
 
@@ -388,8 +411,16 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
                       help="set K whole cores aside for one latency-critical thread")
     plan.add_argument("--gpus", type=_gpu_list, metavar="LIST", help="only these logical GPUs, e.g. 0,2")
     plan.add_argument("--json", action="store_true", help="a JSON list, one object per rank")
+    _add_picture(plan)
     _add_root(plan)
     plan.set_defaults(func=cmd_plan)
+
+
+def _add_picture(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--svg", metavar="FILE", help="also draw the picture (packages, nodes, caches, cores, GPUs, "
+                                                      "each rank's CPUs) as SVG into FILE")
+    parser.add_argument("--html", metavar="FILE", help="the same picture in a self-contained HTML page, with hover "
+                                                       "text per CPU")
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,96 @@
+"""The plan's picture: valid SVG, one element per CPU and GPU, every rank's CPUs exactly the plan's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from numapin import CpuSet, machines
+from numapin.facts import gather
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+SVG = "{http://www.w3.org/2000/svg}"
+#: The picture README shows, and the command that draws it.
+README_PICTURE = REPO / "docs" / "plan-dgx-h100.svg"
+README_COMMAND = ["plan", "--machine", "dgx-h100", "--mode", "exclusive", "--reserve", "1"]
+
+
+def draw(tmp_path: Path, *args: str) -> tuple[list[dict[str, object]], ET.Element]:
+    """Run ``numapin plan ARGS --json --svg``: the plan as JSON and the SVG's root element."""
+    out = tmp_path / "plan.svg"
+    proc = subprocess.run([*NUMAPIN, *args, "--json", "--svg", str(out)], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout), ET.parse(out).getroot()
+
+
+def cpu_cells(root: ET.Element) -> dict[int, ET.Element]:
+    cells = {int(e.get("data-cpu", "-1")): e for e in root.iter(f"{SVG}rect") if e.get("class") == "cpu"}
+    assert all(e.get("id") == f"cpu-{cpu}" for cpu, e in cells.items())
+    return cells
+
+
+@pytest.mark.parametrize("machine", ["dgx-h100", "gb300", "epyc-nps4"])
+def test_every_ranks_cpus_in_the_picture_are_the_plans(machine: str, tmp_path: Path) -> None:
+    plans, root = draw(tmp_path, "plan", "--machine", machine, "--mode", "exclusive", "--reserve", "1")
+    cells = cpu_cells(root)
+    spec = machines.shape_named(machine)
+    assert sorted(cells) == list(range(spec.cpus)), "one element per CPU"
+    gpus = sorted(int(e.get("data-gpu", "-1")) for e in root.iter(f"{SVG}g") if e.get("id", "").startswith("gpu-"))
+    assert gpus == list(range(spec.gpus)), "one element per GPU"
+    for plan in plans:
+        drawn = {cpu for cpu, e in cells.items() if str(plan["rank"]) in e.get("data-ranks", "").split(",")}
+        assert CpuSet(drawn) == CpuSet.parse(str(plan["cpus"])), f"rank {plan['rank']}"
+    reserved = {cpu for cpu, e in cells.items() if e.get("data-reserved") == "true"}
+    assert CpuSet(reserved) == CpuSet.union(CpuSet.parse(str(p["reserved"])) for p in plans)
+
+
+def test_memory_only_nodes_are_drawn_as_such(tmp_path: Path) -> None:
+    _, root = draw(tmp_path, "plan", "--machine", "gb300")
+    memory_only = [e for e in root.iter(f"{SVG}rect") if e.get("data-memory-only") == "true"]
+    facts = gather(str(machines.write("gb300", tmp_path / "gb300")))
+    assert sorted(e.get("id") for e in memory_only) == sorted(f"node-{n.id}" for n in facts.topology.memory_only_nodes)
+
+
+def test_shared_cpus_carry_every_rank(tmp_path: Path) -> None:
+    _, root = draw(tmp_path, "plan", "--machine", "dgx-h100")  # mode node: four ranks share each node
+    cell = cpu_cells(root)[0]
+    assert cell.get("data-ranks") == "0,1,2,3" and "rank 0,1,2,3" in "".join(cell.itertext())
+
+
+def test_the_html_is_self_contained_with_hover_text(tmp_path: Path) -> None:
+    out = tmp_path / "plan.html"
+    subprocess.run([*NUMAPIN, *README_COMMAND, "--html", str(out)], capture_output=True, check=True)
+    page = out.read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page
+    assert "<script" not in page and "src=" not in page and "href=" not in page
+    assert "<title>CPU 13 · core 13 · node 0 · rank 0 · reserved</title>" in page
+
+
+def test_show_draws_the_machine_without_ranks(tmp_path: Path) -> None:
+    out = tmp_path / "show.svg"
+    subprocess.run([*NUMAPIN, "show", "--machine", "epyc-nps4", "--svg", str(out)], capture_output=True, check=True)
+    cells = cpu_cells(ET.parse(out).getroot())
+    assert len(cells) == machines.shape_named("epyc-nps4").cpus and all(not e.get("data-ranks") for e in cells.values())
+
+
+def test_a_1024_cpu_machine_stays_readable(tmp_path: Path) -> None:
+    root = machines.write(machines.synthetic(1024), tmp_path / "big")
+    out = tmp_path / "big.svg"
+    subprocess.run([*NUMAPIN, "plan", "--root", str(root), "--mode", "exclusive", "--svg", str(out)],
+                   capture_output=True, check=True)
+    svg = ET.parse(out).getroot()
+    assert len(cpu_cells(svg)) == 1024
+    # Wrapped by cache group: no wider than a screen, and no taller than a few screens.
+    assert int(svg.get("width", "0")) <= 1600 and int(svg.get("height", "0")) <= 4000
+
+
+def test_readmes_picture_is_the_commands_own(tmp_path: Path) -> None:
+    out = tmp_path / "plan.svg"
+    subprocess.run([*NUMAPIN, *README_COMMAND, "--svg", str(out)], capture_output=True, check=True)
+    assert README_PICTURE.read_text() == out.read_text(), (
+        f"docs/ is stale: numapin {' '.join(README_COMMAND)} --svg docs/plan-dgx-h100.svg")
