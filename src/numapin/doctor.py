@@ -269,7 +269,7 @@ def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pi
         if size is not None and size > cpus:
             found.append(Finding(
                 "thread-pool-oversized", "warning", f"{name}={text} but the placement has {cpus} CPU(s)",
-                f"{size} threads share {cpus} CPUs: they preempt each other and wait on each other at every barrier",
+                f"{size} threads share {cpus} CPU(s): they preempt each other and wait on each other at every barrier",
                 f"export {name}={cpus} (numapin exec does it with --threads auto when it is unset)"))
     if "OMP_NUM_THREADS" not in env and len(facts.topology.online) > cpus:
         found.append(Finding(
