@@ -79,8 +79,9 @@ def test_active_start_up_imports_numapin(python: Python) -> None:
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "interleave"}, "interleave"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["policy"]: "reset"}, "reset"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["reserve"]: "two"}, "two"),
+    ({AUTOPIN: "1", AUTOPIN_OPTIONS["reserve"]: "-1"}, "-1"),
     ({AUTOPIN: "1", "LOCAL_RANK": "-1"}, "-1"),
-], ids=["autopin", "patch", "mode", "memory", "policy", "reserve", "rank"])
+], ids=["autopin", "patch", "mode", "memory", "policy", "reserve", "reserve-negative", "rank"])
 def test_a_bad_value_is_one_warning_and_python_starts(python: Python, env: dict[str, str], bad: str) -> None:
     result = python("-c", "print('started')", **env)
     assert result.returncode == 0 and result.stdout == "started\n"

@@ -112,7 +112,7 @@ def autopin_request(env: Mapping[str, str]) -> ExecRequest:
         raise UsageError(f"{AUTOPIN_OPTIONS['policy']}={policy!r}: expected one of {', '.join(_POLICIES)}")
     reserve_text = option("reserve", "0")
     reserve = decimal(reserve_text)
-    if reserve is None:
+    if reserve is None or reserve < 0:
         raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={reserve_text[:40]!r} is not a non-negative integer")
     mode, memory, threads = option("mode", "node"), option("memory", "preferred"), option("threads", "auto")
     checks = (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory), ("threads", parse_threads, threads))

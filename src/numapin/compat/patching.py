@@ -59,7 +59,8 @@ def _bindings(value: object, modules: Sequence[ModuleType]) -> list[tuple[Module
     found: list[tuple[ModuleType, str]] = []
     for module in modules:
         try:
-            names = [name for name, bound in vars(module).items() if bound is value]
+            # A copy: another thread may be importing (and so filling a module's namespace) meanwhile.
+            names = [name for name, bound in list(vars(module).items()) if bound is value]
         except TypeError:  # not a module (some packages put other objects in sys.modules)
             continue
         found.extend((module, name) for name in names)
