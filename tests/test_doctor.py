@@ -98,7 +98,7 @@ def test_unset_pools_default_to_the_whole_machine(pair: Path) -> None:
 def test_another_process_mask_and_threads(pair: Path) -> None:
     # A process a launcher pinned away from GPU 0, with more threads than GPU 0's CPUs.
     code = "import threading, time; [threading.Thread(target=time.sleep, args=(30,), daemon=True).start() " \
-           "for _ in range(4)]; print('up', flush=True); time.sleep(30)"
+           f"for _ in range({len(NODE0) + 1})]; print('up', flush=True); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                              env={**without_inputs(dict(os.environ)), **clean()},
                              preexec_fn=lambda: os.sched_setaffinity(0, NODE1))
