@@ -20,7 +20,7 @@ from .facts import Facts, gather
 from .host import Host, decimal
 from .pinning import Ownership, classify, exec_marker
 from .placement import Mode, Placement, resolve
-from .ranks import LocalRank, local_rank
+from .ranks import LocalRank, requested_rank
 from .records import record
 from .threads import process_environ
 
@@ -111,9 +111,7 @@ def diagnose(
     env = dict(os.environ if environ is None else environ)
     facts = gather(root, env)
     findings: list[Finding] = []
-    chosen: LocalRank | None = None
-    if gpu is None:
-        chosen = local_rank(env) if rank == "auto" else LocalRank(_count("--local-rank", rank), "--local-rank")
+    chosen = None if gpu is not None else requested_rank(rank, env)
     try:
         placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
     except EnvironmentProblem as exc:
@@ -122,17 +120,11 @@ def diagnose(
                                 "check CUDA_VISIBLE_DEVICES and the launcher's local rank"))
     findings += _machine(facts, Host(facts.topology.root), placement, env, mode)
     if placement is not None:
-        findings += _launcher(env, facts, placement, chosen, pid)
-        findings += _thread_pools(env, facts, placement, pid)
+        status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
+        findings += _launcher(env, facts, placement, chosen, status)
+        findings += _thread_pools(env, facts, placement, pid, status)
     findings += _openmp(env)
     return Diagnosis(placement, tuple(findings), pid)
-
-
-def _count(name: str, text: str) -> int:
-    value = decimal(text)
-    if value is None or value < 0:
-        raise UsageError(f"{name} {text[:40]!r} is not a non-negative integer")
-    return value
 
 
 # -- the checks ---------------------------------------------------------------
@@ -204,16 +196,17 @@ def _slurm_cpus(env: Mapping[str, str], rank: int) -> CpuSet | None:
             entry = entries[rank % len(entries)]
             try:
                 if kind == "map_cpu":
-                    return CpuSet([_count("SLURM_CPU_BIND", entry)])
+                    cpu = decimal(entry)
+                    return None if cpu is None or cpu < 0 else CpuSet([cpu])
                 word = entry.lower().removeprefix("0x")
                 return CpuSet.from_bits(int(word, 16)) if hex_word(word, longest=len(word)) else None
-            except (UsageError, ValueError):
+            except ValueError:  # an id or mask past CpuSet's limit
                 return None
     return None
 
 
 def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
-              pid: int | None) -> list[Finding]:
+              status: dict[str, str] | None) -> list[Finding]:
     found = []
     target = placement.workers
     bind = env.get("SLURM_CPU_BIND", "")
@@ -237,7 +230,7 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
             "launcher-binding", "warning", f"Open MPI binds each rank (OMPI_MCA_hwloc_base_binding_policy={policy})",
             "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
             "mpirun --bind-to none, and let numapin place each rank"))
-    mask = _process_mask(facts, pid)
+    mask = _process_mask(facts, status)
     if mask is not None:
         own = [m for m in (exec_marker(env),) if m is not None]
         if classify(mask, facts.topology.allowed, own) is Ownership.EXTERNAL and not target <= mask:
@@ -250,17 +243,19 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
     return found
 
 
-def _process_mask(facts: Facts, pid: int | None) -> CpuSet | None:
-    if pid is None:
+def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
+    """This process's mask from the facts, or another's from its status."""
+    if status is None:
         return facts.topology.process
-    text = _status(pid).get("Cpus_allowed_list")
+    text = status.get("Cpus_allowed_list")
     try:
         return None if text is None else CpuSet.parse(text)
     except ValueError:
         return None
 
 
-def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None) -> list[Finding]:
+def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
+                  status: dict[str, str] | None) -> list[Finding]:
     found = []
     cpus = len(placement.workers)
     for name in THREAD_POOLS:
@@ -278,8 +273,8 @@ def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pi
             f"CPUs), the placement has {cpus}",
             "more threads than CPUs to run on (MKL and OpenBLAS fall back to OMP_NUM_THREADS too)",
             f"export OMP_NUM_THREADS={cpus}, or start the worker with numapin exec (--threads auto)"))
-    if pid is not None:
-        threads = decimal(_status(pid).get("Threads"))
+    if pid is not None and status is not None:
+        threads = decimal(status.get("Threads"))
         if threads is not None and threads > cpus:
             found.append(Finding(
                 "live-threads", "info", f"process {pid} has {threads} threads for {cpus} CPU(s)",

@@ -21,7 +21,7 @@ from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult, pin, state
 from .placement import Placement, parse_mode, resolve
-from .ranks import LocalRank, decimal, local_rank
+from .ranks import LocalRank, requested_rank
 from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -134,9 +134,7 @@ def _which(program: str, environ: Mapping[str, str]) -> str:
 def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | None:
     if request.gpu is not None or request.cpus is not None:
         return None
-    if request.local_rank == "auto":
-        return local_rank(environ)
-    return LocalRank(decimal("--local-rank", request.local_rank), "--local-rank")
+    return requested_rank(request.local_rank, environ)
 
 
 def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedExec:

@@ -20,7 +20,7 @@ from .environment import LOCAL_RANK_VARIABLES, RANK_MAP
 from .errors import UsageError
 from .records import record
 
-__all__ = ["LocalRank", "decimal", "gpu_for_rank", "local_rank"]
+__all__ = ["LocalRank", "decimal", "gpu_for_rank", "local_rank", "requested_rank"]
 
 # Launchers write plain ASCII decimals; nine digits is far beyond any rank.
 _MAX_DIGITS = 9
@@ -61,6 +61,13 @@ def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
         return None
     (name, rank), rest = found[0], found[1:]
     return LocalRank(rank, name, tuple((n, r) for n, r in rest if r != rank))
+
+
+def requested_rank(value: str, environ: Mapping[str, str]) -> LocalRank | None:
+    """``--local-rank``'s answer: ``auto`` reads the launcher's variables, a number is taken as given."""
+    if value == "auto":
+        return local_rank(environ)
+    return LocalRank(decimal("--local-rank", value), "--local-rank")
 
 
 def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None = None) -> int:
