@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from numapin import CpuSet
+from numapin.cpuset import MAX_ID
 
 ids = st.frozensets(st.integers(min_value=0, max_value=2048), max_size=80)
 
@@ -141,3 +142,22 @@ def test_overlong_masks_are_refused() -> None:
         CpuSet.parse_mask(",".join(["ffffffff"] * 5000))
     with pytest.raises(ValueError):
         CpuSet.from_words([1] * 2000)
+
+
+hex_words = st.lists(st.text(alphabet="0123456789abcdefABCDEF", min_size=1, max_size=8), min_size=1, max_size=40)
+
+
+@given(hex_words)
+def test_hex_mask_of_words_of_any_width(words: list[str]) -> None:
+    # The kernel pads every word to eight digits (read in one step); a word of
+    # any other width still stands for 32 bits of its own.
+    expected = 0
+    for word in words:
+        expected = expected << 32 | int(word, 16)
+    assert CpuSet.parse_mask(",".join(words)).bits == expected
+
+
+@given(st.lists(st.integers(min_value=0, max_value=MAX_ID), min_size=1, max_size=20))
+def test_cpulist_of_single_ids_in_any_order(members: list[int]) -> None:
+    # Sibling lists ("5,517") take parse's one-id-per-token path; repeats and any order allowed.
+    assert CpuSet.parse(",".join(map(str, members)) + "\n") == CpuSet(members)

@@ -86,15 +86,14 @@ class CpuSet:
         empty set. Anything else that is not a comma-separated list of ``N`` or
         ``N-M`` (with N <= M) raises ValueError naming the offending token.
         """
-        body = text.strip()
-        if not body:
-            return cls.from_bits(0)
-        if body.isdigit() and body.isascii() and len(body) <= 5:  # one id, as most sibling lists hold
-            value = int(body)
-            if value <= MAX_ID:
-                return cls.from_bits(1 << value)
         bits = 0
-        for token in body.split(","):
+        body = text.strip()
+        for token in body.split(",") if body else ():
+            if len(token) <= 5 and token.isdigit() and token.isascii():  # one id: the common token, checked cheaply
+                value = int(token)
+                if value <= MAX_ID:
+                    bits |= 1 << value
+                    continue
             first, dash, last = token.partition("-")
             if not _number(first) or (dash and not _number(last)):
                 raise ValueError(f"bad cpulist token {token!r} in {text!r}")
@@ -105,7 +104,10 @@ class CpuSet:
             if hi < lo:
                 raise ValueError(f"bad cpulist token {token!r} in {text!r}: range runs backwards")
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
-        return cls.from_bits(bits)
+        # Every id was checked against MAX_ID: no from_bits check needed.
+        new = cls.__new__(cls)
+        object.__setattr__(new, "_bits", bits)
+        return new
 
     @classmethod
     def parse_mask(cls, text: str) -> CpuSet:
@@ -120,6 +122,10 @@ class CpuSet:
         words = body.split(",")
         if len(words) * _MASK_WORD_BITS > MAX_ID + 1:
             raise ValueError(f"hex mask of {len(words)} words is longer than ids go ({MAX_ID})")
+        digits = body.replace(",", "")
+        if len(digits) == 8 * len(words) and _HEX_DIGITS.issuperset(digits):
+            # The kernel's own layout, every word eight digits: the words side by side are the number.
+            return cls.from_bits(int(digits, 16))
         bits = 0
         for word in words:
             if not hex_word(word):
