@@ -67,30 +67,33 @@ def replace(obj: T, **changes: Any) -> T:
 
 
 def _init(self: Any, *args: Any, **kwargs: Any) -> None:
-    specs = self.__record_fields__
-    if not kwargs and len(args) == len(specs):  # every field given in order: the common case, kept short
-        put = object.__setattr__
-        for name, value in zip(self.__record_names__, args, strict=True):
-            put(self, name, value)
+    names = self.__record_names__
+    if not kwargs and len(args) == len(names):
+        # Every field given in order: the common case (a topology read makes one
+        # per core), filled in one call; __setattr__ refuses, the dict does not.
+        self.__dict__.update(zip(names, args, strict=True))
         return
-    if len(args) > len(specs):
-        raise TypeError(f"{type(self).__name__}() takes {len(specs)} arguments, {len(args)} given")
-    put = object.__setattr__
-    for spec, value in zip(specs, args, strict=False):  # fewer args than fields: the rest below
-        put(self, spec.name, value)
-    for spec in specs[len(args):]:
-        if spec.name in kwargs:
-            put(self, spec.name, kwargs.pop(spec.name))
-        elif spec.factory is not _MISSING:
-            put(self, spec.name, spec.factory())
-        elif spec.default is not _MISSING:
-            put(self, spec.name, spec.default)
-        else:
-            raise TypeError(f"{type(self).__name__}() missing argument {spec.name!r}")
+    if len(args) > len(names):
+        raise TypeError(f"{type(self).__name__}() takes {len(names)} arguments, {len(args)} given")
+    # Dictionary operations rather than a loop over the fields: a pin builds a
+    # handful of records with keywords and defaults, each on its hot path.
+    values = dict(self.__record_defaults__)
+    values.update(zip(names, args, strict=False))  # fewer args than fields: the rest below
     if kwargs:
-        taken = {s.name for s in specs[: len(args)]} & set(kwargs)
-        what = "got multiple values for" if taken else "got an unexpected keyword argument"
-        raise TypeError(f"{type(self).__name__}() {what} {sorted(kwargs)[0]!r}")
+        unknown = kwargs.keys() - self.__record_nameset__
+        twice = kwargs.keys() & set(names[: len(args)]) if args else ()
+        values.update(kwargs)
+    if len(values) < len(names):
+        for spec in self.__record_fields__:
+            if spec.name in values:
+                continue
+            if spec.factory is _MISSING:
+                raise TypeError(f"{type(self).__name__}() missing argument {spec.name!r}")
+            values[spec.name] = spec.factory()
+    if kwargs and (unknown or twice):
+        what = "got multiple values for" if twice else "got an unexpected keyword argument"
+        raise TypeError(f"{type(self).__name__}() {what} {sorted(twice or unknown)[0]!r}")
+    self.__dict__.update(values)
 
 
 def _key(self: Any) -> tuple[Any, ...]:
@@ -151,6 +154,9 @@ def record(cls: type[T]) -> type[T]:
         seen_default = seen_default or (spec.name if has_default else "")
     cls.__record_fields__ = tuple(specs)  # type: ignore[attr-defined]
     cls.__record_names__ = tuple(f.name for f in specs)  # type: ignore[attr-defined]
+    cls.__record_nameset__ = frozenset(cls.__record_names__)  # type: ignore[attr-defined]
+    # Plain defaults, in field order (factories run per instance, in _init).
+    cls.__record_defaults__ = {f.name: f.default for f in specs if f.default is not _MISSING}  # type: ignore[attr-defined]
     own = cls.__dict__
     methods = {"__init__": _init, "__repr__": _repr, "__eq__": _eq, "__hash__": _hash,
                "__setattr__": _setattr, "__delattr__": _delattr}
