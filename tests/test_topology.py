@@ -9,6 +9,7 @@ import pytest
 
 from conftest import FIXTURES, Snapshots, snapshot_names
 from numapin import CpuSet, HostError, read_topology
+from numapin.host import Host
 from numapin.machines import SHAPES
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
@@ -205,3 +206,39 @@ def test_an_unparsable_cgroup_cpuset_is_said_not_swallowed(tmp_path: Path) -> No
     topo = read_topology(root)
     assert topo.allowed == topo.online
     assert any("cpuset.cpus.effective is not a list of ids ('0-1,banana')" in w for w in topo.warnings)
+
+
+def test_online_cpus_without_a_folder_are_left_out(tmp_path: Path) -> None:
+    root = _write(tmp_path, {
+        "sys/devices/system/cpu/online": "0-3",
+        "sys/devices/system/cpu/cpu0/topology/core_id": "0",
+        "sys/devices/system/cpu/cpu1/topology/core_id": "1",
+        "sys/devices/system/cpu/cpufreq/x": "",
+    })
+    topo = read_topology(root)
+    assert topo.online == CpuSet("0-1")
+    assert topo.possible == CpuSet("0-1")  # no `possible` file: the folders and the online CPUs
+    assert any("2-3 are online but have no folder" in w for w in topo.warnings)
+
+
+def test_reads_inside_a_held_folder_are_reads_of_the_whole_path(
+    machine_root: Callable[[str], Path], tmp_path: Path
+) -> None:
+    root = machine_root("dgx-h100")
+    journal: list[str] = []
+    host = Host(str(root), journal)
+    rel = "sys/devices/system/cpu/cpu3/topology/core_cpus_list"
+    with host.folder("sys/devices/system/cpu/") as folder:
+        assert folder.fd is not None
+        assert host.read_in(folder, "cpu3/topology/core_cpus_list") == host.read(rel)
+        assert host.read_in(folder, "cpu3/topology/nothing") is None
+    assert journal == [rel, rel]  # the whole relative path, as snapshot captures it
+    with pytest.raises(OSError):
+        os.fstat(folder.fd)  # closed when the block ends
+    # A folder that cannot be opened still reads (by whole paths), and finds nothing there.
+    with host.folder("sys/devices/system/absent") as missing:
+        assert missing.fd is None and host.read_in(missing, "online") is None
+    with Host(str(tmp_path)).folder("x") as nowhere:
+        (tmp_path / "x").mkdir()
+        (tmp_path / "x" / "f").write_text("late\n")
+        assert nowhere.fd is None and Host(str(tmp_path)).read_in(nowhere, "f") == "late\n"

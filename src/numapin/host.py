@@ -8,18 +8,25 @@ the real process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
 from .environment import FSROOT
 from .errors import EnvironmentProblem
 
-__all__ = ["FSROOT_ENV", "Host", "HostError", "decimal", "resolve_root"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["FSROOT_ENV", "Folder", "Host", "HostError", "decimal", "resolve_root"]
 
 # sysfs and procfs values are small; a file larger than this is no fact of ours.
 _MAX_READ = 1 << 20
 _PAGE = 4096
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+# A handle that only anchors relative opens (O_PATH: no read permission needed, nothing read).
+_FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _DIGITS = frozenset("0123456789")
 
 
@@ -47,6 +54,27 @@ def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
     if root is None:
         root = os.environ.get(FSROOT_ENV) or "/"
     return os.fspath(root)
+
+
+def _rest(fd: int, first: bytes) -> bytes | None:
+    """After a first read that came back empty or filled its page: None unless a regular file, else the rest too."""
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        return None
+    data = chunk = first
+    while len(chunk) == _PAGE and len(data) < _MAX_READ:
+        chunk = os.read(fd, min(_PAGE * 16, _MAX_READ - len(data)))
+        data += chunk
+    return data
+
+
+class Folder:
+    """A folder under a :class:`Host`'s root, held open by :meth:`Host.folder` (``fd`` None when it could not be)."""
+
+    __slots__ = ("fd", "rel")
+
+    def __init__(self, rel: str, fd: int | None) -> None:
+        self.rel = rel
+        self.fd = fd
 
 
 class Host:
@@ -94,31 +122,59 @@ class Host:
         a regular file before it is taken or continued, so an empty FIFO or a
         device (``/dev/zero`` behind a symlink) reads as absent.
         """
-        rel = rel.lstrip("/")
+        if rel.startswith("/"):
+            rel = rel.lstrip("/")
+        return self._read(self._prefix + rel, None, rel)
+
+    def read_in(self, folder: Folder, name: str) -> str | None:
+        """:meth:`read` of ``name`` inside ``folder`` (see :meth:`folder`)."""
+        if folder.fd is None:
+            return self.read(f"{folder.rel}/{name}")
+        return self._read(name, folder.fd, f"{folder.rel}/{name}" if self.journal is not None else "")
+
+    def _read(self, path: str, dir_fd: int | None, rel: str) -> str | None:
         try:
-            fd = os.open(self._prefix + rel, _OPEN_FLAGS)
+            fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
         except (OSError, ValueError):
             return None
         try:
             # A page at a time: a 1 MiB buffer for every read would cost more than
             # the read (Python allocates it each time).
-            data = chunk = os.read(fd, _PAGE)
-            if (not data or len(data) == _PAGE) and not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            while len(chunk) == _PAGE and len(data) < _MAX_READ:
-                chunk = os.read(fd, min(_PAGE * 16, _MAX_READ - len(data)))
-                data += chunk
+            first = os.read(fd, _PAGE)
+            data = first if 0 < len(first) < _PAGE else _rest(fd, first)
         except OSError:
             return None
         finally:
             os.close(fd)
+        if data is None:
+            return None
         # Some captures end sysfs values with NUL bytes; no real value holds one.
-        text = data.decode(errors="replace")
+        text = data.decode("utf-8", "replace")
         if "\x00" in text:
             text = text.replace("\x00", "")
         if self.journal is not None:
             self.journal.append(rel)
         return text
+
+    @contextlib.contextmanager
+    def folder(self, rel: str) -> Iterator[Folder]:
+        """``rel`` held open while the block runs, for :meth:`read_in` of many files inside it.
+
+        Opening each file relative to the open folder spares the kernel walking
+        the folder's path for every file: about a sixth of a sysfs read, where
+        a topology read opens one file per CPU under ``sys/devices/system/cpu``.
+        A folder that cannot be opened still reads, by whole paths.
+        """
+        rel = rel.strip("/")
+        try:
+            fd: int | None = os.open(self._prefix + rel, _FOLDER_FLAGS)
+        except (OSError, ValueError):
+            fd = None
+        try:
+            yield Folder(rel, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
 
     def listdir(self, rel: str) -> list[str]:
         """Entry names of a folder, or an empty list when it cannot be listed."""

@@ -14,7 +14,7 @@ from functools import cached_property
 
 from .cgroup import Cgroup, read_cgroup
 from .cpuset import MAX_ID, CpuSet
-from .host import Host, decimal
+from .host import Folder, Host, decimal
 from .records import field, record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -234,41 +234,50 @@ class _Reader:
             self.warn(f"{rel}: not an integer: {body[:40]!r}")
         return value
 
-    def numbered(self, folder: str, prefix: str) -> list[int]:
-        """The ids of ``folder``'s entries named prefix + a decimal; ids past the kernel's limits are left out."""
-        ids = []
+    def numbered(self, folder: str, prefix: str, names: list[str] | None = None) -> list[int]:
+        """The ids of ``folder``'s entries (``names`` when listed already) named prefix + a decimal;
+        ids past the kernel's limits are left out."""
         start = len(prefix)
-        for name in self.host.listdir(folder):
-            if not name.startswith(prefix):
-                continue
-            suffix = name[start:]
-            # The common case (cpu12) checked cheaply; decimal() for anything else.
-            value = int(suffix) if suffix.isdigit() and suffix.isascii() and len(suffix) <= 9 else decimal(suffix)
-            if value is None or value < 0:
-                continue
-            if value > MAX_ID:
-                self.warn(f"{folder}/{name}: id {value} is past any the kernel gives (up to {MAX_ID}); left out")
-                continue
-            ids.append(value)
-        return sorted(ids)
+        listed = self.host.listdir(folder) if names is None else names
+        suffixes = [name[start:] for name in listed if name.startswith(prefix)]
+        # The common case (cpu12) checked cheaply; decimal() for anything else (cpufreq, cpuidle...).
+        values = [int(s) if len(s) <= 9 and s.isdigit() and s.isascii() else decimal(s) for s in suffixes]
+        ids = [v for v in values if v is not None and 0 <= v <= MAX_ID]
+        if len(ids) < len(values):  # some left out: say which were past the kernel's limits
+            for suffix, value in zip(suffixes, values, strict=True):
+                if value is not None and value > MAX_ID:
+                    self.warn(f"{folder}/{prefix}{suffix}: id {value} is past any the kernel gives "
+                              f"(up to {MAX_ID}); left out")
+        ids.sort()
+        return ids
 
 
 def _read_cpus(r: _Reader) -> tuple[CpuSet, CpuSet, CpuSet]:
-    folders = CpuSet(r.numbered(_CPU, "cpu"))
+    names = r.host.listdir(_CPU)
+    folders: CpuSet | None = None  # the ids of every cpuN folder, worked out only where needed
+
+    def every_folder() -> CpuSet:
+        return CpuSet.from_bits(_bits(r.numbered(_CPU, "cpu", names)))  # ids checked already
+
     online = r.cpuset(f"{_CPU}/online")
     if online is None:
         # Old kernels and partial captures: a cpuN folder is online unless its
         # own `online` file says 0.
+        folders = every_folder()
         online = CpuSet(c for c in folders if r.integer(f"{_CPU}/cpu{c}/online") != 0)
         r.warn(f"{_CPU}/online missing: online CPUs taken from the cpuN folders")
-    elif folders and not online <= folders:
-        # A capture can list CPUs whose folders were trimmed away; nothing can
-        # be known about those, so (like hwloc) they are left out.
-        r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
-        online &= folders
+    else:
+        present = set(names)
+        if any(f"cpu{c}" not in present for c in online):
+            # A capture can list CPUs whose folders were trimmed away; nothing can
+            # be known about those, so (like hwloc) they are left out.
+            folders = every_folder()
+            if folders and not online <= folders:
+                r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
+                online &= folders
     possible = r.cpuset(f"{_CPU}/possible")
     if possible is None:
-        possible = folders | online
+        possible = (every_folder() if folders is None else folders) | online
     offline = r.cpuset(f"{_CPU}/offline")
     if offline is None:
         offline = possible - online
@@ -298,7 +307,10 @@ def _read_nodes(r: _Reader, online: CpuSet) -> list[Node]:
         text = r.text(f"{folder}/distance")
         if text is not None:
             values = text.split()
-            numbers = [decimal(v) for v in values]
+            # One check of the whole line in the usual case; decimal() per value otherwise.
+            joined = "".join(values)
+            plain = joined.isdigit() and joined.isascii() and all(len(v) <= 9 for v in values)
+            numbers = list(map(int, values)) if plain else [decimal(v) for v in values]
             if len(values) == len(order_ids) and all(n is not None and n >= 0 for n in numbers):
                 distances = tuple(zip(order_ids, (n or 0 for n in numbers), strict=True))
             else:
@@ -336,70 +348,132 @@ def _node_memory(r: _Reader, folder: str) -> int | None:
 def _read_cores_and_packages(
     r: _Reader, online: CpuSet, nodes: list[Node]
 ) -> tuple[list[Core], str, list[Package], str]:
-    by_key: dict[tuple[int | None, int | None, int | None], int] = {}  # -> the core's CPUs (bits)
-    package_ids: dict[int, int | None] = {}
-    package_groups: set[CpuSet] = set()
-    # A sibling list names the same set from every CPU in it, so it is read once
-    # per group, from its first CPU, and handed to the others (only when that CPU
-    # is in its own list: a capture that breaks this is read CPU by CPU). The same
-    # for the package id and the package's list. The core id is read for every
-    # CPU: on AMD family 15h two cores listed as siblings have ids of their own.
-    # This loop runs once per CPU (1024 times on the largest machines): it reads
-    # through local names and keeps sibling sets as integers.
-    core_group: dict[int, int | None] = {}  # cpu -> its core's online siblings (bits), None if unknown
-    package_group: dict[int, int | None] = {}  # cpu -> its package id, from the package's first CPU
-    online_bits = online.bits
-    read = r.host.read
-    cpus = _members(online_bits)
-    core_texts = [read(f"{_CPU}/cpu{cpu}/topology/core_id") for cpu in cpus]
-    any_core_info = False
-    for cpu, core_text in zip(cpus, core_texts, strict=True):
-        package = package_group.get(cpu, -1)
-        if package == -1:
-            folder = f"{_CPU}/cpu{cpu}/topology"
-            package = r.integer(folder + "/physical_package_id")
-            package = None if package is None or package < 0 else package
-            group = r.either(folder, "package_cpus_list", "package_cpus")
-            if group is None:
-                group = r.either(folder, "core_siblings_list", "core_siblings")
-            if group is not None:
-                package_groups.add(group & online)
-                if cpu in group:
-                    package_group.update(dict.fromkeys(group & online, package))
-        package_ids[cpu] = package
-        body = None if core_text is None else core_text.strip()
-        if body is not None and body.isdigit() and body.isascii() and len(body) <= 9:
-            core_id: int | None = int(body)
-        else:
-            core_id = r.parse_integer(f"{_CPU}/cpu{cpu}/topology/core_id", core_text)
-        siblings = core_group.get(cpu, -1)
-        if siblings == -1:
-            folder = f"{_CPU}/cpu{cpu}/topology"
-            found = r.either(folder, "core_cpus_list", "core_cpus")
-            if found is None:
-                found = r.either(folder, "thread_siblings_list", "thread_siblings")
-            siblings = None if found is None else found.bits & online_bits
-            if siblings is not None and siblings >> cpu & 1:
-                for member in _members(siblings):
-                    core_group[member] = siblings
-        if siblings is not None or core_id is not None:
-            any_core_info = True
-        # The core id takes part in the key: on AMD family 15h the kernel lists
-        # both cores of a compute unit as siblings while each has its own id.
-        key = (package, core_id, siblings)
-        by_key[key] = by_key.get(key, 0) | 1 << cpu
-
+    # On the largest machines this runs for 1024 CPUs, so each pass below does
+    # per CPU only what must be done per CPU (one core_id read, dict look-ups);
+    # shared files are read per group, and sibling sets are kept as integers.
+    cpus = list(online)
+    package_ids, package_groups = _package_ids(r, cpus, online)
+    with r.host.folder(_CPU) as cpu_folder:
+        siblings_of, sibling_sets = _core_siblings(r, cpu_folder, cpus, online.bits)
+        core_ids = _core_ids(r, cpu_folder, cpus)
     packages, package_source = _packages(r, online, nodes, package_ids, package_groups)
-    package_of = {cpu: p.id for p in packages for cpu in _members(p.cpus.bits)}
-    if not any_core_info:
+    if all(core_id is None for core_id in core_ids) and all(s is None for s in siblings_of.values()):
         if online:
             r.warn("no core information: each CPU counted as one core")
+        package_of = {cpu: p.id for p in packages for cpu in p.cpus}
         cores = [Core(package_of.get(cpu, 0), cpu, CpuSet([cpu])) for cpu in online]
         return cores, "assumed", packages, package_source
-    order = sorted(((bits & -bits).bit_length() - 1, core_id, bits) for (_, core_id, _), bits in by_key.items())
-    cores = [Core(package_of.get(first, 0), first if core_id is None else core_id, CpuSet.from_bits(bits))
-             for first, core_id, bits in order]
+    # A core is the CPUs agreeing on package, core id and sibling set. The core
+    # id takes part: on AMD family 15h the kernel lists both cores of a compute
+    # unit as siblings while each has its own id.
+    # CPUs come in ascending order, so the keys do too, by their first CPU.
+    by_key: dict[tuple[int | None, int | None, int | None], list[int]] = {}
+    keys = zip(map(package_ids.__getitem__, cpus), core_ids, map(siblings_of.__getitem__, cpus), strict=True)
+    for cpu, key in zip(cpus, keys, strict=True):
+        by_key.setdefault(key, []).append(cpu)
+    # With packages from physical ids, the key's package is the core's; else it is looked up.
+    by_id = package_source == "physical_package_id"
+    package_bits = [(p.id, p.cpus.bits) for p in packages]
+    cores = []
+    for (package, core_id, siblings), members in by_key.items():
+        first = members[0]
+        if not by_id or package is None:
+            package = next((pid for pid, held in package_bits if held >> first & 1), 0)
+        # Most cores are exactly a sibling set: its CpuSet is reused (see _core_siblings).
+        found = sibling_sets.get(siblings) if siblings is not None and len(members) == siblings.bit_count() else None
+        cores.append(Core(package, first if core_id is None else core_id,
+                          found if found is not None else CpuSet.from_bits(_bits(members))))
     return cores, "thread siblings", packages, package_source
+
+
+def _package_ids(r: _Reader, cpus: list[int], online: CpuSet) -> tuple[dict[int, int | None], set[CpuSet]]:
+    """Each CPU's package id (None when unknown), and the package sibling sets seen.
+
+    A package's list names the same set from each of its CPUs, so the id and
+    the list are read from its first CPU and handed to the CPUs after it (only
+    when that CPU is in its own list: a capture that breaks this is read CPU by
+    CPU, and a later list overrides an earlier one for the CPUs after it).
+    """
+    ids: dict[int, int | None] = {}
+    groups: set[CpuSet] = set()
+    for cpu in cpus:
+        if cpu in ids:
+            continue
+        folder = f"{_CPU}/cpu{cpu}/topology"
+        package = r.integer(folder + "/physical_package_id")
+        ids[cpu] = package = None if package is None or package < 0 else package
+        group = r.either(folder, "package_cpus_list", "package_cpus")
+        if group is None:
+            group = r.either(folder, "core_siblings_list", "core_siblings")
+        if group is not None:
+            group &= online
+            groups.add(group)
+            if group.bits >> cpu & 1:
+                ids.update(dict.fromkeys(CpuSet.from_bits(group.bits >> cpu + 1 << cpu + 1), package))
+    return ids, groups
+
+
+def _core_siblings(
+    r: _Reader, cpu_folder: Folder, cpus: list[int], online_bits: int
+) -> tuple[dict[int, int | None], dict[int, CpuSet]]:
+    """Each CPU's online core siblings as bits (None when unknown), read once per core as packages are.
+
+    Also each sibling set as a CpuSet, by its bits, when every CPU is in its
+    own set: then the CPUs holding a set are inside it, and as many as it has
+    means all of it (the caller's check). Empty when some CPU is not.
+    """
+    of: dict[int, int | None] = {}
+    sets: dict[int, CpuSet] = {}
+    outside = False
+    read_in = r.host.read_in
+    parse = CpuSet.parse
+    for cpu in cpus:
+        if cpu in of:
+            continue
+        folder = f"{_CPU}/cpu{cpu}/topology"
+        # What kernels since 5.7 write, read straight: the one file of nearly every core.
+        text = read_in(cpu_folder, f"cpu{cpu}/topology/core_cpus_list")
+        try:
+            found = None if text is None else parse(text)
+        except ValueError as exc:
+            r.warn(f"{folder}/core_cpus_list: {exc}")
+            found = None
+        if found is None:
+            found = r.cpuset(f"{folder}/core_cpus", mask=True)
+        if found is None:
+            found = r.either(folder, "thread_siblings_list", "thread_siblings")
+        of[cpu] = siblings = None if found is None else found.bits & online_bits
+        if siblings is None:
+            continue
+        if not siblings >> cpu & 1:
+            outside = True
+            continue
+        assert found is not None
+        sets[siblings] = found if found.bits == siblings else CpuSet.from_bits(siblings)
+        of.update(dict.fromkeys(_members(siblings >> cpu + 1 << cpu + 1), siblings))  # the CPUs after this one
+    return of, {} if outside else sets
+
+
+def _core_ids(r: _Reader, cpu_folder: Folder, cpus: list[int]) -> list[int | None]:
+    """Each CPU's core id, read for every CPU (see the AMD note above); each distinct text parsed once."""
+    read_in = r.host.read_in
+    texts = [read_in(cpu_folder, f"cpu{cpu}/topology/core_id") for cpu in cpus]
+    plain = {text: int(text) for text in set(texts) if text is not None and _plain_decimal(text)}
+    return [plain[text] if text in plain else r.parse_integer(f"{_CPU}/cpu{cpu}/topology/core_id", text)
+            for cpu, text in zip(cpus, texts, strict=True)]
+
+
+def _plain_decimal(text: str) -> bool:
+    """Whether ``text`` is what the kernel writes for an id: up to nine ASCII digits and a newline."""
+    body = text[:-1] if text.endswith("\n") else text
+    return 0 < len(body) <= 9 and body.isdigit() and body.isascii()
+
+
+def _bits(members: list[int]) -> int:
+    bits = 0
+    for member in members:
+        bits |= 1 << member
+    return bits
 
 
 def _members(bits: int) -> list[int]:
@@ -439,11 +513,10 @@ def _packages(
 def _read_caches(r: _Reader, online: CpuSet) -> list[CacheGroup]:
     groups: dict[int, int] = {}
     covered = CpuSet()
-    for cpu in online:
-        # Every CPU that shares a cache has that same cache as its last level,
-        # so a CPU already inside a group needs no reading of its own.
-        if cpu in covered:
-            continue
+    # Every CPU that shares a cache has that same cache as its last level, so
+    # only the lowest CPU not yet inside a group is read: one per group.
+    while rest := online.bits & ~covered.bits:
+        cpu = (rest & -rest).bit_length() - 1
         best: tuple[int, CpuSet] | None = None
         folder = f"{_CPU}/cpu{cpu}/cache"
         for index in r.numbered(folder, "index"):
@@ -458,6 +531,7 @@ def _read_caches(r: _Reader, online: CpuSet) -> list[CacheGroup]:
             if best is None or level > best[0]:
                 best = (level, shared & online | CpuSet([cpu]))
         if best is None:
+            covered |= CpuSet([cpu])
             continue
         level, cpus = best
         groups[cpus.bits] = level
