@@ -211,3 +211,33 @@ def test_any_other_tensorrt_llm_value_does_nothing(value: str, gb300: Path) -> N
     finally:
         del os.environ["TLLM_NUMA_AWARE_WORKER_AFFINITY"]
     assert kernel.masks == before and kernel.sets == 0
+
+
+def test_thread_results_read_as_the_tuple_of_records_they_stand_for() -> None:
+    from numapin.pinning import Action, PinResult, ThreadResult, ThreadResults
+
+    shared = (Outcome.PINNED, GRACE0, GRACE1, None)  # the walk shares one fate among threads that fare alike
+    results = ThreadResults({11: shared, 12: shared, 13: (Outcome.FAILED, GRACE0, None, "EPERM")})
+    expected = (ThreadResult(11, Outcome.PINNED, GRACE0, GRACE1), ThreadResult(12, Outcome.PINNED, GRACE0, GRACE1),
+                ThreadResult(13, Outcome.FAILED, GRACE0, None, "EPERM"))
+    assert len(results) == 3 and results == expected and expected == results
+    assert results[1].tid == 12 and results[-1].error == "EPERM" and results[:2] == expected[:2]
+    assert list(results) == list(expected) and [r.tid for r in results] == [11, 12, 13]
+    assert hash(results) == hash(expected) and repr(results) == repr(expected)
+    assert results != expected[:2] and results != list(expected)
+    assert PinResult(Action.PINNED, threads=results) == PinResult(Action.PINNED, threads=expected)
+    assert PinResult(Action.PINNED, threads=results).tids(Outcome.FAILED) == (13,)
+
+
+def test_every_thread_has_one_result_agreeing_with_the_counts(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=6)
+    kernel.masks[1003] = GRACE1  # someone else's mask: kept
+    kernel.refuse[1004] = errno.EPERM
+    result = numapin.pin(0, kernel=kernel)
+    assert sorted(r.tid for r in result.threads) == sorted(kernel.masks)
+    tally = {o: sum(1 for r in result.threads if r.outcome is o) for o in Outcome}
+    assert tally == {o: result.count(o) for o in Outcome}
+    assert tally[Outcome.PINNED] == 4 and tally[Outcome.KEPT] == 1 and tally[Outcome.FAILED] == 1
+    failed = result.threads[[r.tid for r in result.threads].index(1004)]
+    assert (failed.before, failed.after, failed.error) == (ALL, None, "EPERM")
+    assert all(r.after == GRACE0 for r in result.threads if r.outcome is Outcome.PINNED)

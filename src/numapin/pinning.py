@@ -20,7 +20,7 @@ import enum
 import os
 import threading
 from collections import namedtuple
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
@@ -40,6 +40,10 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    #: A thread's fate without its id, ``(outcome, before, after, error)``: the
+    #: walk shares one such tuple among all the threads that fared alike.
+    Fate = tuple[Outcome, CpuSet | None, CpuSet | None, str | None]
+
 __all__ = [
     "MARKER_ENV",
     "Action",
@@ -53,6 +57,7 @@ __all__ = [
     "Policy",
     "Record",
     "ThreadResult",
+    "ThreadResults",
     "classify",
     "constraint",
     "current",
@@ -150,7 +155,7 @@ else:
 
 
 class ThreadResult(_ThreadFields):
-    """One thread's fate. An immutable record (a named tuple: pinning makes one per thread)."""
+    """One thread's fate. An immutable record (a named tuple)."""
 
     __slots__ = ()
 
@@ -159,6 +164,48 @@ class ThreadResult(_ThreadFields):
         if self.error:
             text += f" ({self.error})"
         return text
+
+
+class ThreadResults(Sequence[ThreadResult]):
+    """Every thread's fate, in walk order: an immutable sequence of :class:`ThreadResult`.
+
+    The walk records one shared fate per thread; the ThreadResult records are
+    made when someone first reads them. Most pins are only counted (their
+    result's ``counts``), and making a record per thread would cost a pin of a
+    thousand threads about a twentieth of its time.
+    """
+
+    __slots__ = ("_fates", "_made")
+
+    def __init__(self, fates: Mapping[int, Fate]) -> None:
+        self._fates = fates
+        self._made: tuple[ThreadResult, ...] | None = None
+
+    def _all(self) -> tuple[ThreadResult, ...]:
+        if self._made is None:
+            new = tuple.__new__
+            self._made = tuple(new(ThreadResult, (tid, *fate)) for tid, fate in self._fates.items())
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self._fates)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._all()[index]
+
+    def __iter__(self) -> Iterator[ThreadResult]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ThreadResults | tuple):
+            return self._all() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+    def __repr__(self) -> str:
+        return repr(self._all())
 
 
 @record
@@ -172,7 +219,7 @@ class PinResult:
     policy: Policy = Policy.RESPECT
     ownership: Ownership | None = None
     previous: CpuSet | None = None
-    threads: tuple[ThreadResult, ...] = ()
+    threads: Sequence[ThreadResult] = ()
     memory: _memory.MemoryResult | None = None
     message: str | None = None
     counts: Mapping[Outcome, int] | None = field(default=None, compare=False)
@@ -490,7 +537,7 @@ class _Walk:
         self.movable = movable
         self.all_threads = all_threads
         self.deliberate = deliberate
-        self.results: dict[int, ThreadResult] = {}
+        self.fates: dict[int, Fate] = {}
         self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
 
     def run(self, first: int) -> None:
@@ -498,20 +545,22 @@ class _Walk:
         # target. Then passes over /proc/self/task until one finds nobody new,
         # so threads spawned meanwhile by not-yet-pinned threads are caught.
         # This loop runs once per thread: locals instead of attributes, masks
-        # compared as integers, results built as plain tuples, outcomes counted
-        # as they happen (nothing walks the results again).
+        # compared as integers, one fate tuple shared by the threads that fare
+        # alike, outcomes counted as they happen (nothing walks the fates again).
         get, to_cpuset, put, arg = walk_calls(self.ops, self.target)
-        target, results, counts = self.target, self.results, self.counts
+        target, fates, counts = self.target, self.fates, self.counts
         target_bits = target.bits
         movable = frozenset(m.bits for m in self.movable)
         deliberate, force = self.deliberate, self.all_threads
-        new = tuple.__new__
         pinned = already = kept = 0
-        PINNED, ALREADY, KEPT = Outcome.PINNED, Outcome.ALREADY, Outcome.KEPT
         # Neighbouring threads almost always share a mask: the raw mask of the
-        # last read and its CpuSet are kept, so a read costs the syscall alone.
+        # last read, its CpuSet and the fates of threads holding it are kept,
+        # so a thread costs the syscalls and a dictionary entry.
         last_raw: object = None
         before, bits = target, target.bits
+        is_pinned: Fate = (Outcome.PINNED, before, target, None)
+        is_already: Fate = (Outcome.ALREADY, before, before, None)
+        is_kept: Fate = (Outcome.KEPT, before, before, None)
         # Whether a thread holding the last mask read may be moved: decided once per mask, not per thread.
         may_move = True
         fresh = [first]
@@ -527,49 +576,54 @@ class _Walk:
                 try:
                     raw = get(tid)
                 except OSError as exc:
-                    results[tid] = ThreadResult(tid, outcome_of(exc), error=errno_name(exc.errno))
-                    counts[results[tid].outcome] += 1
+                    fate: Fate = (outcome_of(exc), None, None, errno_name(exc.errno))
+                    fates[tid] = fate
+                    counts[fate[0]] += 1
                     continue
                 if raw != last_raw:
                     last_raw, before = raw, to_cpuset(raw)
                     bits = before.bits
                     may_move = force or bits in movable
+                    is_pinned = (Outcome.PINNED, before, target, None)
+                    is_already = (Outcome.ALREADY, before, before, None)
+                    is_kept = (Outcome.KEPT, before, before, None)
                 if bits == target_bits:
-                    results[tid] = new(ThreadResult, (tid, ALREADY, before, before, None))
+                    fates[tid] = is_already
                     already += 1
                 elif not may_move or (deliberate and not force and deliberate.get(tid) == before):
-                    results[tid] = new(ThreadResult, (tid, KEPT, before, before, None))
+                    fates[tid] = is_kept
                     kept += 1
                 else:
                     try:
                         put(tid, arg)
                     except OSError as exc:
-                        results[tid] = ThreadResult(tid, outcome_of(exc), before, error=errno_name(exc.errno))
-                        counts[results[tid].outcome] += 1
+                        fate = (outcome_of(exc), before, None, errno_name(exc.errno))
+                        fates[tid] = fate
+                        counts[fate[0]] += 1
                         continue
-                    results[tid] = new(ThreadResult, (tid, PINNED, before, target, None))
+                    fates[tid] = is_pinned
                     pinned += 1
-            fresh = [tid for tid in self.ops.list_threads() if tid not in results]
+            fresh = [tid for tid in self.ops.list_threads() if tid not in fates]
         counts[Outcome.PINNED] += pinned
         counts[Outcome.ALREADY] += already
         counts[Outcome.KEPT] += kept
 
     def move_caller(self, tid: int, before: CpuSet, cpus: CpuSet) -> None:
         """Give the calling thread a target of its own (the reserved cores) after the walk."""
-        self.counts[self.results[tid].outcome] -= 1
+        self.counts[self.fates[tid][0]] -= 1
         if before == cpus:
-            self.results[tid] = ThreadResult(tid, Outcome.ALREADY, before, before)
+            self.fates[tid] = (Outcome.ALREADY, before, before, None)
             self.counts[Outcome.ALREADY] += 1
             return
         self.ops.set_affinity(tid, cpus)
-        self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, cpus)
+        self.fates[tid] = (Outcome.PINNED, before, cpus, None)
         self.counts[Outcome.PINNED] += 1
 
     def rollback(self) -> None:
-        for result in self.results.values():
-            if result.outcome is Outcome.PINNED and result.before is not None:
+        for tid, (outcome, before, _, _) in self.fates.items():
+            if outcome is Outcome.PINNED and before is not None:
                 with contextlib.suppress(OSError):
-                    self.ops.set_affinity(result.tid, result.before)
+                    self.ops.set_affinity(tid, before)
 
 
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
@@ -682,18 +736,20 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         message = f"cannot list this process's threads ({errno_name(exc.errno)}); changes rolled back"
         return _fail(strict, message, PinResult(Action.NOTHING, wanted, placement=placement, policy=policy,
                                                 ownership=ownership, previous=previous, message=message))
-    results = tuple(walk.results.values())
+    results = ThreadResults(walk.fates)
     counts = walk.counts
-    result = PinResult(decision.action, wanted, wanted, placement, policy, ownership, previous, results,
-                       counts=counts)
+
+    def unapplied(action: Action, mask: CpuSet = wanted) -> PinResult:
+        return PinResult(action, wanted, mask, placement, policy, ownership, previous, results, counts=counts)
+
     if counts[Outcome.FAILED] and strict:
         walk.rollback()
         failed = [r for r in results if r.outcome is Outcome.FAILED]
         raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
-                       + ", ".join(str(r) for r in failed[:5]), replace(result, action=Action.ROLLED_BACK))
+                       + ", ".join(str(r) for r in failed[:5]), unapplied(Action.ROLLED_BACK))
     if not counts[Outcome.PINNED] and not counts[Outcome.ALREADY]:
-        return _fail(strict, f"no thread could be pinned to {wanted}", replace(result, action=Action.NOTHING))
-    mask = _read_back(ops, results, wanted)
+        return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(Action.NOTHING))
+    mask = _read_back(ops, walk.fates, wanted)
     placed = None
     if options.memory is not MemoryMode.NONE or options.migrate:
         try:
@@ -702,7 +758,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
-                           replace(result, action=Action.ROLLED_BACK, mask=mask)) from exc
+                           unapplied(Action.ROLLED_BACK, mask)) from exc
     pools: tuple[str, ...] = ()
     if options.threadpools:
         try:
@@ -724,16 +780,16 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
     return result
 
 
-def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: CpuSet) -> CpuSet:
+def _read_back(ops: ThreadKernel, fates: Mapping[int, Fate], wanted: CpuSet) -> CpuSet:
     """The mask the kernel reports for a thread the walk put on ``wanted`` (the record keeps what was applied).
 
     The calling thread may hold a mask of its own (reserved or deliberate
     cores), so it is not asked unless it, too, landed on ``wanted``.
     """
-    for r in results:
-        if r.after == wanted and r.outcome in (Outcome.PINNED, Outcome.ALREADY):
+    for tid, (outcome, _, after, _) in fates.items():
+        if after == wanted and outcome in (Outcome.PINNED, Outcome.ALREADY):
             with contextlib.suppress(OSError):
-                return ops.get_affinity(r.tid)
+                return ops.get_affinity(tid)
     return wanted
 
 

@@ -108,7 +108,7 @@ class LinuxThreads:
         read compared as bytes and turned into a CpuSet only when it differs
         from the last one.
         """
-        ids = max(os.cpu_count() or 1, target.last() + 1 if target else 1)
+        ids = max(_cpu_count(), target.last() + 1 if target else 1)
         if ids <= _SMALL_MASKS:
             return os.sched_getaffinity, CpuSet, os.sched_setaffinity, list(target)
         raw = _RawAffinity(ids)
@@ -146,6 +146,13 @@ class LinuxThreads:
 
 #: Up to this many CPU ids, Python's own affinity calls are as fast as raw buffers.
 _SMALL_MASKS = 64
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_count() -> int:
+    # Asked once: glibc reads a sysfs file for it (several microseconds a pin), and
+    # it only chooses the faster of two correct ways to pass masks.
+    return os.cpu_count() or 1
 
 
 def walk_calls(ops: ThreadKernel, target: CpuSet) -> WalkCalls:
