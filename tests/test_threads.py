@@ -21,15 +21,17 @@ LARGE = CpuSet({FIRST, *range(max(ALL) + 100, max(ALL) + 200)})
 
 
 def test_small_masks_use_pythons_own_calls() -> None:
-    get, to_cpuset, put, arg = LinuxThreads().walk_calls(CpuSet({FIRST}))
+    get, to_cpuset, put, arg, names = LinuxThreads().walk_calls(CpuSet({FIRST}))
     if (os.cpu_count() or 1) <= 64:
         assert get is os.sched_getaffinity and put is os.sched_setaffinity and arg == [FIRST]
     assert to_cpuset(get(0)) == CpuSet(os.sched_getaffinity(0))
+    listed = names()  # the thread ids as the kernel writes them: this thread's among them
+    assert str(threading.get_native_id()) in listed and all(name.isdigit() for name in listed)
 
 
 def test_large_masks_go_through_raw_buffers() -> None:
     def child() -> tuple[bool, set[int], set[int]]:
-        get, to_cpuset, put, arg = LinuxThreads().walk_calls(LARGE)
+        get, to_cpuset, put, arg, _ = LinuxThreads().walk_calls(LARGE)
         tid = threading.get_native_id()
         put(tid, arg)
         return get is not os.sched_getaffinity, set(to_cpuset(get(tid))), os.sched_getaffinity(0)

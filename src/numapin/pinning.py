@@ -547,7 +547,7 @@ class _Walk:
         # This loop runs once per thread: locals instead of attributes, masks
         # compared as integers, one fate tuple shared by the threads that fare
         # alike, outcomes counted as they happen (nothing walks the fates again).
-        get, to_cpuset, put, arg = walk_calls(self.ops, self.target)
+        get, to_cpuset, put, arg, names = walk_calls(self.ops, self.target)
         target, fates, counts = self.target, self.fates, self.counts
         target_bits = target.bits
         movable = frozenset(m.bits for m in self.movable)
@@ -564,6 +564,9 @@ class _Walk:
         # Whether a thread holding the last mask read may be moved: decided once per mask, not per thread.
         may_move = True
         fresh = [first]
+        # The ids walked, as the listing writes them: a listing with nobody new
+        # (every one but the first) is then one set comparison, made in C.
+        known = {str(first)}
         confirmed = False
         while fresh or not confirmed:
             # A listing that finds nobody new is read once more: a clone in
@@ -603,7 +606,13 @@ class _Walk:
                         continue
                     fates[tid] = is_pinned
                     pinned += 1
-            fresh = [tid for tid in self.ops.list_threads() if tid not in fates]
+            listed = names()
+            if known.issuperset(listed):
+                fresh = []
+            else:
+                new = [name for name in listed if name not in known]
+                known.update(new)
+                fresh = [int(name) for name in new]
         counts[Outcome.PINNED] += pinned
         counts[Outcome.ALREADY] += already
         counts[Outcome.KEPT] += kept

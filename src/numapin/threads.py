@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Protocol
 
-    #: ``(get, to_cpuset, put, arg)``: ``get(tid)`` gives a raw mask (raw masks compare with ``==``),
-    #: ``to_cpuset(raw)`` its CpuSet, ``put(tid, arg)`` applies the target given as ``arg``.
-    WalkCalls = tuple[Callable[[int], Any], Callable[[Any], CpuSet], Callable[[int, Any], None], Any]
+    #: ``(get, to_cpuset, put, arg, names)``: ``get(tid)`` gives a raw mask (raw masks compare with
+    #: ``==``), ``to_cpuset(raw)`` its CpuSet, ``put(tid, arg)`` applies the target given as ``arg``,
+    #: ``names()`` lists the threads' ids as the kernel writes them (decimal strings).
+    WalkCalls = tuple[Callable[[int], Any], Callable[[Any], CpuSet], Callable[[int, Any], None], Any,
+                      Callable[[], list[str]]]
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
@@ -108,11 +110,13 @@ class LinuxThreads:
         read compared as bytes and turned into a CpuSet only when it differs
         from the last one.
         """
+        # The listing as the kernel gives it: a walk compares names, and converts only the new ones.
+        names = functools.partial(os.listdir, f"/proc/{self.pid}/task")
         ids = max(_cpu_count(), target.last() + 1 if target else 1)
         if ids <= _SMALL_MASKS:
-            return os.sched_getaffinity, CpuSet, os.sched_setaffinity, list(target)
+            return os.sched_getaffinity, CpuSet, os.sched_setaffinity, list(target), names
         raw = _RawAffinity(ids)
-        return raw.get, raw.to_cpuset, raw.set, raw.buffer(target)
+        return raw.get, raw.to_cpuset, raw.set, raw.buffer(target), names
 
 
     def thread_name(self, tid: int) -> str | None:
@@ -161,7 +165,7 @@ def walk_calls(ops: ThreadKernel, target: CpuSet) -> WalkCalls:
     if fast is not None:
         calls: WalkCalls = fast(target)
         return calls
-    return ops.get_affinity, _same, ops.set_affinity, target
+    return ops.get_affinity, _same, ops.set_affinity, target, lambda: [str(tid) for tid in ops.list_threads()]
 
 
 def _same(cpus: CpuSet) -> CpuSet:
