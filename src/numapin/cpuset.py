@@ -188,8 +188,11 @@ class CpuSet:
         return self._bits
 
     def __iter__(self) -> Iterator[int]:
+        # Each run added in one step (in C), rather than a generator step per id.
+        ids: list[int] = []
         for lo, hi in self.ranges():
-            yield from range(lo, hi + 1)
+            ids.extend(range(lo, hi + 1))
+        return iter(ids)
 
     def __len__(self) -> int:
         return self._bits.bit_count()
