@@ -68,13 +68,19 @@ def _rest(fd: int, first: bytes) -> bytes | None:
 
 
 class Folder:
-    """A folder under a :class:`Host`'s root, held open by :meth:`Host.folder` (``fd`` None when it could not be)."""
+    """A folder under a :class:`Host`'s root, where :meth:`Host.read_in` opens ``prefix + name``.
 
-    __slots__ = ("fd", "rel")
+    Held open by :meth:`Host.folder` (``fd``, with an empty prefix), or else
+    named by its whole path (``fd`` None; so is the root itself). ``rel`` is
+    its path under the root, ending in ``/`` (empty for the root).
+    """
 
-    def __init__(self, rel: str, fd: int | None) -> None:
+    __slots__ = ("fd", "prefix", "rel")
+
+    def __init__(self, rel: str, fd: int | None, prefix: str) -> None:
         self.rel = rel
         self.fd = fd
+        self.prefix = prefix
 
 
 class Host:
@@ -86,12 +92,13 @@ class Host:
     once per file, thousands of times on a large machine.)
     """
 
-    __slots__ = ("_prefix", "journal", "root")
+    __slots__ = ("_prefix", "_root", "journal", "root")
 
     def __init__(self, root: str, journal: list[str] | None = None) -> None:
         self.root = root
         self.journal = journal
         self._prefix = root if root.endswith("/") else root + "/"
+        self._root = Folder("", None, self._prefix)
 
     def __repr__(self) -> str:
         return f"Host(root={self.root!r})"
@@ -124,17 +131,13 @@ class Host:
         """
         if rel.startswith("/"):
             rel = rel.lstrip("/")
-        return self._read(self._prefix + rel, None, rel)
+        return self.read_in(self._root, rel)
 
     def read_in(self, folder: Folder, name: str) -> str | None:
         """:meth:`read` of ``name`` inside ``folder`` (see :meth:`folder`)."""
-        if folder.fd is None:
-            return self.read(f"{folder.rel}/{name}")
-        return self._read(name, folder.fd, f"{folder.rel}/{name}" if self.journal is not None else "")
-
-    def _read(self, path: str, dir_fd: int | None, rel: str) -> str | None:
+        # The whole read is here, not a layer below: a topology read calls this once per CPU file.
         try:
-            fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
+            fd = os.open(folder.prefix + name, _OPEN_FLAGS, dir_fd=folder.fd)
         except (OSError, ValueError):
             return None
         try:
@@ -153,7 +156,7 @@ class Host:
         if "\x00" in text:
             text = text.replace("\x00", "")
         if self.journal is not None:
-            self.journal.append(rel)
+            self.journal.append(folder.rel + name)
         return text
 
     @contextlib.contextmanager
@@ -165,16 +168,18 @@ class Host:
         a topology read opens one file per CPU under ``sys/devices/system/cpu``.
         A folder that cannot be opened still reads, by whole paths.
         """
-        rel = rel.strip("/")
+        rel = rel.strip("/") + "/"
         try:
             fd: int | None = os.open(self._prefix + rel, _FOLDER_FLAGS)
         except (OSError, ValueError):
             fd = None
+        if fd is None:
+            yield Folder(rel, None, self._prefix + rel)  # read by whole paths
+            return
         try:
-            yield Folder(rel, fd)
+            yield Folder(rel, fd, "")
         finally:
-            if fd is not None:
-                os.close(fd)
+            os.close(fd)
 
     def listdir(self, rel: str) -> list[str]:
         """Entry names of a folder, or an empty list when it cannot be listed."""

@@ -252,11 +252,19 @@ class _Reader:
         return ids
 
 
-def _read_cpus(r: _Reader) -> tuple[CpuSet, CpuSet, CpuSet]:
-    names = r.host.listdir(_CPU)
+def _read_cpus(r: _Reader, cpu_folder: Folder) -> tuple[CpuSet, CpuSet, CpuSet, list[str | None]]:
+    """Online, possible and offline CPUs, and each online CPU's ``core_id`` text.
+
+    The core ids are read here because they tell which online CPUs have a
+    folder: a capture can list CPUs whose folders were trimmed away, and only
+    a CPU whose core_id cannot be read needs looking for.
+    """
+    names: list[str] | None = None
     folders: CpuSet | None = None  # the ids of every cpuN folder, worked out only where needed
 
     def every_folder() -> CpuSet:
+        nonlocal names
+        names = r.host.listdir(_CPU) if names is None else names
         return CpuSet.from_bits(_bits(r.numbered(_CPU, "cpu", names)))  # ids checked already
 
     online = r.cpuset(f"{_CPU}/online")
@@ -266,22 +274,22 @@ def _read_cpus(r: _Reader) -> tuple[CpuSet, CpuSet, CpuSet]:
         folders = every_folder()
         online = CpuSet(c for c in folders if r.integer(f"{_CPU}/cpu{c}/online") != 0)
         r.warn(f"{_CPU}/online missing: online CPUs taken from the cpuN folders")
-    else:
-        present = set(names)
-        if any(f"cpu{c}" not in present for c in online):
-            # A capture can list CPUs whose folders were trimmed away; nothing can
-            # be known about those, so (like hwloc) they are left out.
-            folders = every_folder()
-            if folders and not online <= folders:
-                r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
-                online &= folders
+    read_in = r.host.read_in
+    texts = [read_in(cpu_folder, f"cpu{cpu}/topology/core_id") for cpu in online]
+    if None in texts and folders is None:
+        folders = every_folder()
+        if folders and not online <= folders:
+            # Nothing can be known about a CPU without its folder, so (like hwloc) it is left out.
+            r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
+            texts = [text for cpu, text in zip(online, texts, strict=True) if cpu in folders]
+            online &= folders
     possible = r.cpuset(f"{_CPU}/possible")
     if possible is None:
         possible = (every_folder() if folders is None else folders) | online
     offline = r.cpuset(f"{_CPU}/offline")
     if offline is None:
         offline = possible - online
-    return online, possible | online, offline - online
+    return online, possible | online, offline - online, texts
 
 
 def _read_nodes(r: _Reader, online: CpuSet) -> list[Node]:
@@ -346,16 +354,15 @@ def _node_memory(r: _Reader, folder: str) -> int | None:
 
 
 def _read_cores_and_packages(
-    r: _Reader, online: CpuSet, nodes: list[Node]
+    r: _Reader, cpu_folder: Folder, online: CpuSet, nodes: list[Node], core_texts: list[str | None]
 ) -> tuple[list[Core], str, list[Package], str]:
     # On the largest machines this runs for 1024 CPUs, so each pass below does
     # per CPU only what must be done per CPU (one core_id read, dict look-ups);
     # shared files are read per group, and sibling sets are kept as integers.
     cpus = list(online)
     package_ids, package_groups = _package_ids(r, cpus, online)
-    with r.host.folder(_CPU) as cpu_folder:
-        siblings_of, sibling_sets = _core_siblings(r, cpu_folder, cpus, online.bits)
-        core_ids = _core_ids(r, cpu_folder, cpus)
+    siblings_of, sibling_sets = _core_siblings(r, cpu_folder, cpus, online.bits)
+    core_ids = _core_ids(r, cpus, core_texts)
     packages, package_source = _packages(r, online, nodes, package_ids, package_groups)
     if all(core_id is None for core_id in core_ids) and all(s is None for s in siblings_of.values()):
         if online:
@@ -430,34 +437,33 @@ def _core_siblings(
     for cpu in cpus:
         if cpu in of:
             continue
-        folder = f"{_CPU}/cpu{cpu}/topology"
         # What kernels since 5.7 write, read straight: the one file of nearly every core.
         text = read_in(cpu_folder, f"cpu{cpu}/topology/core_cpus_list")
         try:
             found = None if text is None else parse(text)
         except ValueError as exc:
-            r.warn(f"{folder}/core_cpus_list: {exc}")
+            r.warn(f"{_CPU}/cpu{cpu}/topology/core_cpus_list: {exc}")
             found = None
         if found is None:
+            folder = f"{_CPU}/cpu{cpu}/topology"
             found = r.cpuset(f"{folder}/core_cpus", mask=True)
-        if found is None:
-            found = r.either(folder, "thread_siblings_list", "thread_siblings")
-        of[cpu] = siblings = None if found is None else found.bits & online_bits
-        if siblings is None:
-            continue
+            if found is None:
+                found = r.either(folder, "thread_siblings_list", "thread_siblings")
+            if found is None:
+                of[cpu] = None
+                continue
+        listed = found.bits
+        of[cpu] = siblings = listed & online_bits
         if not siblings >> cpu & 1:
             outside = True
             continue
-        assert found is not None
-        sets[siblings] = found if found.bits == siblings else CpuSet.from_bits(siblings)
+        sets[siblings] = found if listed == siblings else CpuSet.from_bits(siblings)
         of.update(dict.fromkeys(_members(siblings >> cpu + 1 << cpu + 1), siblings))  # the CPUs after this one
     return of, {} if outside else sets
 
 
-def _core_ids(r: _Reader, cpu_folder: Folder, cpus: list[int]) -> list[int | None]:
+def _core_ids(r: _Reader, cpus: list[int], texts: list[str | None]) -> list[int | None]:
     """Each CPU's core id, read for every CPU (see the AMD note above); each distinct text parsed once."""
-    read_in = r.host.read_in
-    texts = [read_in(cpu_folder, f"cpu{cpu}/topology/core_id") for cpu in cpus]
     plain = {text: int(text) for text in set(texts) if text is not None and _plain_decimal(text)}
     return [plain[text] if text in plain else r.parse_integer(f"{_CPU}/cpu{cpu}/topology/core_id", text)
             for cpu, text in zip(cpus, texts, strict=True)]
@@ -563,12 +569,15 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
     host = Host.at(root, journal)
     host.check()
     r = _Reader(host)
-    online, possible, offline = _read_cpus(r)
-    nodes = _read_nodes(r, online)
-    homeless = online - CpuSet.union(n.cpus for n in nodes)
-    if homeless:
-        r.warn(f"CPUs {homeless} belong to no NUMA node")
-    cores, core_source, packages, package_source = _read_cores_and_packages(r, online, nodes)
+    # Most files read are the CPUs' own: opened relative to their folder, held open.
+    with host.folder(_CPU) as cpu_folder:
+        online, possible, offline, core_texts = _read_cpus(r, cpu_folder)
+        nodes = _read_nodes(r, online)
+        homeless = online - CpuSet.union(n.cpus for n in nodes)
+        if homeless:
+            r.warn(f"CPUs {homeless} belong to no NUMA node")
+        cores, core_source, packages, package_source = _read_cores_and_packages(r, cpu_folder, online, nodes,
+                                                                                core_texts)
     caches = _read_caches(r, online)
     cgroup = read_cgroup(host, r.warn)
     allowed = online
