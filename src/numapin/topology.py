@@ -203,7 +203,10 @@ class _Reader:
         return self.host.read(rel)
 
     def cpuset(self, rel: str, *, mask: bool = False, quiet: bool = False) -> CpuSet | None:
-        text = self.host.read(rel)
+        return self.parse_cpuset(rel, self.host.read(rel), mask=mask, quiet=quiet)
+
+    def parse_cpuset(self, rel: str, text: str | None, *, mask: bool = False, quiet: bool = False) -> CpuSet | None:
+        """``text``, read from ``rel``, as a set; a malformed one is a warning naming ``rel``."""
         if text is None:
             return None
         try:
@@ -433,17 +436,12 @@ def _core_siblings(
     sets: dict[int, CpuSet] = {}
     outside = False
     read_in = r.host.read_in
-    parse = CpuSet.parse
     for cpu in cpus:
         if cpu in of:
             continue
-        # What kernels since 5.7 write, read straight: the one file of nearly every core.
-        text = read_in(cpu_folder, f"cpu{cpu}/topology/core_cpus_list")
-        try:
-            found = None if text is None else parse(text)
-        except ValueError as exc:
-            r.warn(f"{_CPU}/cpu{cpu}/topology/core_cpus_list: {exc}")
-            found = None
+        # What kernels since 5.7 write, read inside the folder held open: the one file of nearly every core.
+        name = f"cpu{cpu}/topology/core_cpus_list"
+        found = r.parse_cpuset(f"{_CPU}/{name}", read_in(cpu_folder, name))
         if found is None:
             folder = f"{_CPU}/cpu{cpu}/topology"
             found = r.cpuset(f"{folder}/core_cpus", mask=True)
@@ -463,16 +461,14 @@ def _core_siblings(
 
 
 def _core_ids(r: _Reader, cpus: list[int], texts: list[str | None]) -> list[int | None]:
-    """Each CPU's core id, read for every CPU (see the AMD note above); each distinct text parsed once."""
-    plain = {text: int(text) for text in set(texts) if text is not None and _plain_decimal(text)}
+    """Each CPU's core id, read for every CPU (see the AMD note above); each distinct text parsed once.
+
+    A text ``decimal`` takes is what ``parse_integer`` would give; the others go
+    through ``parse_integer`` CPU by CPU, for its warning naming each file.
+    """
+    plain = {text: value for text in set(texts) if text is not None and (value := decimal(text)) is not None}
     return [plain[text] if text in plain else r.parse_integer(f"{_CPU}/cpu{cpu}/topology/core_id", text)
             for cpu, text in zip(cpus, texts, strict=True)]
-
-
-def _plain_decimal(text: str) -> bool:
-    """Whether ``text`` is what the kernel writes for an id: up to nine ASCII digits and a newline."""
-    body = text[:-1] if text.endswith("\n") else text
-    return 0 < len(body) <= 9 and body.isdigit() and body.isascii()
 
 
 def _bits(members: list[int]) -> int:
