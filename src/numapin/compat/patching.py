@@ -116,10 +116,7 @@ class FunctionPatch:
             if replacement is None or original is None:
                 return PatchReport(self.target)
             # Every binding of the replacement, including those importers made after install().
-            bound = _bindings(replacement, _loaded())
-            for module, name in bound:
-                setattr(module, name, original)
-            report = PatchReport(self.target, replaced=tuple(f"{m.__name__}.{n}" for m, n in bound))
+            report = self._rebind(replacement, original)
             log.info("%s", report)
             return report
 
@@ -140,13 +137,17 @@ class FunctionPatch:
                     return self._refuse(str(exc))
                 setattr(replacement, _MARK, original)
             self._original, self._replacement = original, replacement
-            bound = _bindings(original, _loaded())
-            for other, name in bound:
-                setattr(other, name, replacement)
-            report = PatchReport(self.target, replaced=tuple(f"{m.__name__}.{n}" for m, n in bound))
-            if bound:
+            report = self._rebind(original, replacement)
+            if report.replaced:
                 log.info("%s", report)
             return report
+
+    def _rebind(self, old: object, new: object) -> PatchReport:
+        """Bind ``new`` to every module-level name now bound to ``old`` itself."""
+        bound = _bindings(old, _loaded())
+        for module, name in bound:
+            setattr(module, name, new)
+        return PatchReport(self.target, replaced=tuple(f"{m.__name__}.{n}" for m, n in bound))
 
     def _refuse(self, why: str) -> PatchReport:
         report = PatchReport(self.target, refused=why)
