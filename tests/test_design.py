@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"ranks"},
     {"placement"},  # pure: facts -> Placement
     {"planning"},  # reads facts, then placement
-    {"threads", "numa", "residency", "threadpools"},  # the kernel interfaces, and the pools of loaded libraries
+    {"threads", "numa", "numamaps", "threadpools"},  # the kernel interfaces, and the pools of loaded libraries
     {"memory"},
     {"pinning"},  # the only stateful module
     {"exec", "audit", "snapshot", "doctor", "picture"},

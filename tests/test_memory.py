@@ -17,7 +17,7 @@ from live import ALL, NODE0, REAL_NODES
 from memory_model import ModelMemory
 from numapin import CpuSet, MemoryPolicy, UsageError, get_mempolicy, set_mempolicy
 from numapin.memory import MemoryMode, MemoryPolicyError, migrate, place_memory, system_nodes
-from numapin.residency import parse_numa_maps, residency
+from numapin.numamaps import parse_numa_maps, residency
 
 pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node 0")
 

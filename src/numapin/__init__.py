@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
     from .placement import Mode, Placement
     from .planning import plan, plan_ranks
     from .ranks import local_rank
-    from .residency import residency
+    from .numamaps import residency
     from .topology import Topology, read_topology
 
 #: Public name -> the module that defines it.
@@ -34,7 +34,7 @@ _WHERE = {
     "Gpu": "gpus", "GpuError": "gpus", "NoGpuError": "gpus", "read_gpus": "gpus", "visible_gpus": "gpus",
     "HostError": "host",
     "MemoryMode": "memory", "MemoryPolicy": "memory", "get_mempolicy": "memory", "migrate": "memory",
-    "set_mempolicy": "memory", "residency": "residency",
+    "set_mempolicy": "memory", "residency": "numamaps",
     "Action": "pinning", "Ownership": "pinning", "PinError": "pinning", "PinResult": "pinning", "Policy": "pinning",
     "current": "pinning", "pin": "pinning", "pin_thread": "pinning", "pinned": "pinning", "refresh": "pinning",
     "Mode": "placement", "Placement": "placement",

@@ -9,7 +9,7 @@ from .errors import UsageError
 from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
-from .residency import Residency, residency
+from .numamaps import Residency, residency
 from .text import table
 from .threads import LinuxThreads, process_environ
 from .topology import read_topology

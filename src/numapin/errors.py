@@ -14,7 +14,16 @@ __all__ = ["EnvironmentProblem", "NumapinError", "UsageError", "errno_name"]
 
 
 class NumapinError(Exception):
-    """Base of every error numapin raises on purpose."""
+    """Base of every error numapin raises on purpose.
+
+    Every one pickles with its fields (``value``, ``errno``, a pin's
+    ``result``): an error raised in a multiprocessing or Ray worker reaches the
+    parent whole. Pickle's default would call the class with the message alone,
+    which fails for a class whose constructor takes more.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args, dict(vars(self)))
 
 
 class UsageError(NumapinError, ValueError):
@@ -37,6 +46,14 @@ class EnvironmentProblem(NumapinError):
     def __init__(self, message: str, *, errno: str | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+def _rebuilt(cls: type[NumapinError], args: tuple[object, ...], fields: dict[str, object]) -> NumapinError:
+    """An unpickled error: its message and fields restored without calling the class's constructor."""
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 def errno_name(code: int | None) -> str:

@@ -207,6 +207,10 @@ class ThreadResults(Sequence[ThreadResult]):
     def __repr__(self) -> str:
         return repr(self._all())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # __slots__ without __getstate__ would refuse pickle's protocols 0 and 1.
+        return ThreadResults, (dict(self._fates),)
+
 
 @record
 class PinResult:

@@ -1,4 +1,8 @@
-"""Where a process's memory lives, node by node, from ``/proc/<pid>/numa_maps``."""
+"""Where a process's memory lives, node by node, from ``/proc/<pid>/numa_maps`` (:func:`residency`).
+
+Named after the file it reads, not the function: a submodule named ``residency`` would replace
+the function ``numapin.residency`` on the package once imported (the import system binds it there).
+"""
 
 from __future__ import annotations
 

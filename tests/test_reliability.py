@@ -1,0 +1,122 @@
+"""Reliability probes of the second fuzzing round: errors that cross process boundaries,
+results that pickle, start-up warnings of bounded size, names that stay what they are.
+
+Each test reproduces one defect found then (issue 25's list, numbered as there) and
+failed before its fix. The timing-based probes (a signal in the middle of a walk, a fork
+while another thread pins) are in ``test_interruption.py``.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import numapin
+from conftest import in_child
+from numapin import errors, gpus, host, memory, pinning, placement
+from numapin.pinning import PinError
+
+PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
+
+
+def _raised(call: Callable[[], object]) -> BaseException:
+    try:
+        call()
+    except BaseException as exc:
+        return exc
+    raise AssertionError(f"{call} raised nothing")
+
+
+def _fields(error: BaseException) -> tuple[type, str, dict[str, Any]]:
+    return type(error), str(error), dict(vars(error))
+
+
+# -- 1: errors and results cross process boundaries ------------------------------------
+
+
+def _no_gpu_strict(root: str) -> None:
+    numapin.pin(0, strict=True, root=root, environ={"CUDA_VISIBLE_DEVICES": ""})
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_errors_from_real_triggers_pickle_whole(pair_root: Path, protocol: int) -> None:
+    found = [
+        _raised(lambda: numapin.pin(cpus="zzz")),
+        _raised(lambda: numapin.pin(99)),
+        _raised(lambda: _no_gpu_strict(str(pair_root))),
+    ]
+    assert [type(e) for e in found] == [errors.UsageError, gpus.GpuError, PinError]
+    for error in found:
+        back = pickle.loads(pickle.dumps(error, protocol))
+        assert _fields(back) == _fields(error)
+    strict = found[2]
+    assert isinstance(strict, PinError)
+    back = pickle.loads(pickle.dumps(strict, protocol))
+    assert back.result == strict.result and back.result.action is pinning.Action.NOTHING
+
+
+@pytest.mark.parametrize("cls", [errors.NumapinError, errors.UsageError, errors.EnvironmentProblem, gpus.GpuError,
+                                 gpus.NoGpuError, gpus.NvmlError, host.HostError, memory.MemoryPolicyError,
+                                 memory.NotSupported, placement.PlacementError])
+def test_every_error_class_pickles_with_its_fields(cls: type[errors.NumapinError]) -> None:
+    kwargs = {"value": "0-x"} if issubclass(cls, errors.UsageError) else \
+        {"errno": "EINVAL"} if issubclass(cls, errors.EnvironmentProblem) else {}
+    error = cls("it went wrong", **kwargs)
+    for protocol in PROTOCOLS:
+        back = pickle.loads(pickle.dumps(error, protocol))
+        assert _fields(back) == _fields(error) and vars(back) == kwargs
+
+
+def test_a_pin_result_with_threads_pickles_under_every_protocol(pair_root: Path) -> None:
+    def child() -> None:
+        result = numapin.pin(1, memory="preferred")
+        assert len(result.threads) >= 1
+        for protocol in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(result, protocol))
+            assert back == result and back.threads == result.threads and back.placement == result.placement
+            assert str(back) == str(result)
+
+    in_child(child)
+
+
+def test_a_strict_failure_in_a_pool_worker_reaches_the_parent_as_a_pin_error(pair_root: Path) -> None:
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        waiting = pool.apply_async(_no_gpu_strict, (str(pair_root),))
+        with pytest.raises(PinError) as caught:
+            waiting.get(timeout=60)  # before the fix the pool's result thread died and this waited forever
+    assert caught.value.result.action is pinning.Action.NOTHING
+    assert "no GPU is visible" in str(caught.value)
+
+
+def test_copy_deepcopy_of_a_pin_error() -> None:
+    import copy
+
+    error = PinError("strict pin failed", pinning.PinResult(pinning.Action.ROLLED_BACK))
+    twin = copy.deepcopy(error)
+    assert _fields(twin) == _fields(error)
+
+
+# -- 13: numapin.residency stays the function -----------------------------------------
+
+
+def test_residency_is_the_function_whichever_module_is_imported_first() -> None:
+    code = "import numapin.audit, numapin; print(callable(numapin.residency), numapin.residency().pid > 0)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "NUMAPIN_FSROOT": "/"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "True"]
+
+
+def test_no_public_name_is_also_a_submodule() -> None:
+    import importlib.util
+
+    clashes = [name for name in numapin.__all__ if importlib.util.find_spec(f"numapin.{name}") is not None]
+    assert clashes == [], "importing such a submodule replaces the public name on the package"
