@@ -37,7 +37,6 @@ __all__ = [
     "exec_program",
     "parse_threads",
     "prepare_exec",
-    "run_exec",
 ]
 
 #: Set by ``numapin exec`` when cores were reserved: the hot thread's CPUs.
@@ -218,13 +217,48 @@ def exec_program(prepared: PreparedExec, env: Mapping[str, str]) -> int:
         raise UsageError("no program to run")
     sys.stdout.flush()
     sys.stderr.flush()
+    _undo_python_start()
     try:
-        os.execve(prepared.executable, list(prepared.request.program), env)
+        os.execve(prepared.executable, list(prepared.request.program), _without_coerced_locale(env))
     except OSError as exc:
         raise UsageError(f"cannot run {prepared.executable!r}: {exc.strerror}") from exc
     return 2  # pragma: no cover - execve does not return
 
 
-def run_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> int:
-    """Pin, mark, and replace this process with the program. Returns only on failure."""
-    return exec_program(prepared, apply_exec(prepared, environ))
+#: Signals Python ignores at start-up, and that execve() would hand on ignored: a program under
+#: ``numapin exec`` must meet a closed pipe (``yes | head -1``) or a file-size limit as it would
+#: without it. Python's subprocess resets the same ones for its children (restore_signals).
+_IGNORED_BY_PYTHON = ("SIGPIPE", "SIGXFSZ")
+
+
+def _undo_python_start() -> None:
+    """Put back the signal dispositions Python changed when it started, as a launcher must."""
+    import signal
+
+    for name in _IGNORED_BY_PYTHON:
+        number = getattr(signal, name, None)
+        if number is not None:
+            signal.signal(number, signal.SIG_DFL)
+
+
+def _without_coerced_locale(env: Mapping[str, str]) -> Mapping[str, str]:
+    """``env`` with ``LC_CTYPE`` as the caller gave it, undoing Python's start-up coercion (PEP 538).
+
+    Under the C locale Python writes ``LC_CTYPE=C.UTF-8`` into its own
+    environment; a program exec'd from numapin would inherit a locale its
+    caller never chose. The kernel's copy of the environment this process was
+    started with (``/proc/self/environ``) holds the caller's value, or none.
+    numapin itself never sets the variable.
+    """
+    if "LC_CTYPE" not in env:
+        return env
+    try:
+        with open("/proc/self/environ", "rb") as file:
+            started_with = file.read().split(b"\0")
+    except OSError:
+        return env
+    given = [entry[len(b"LC_CTYPE="):] for entry in started_with if entry.startswith(b"LC_CTYPE=")]
+    fixed = {k: v for k, v in env.items() if k != "LC_CTYPE"}
+    if given:
+        fixed["LC_CTYPE"] = os.fsdecode(given[-1])
+    return fixed
