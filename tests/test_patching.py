@@ -97,7 +97,7 @@ def test_uninstall_restores_every_binding_and_stops_watching(stand_in: Path) -> 
         report = compat.uninstall()
         assert utils.configure_cpu_affinity is original and worker.configure_cpu_affinity is original
         assert late.configure_cpu_affinity is original
-        assert "late.configure_cpu_affinity" in report.replaced
+        assert "late.configure_cpu_affinity" in report.restored and not report.replaced
         assert len(sys.meta_path) == len(finders) - 1
         worker.start(0)
         assert utils.CALLS == [0], "the original is back"
@@ -142,5 +142,132 @@ def test_a_module_without_the_function_is_reported(stand_in: Path) -> None:
         _import(stand_in, "tensorrt_llm.llmapi.utils")
         report = compat.install()
         assert report.refused == "tensorrt_llm.llmapi.utils has no configure_cpu_affinity"
+
+    in_child(child)
+
+
+# -- nothing odd breaks an import or raises out of install() (issue 25, defects 2, 7, 8, 9) --
+
+
+def _numapin_hooks() -> list[object]:
+    return [f for f in sys.meta_path if getattr(f, "numapin_target", None) is not None]
+
+
+@pytest.mark.parametrize("shape", [
+    "functools.partial(lambda gpu_id, scope, extra: None, extra=1)",  # no __name__, two parameters left
+    "type('Callable', (), {'__call__': lambda self, a, b: None})()",  # an instance, no __name__
+])
+def test_a_function_of_another_shape_without_a_name_is_left_alone(stand_in: Path, shape: str,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    utils = stand_in / "tensorrt_llm" / "llmapi" / "utils.py"
+    utils.write_text(f"import functools\nconfigure_cpu_affinity = {shape}\n")
+
+    def child() -> list[str]:
+        with caplog.at_level(logging.WARNING, logger="numapin"):
+            assert compat.install().pending
+            module = _import(stand_in, "tensorrt_llm.llmapi.utils")  # raised AttributeError before
+        assert not _ours(module.configure_cpu_affinity)
+        return [r.getMessage() for r in caplog.records]
+
+    messages = in_child(child)
+    assert len(messages) == 1 and "left alone" in messages[0] and "unknown signature" in messages[0]
+
+
+def test_a_module_getattr_that_raises_leaves_the_import_working(stand_in: Path) -> None:
+    utils = stand_in / "tensorrt_llm" / "llmapi" / "utils.py"
+    utils.write_text("def __getattr__(name):\n    raise RuntimeError(f'lazy import of {name} failed')\n")
+
+    def child() -> None:
+        compat.install()
+        module = _import(stand_in, "tensorrt_llm.llmapi.utils")
+        assert module.__name__ == "tensorrt_llm.llmapi.utils"
+        assert "lazy import" in (compat.install().refused or "")
+
+    in_child(child)
+
+
+def test_reloading_numapins_module_then_installing_leaves_one_hook(stand_in: Path) -> None:
+    def child() -> None:
+        compat.install()
+        fresh = importlib.reload(compat)
+        fresh.install()
+        assert len(_numapin_hooks()) == 1
+        worker = _import(stand_in, "tensorrt_llm.worker")  # RecursionError before
+        assert _ours(worker.configure_cpu_affinity)
+        fresh.uninstall()
+        assert _numapin_hooks() == [] and not _ours(worker.configure_cpu_affinity)
+
+    in_child(child)
+
+
+@pytest.mark.parametrize("install_first", [True, False])
+def test_reloading_the_patched_module_keeps_the_patch_and_uninstall_restores_everything(
+        stand_in: Path, install_first: bool) -> None:
+    def child() -> None:
+        if install_first:
+            compat.install()
+        worker = _import(stand_in, "tensorrt_llm.worker")
+        if not install_first:
+            compat.install()
+        utils = importlib.reload(sys.modules["tensorrt_llm.llmapi.utils"])
+        assert _ours(utils.configure_cpu_affinity), "the reload brought the original back"
+        assert _ours(worker.configure_cpu_affinity)
+        compat.uninstall()
+        for module in (utils, worker):
+            assert not _ours(module.configure_cpu_affinity), f"{module.__name__} keeps numapin's function"
+        worker.start(0)
+        assert utils.CALLS == [0]
+
+    in_child(child)
+
+
+class _ReadOnly(type(sys)):  # type: ignore[misc]
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{self.__name__} is read-only")
+
+
+class _Unreadable(type(sys)):  # type: ignore[misc]
+    @property  # type: ignore[misc]
+    def __dict__(self) -> dict[str, object]:
+        raise RuntimeError("namespace unavailable")
+
+
+class _RaisingGetattr(type(sys)):  # type: ignore[misc]
+    def __getattr__(self, name: str) -> object:
+        raise RuntimeError(f"no {name} here")
+
+
+def test_odd_entries_in_sys_modules_never_make_install_raise_nor_half_apply(stand_in: Path) -> None:
+    def child() -> None:
+        worker = _import(stand_in, "tensorrt_llm.worker")
+        original = worker.configure_cpu_affinity
+        holder = type("Holder", (), {})()  # not a module, no __name__
+        holder.affinity = original
+        sys.modules["odd_holder"] = holder
+        sys.modules["odd_getattr"] = _RaisingGetattr("odd_getattr")
+        sys.modules["odd_unreadable"] = _Unreadable("odd_unreadable")
+        report = compat.install()
+        assert report.refused is None and "odd_holder.affinity" in report.replaced
+        assert _ours(holder.affinity) and _ours(worker.configure_cpu_affinity)
+        compat.uninstall()
+        assert holder.affinity is original
+        # A read-only module bound to it: all or nothing, never utils patched and that one not.
+        frozen = _ReadOnly("odd_frozen")
+        vars(frozen)["affinity"] = original
+        sys.modules["odd_frozen"] = frozen
+        report = compat.install()
+        assert report.refused and "odd_frozen.affinity" in report.refused
+        assert worker.configure_cpu_affinity is original
+        assert sys.modules["tensorrt_llm.llmapi.utils"].configure_cpu_affinity is original
+
+    in_child(child)
+
+
+def test_an_unreadable_module_does_not_break_the_later_import(stand_in: Path) -> None:
+    def child() -> None:
+        sys.modules["odd_unreadable"] = _Unreadable("odd_unreadable")
+        assert compat.install().pending
+        worker = _import(stand_in, "tensorrt_llm.worker")
+        assert _ours(worker.configure_cpu_affinity)
 
     in_child(child)

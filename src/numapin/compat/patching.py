@@ -39,7 +39,9 @@ class PatchReport:
     target: str
     """``module.function``."""
     replaced: tuple[str, ...] = ()
-    """Every ``module.name`` whose binding changed in this call."""
+    """Every ``module.name`` bound to numapin's function by this call (``install()``)."""
+    restored: tuple[str, ...] = ()
+    """Every ``module.name`` given the original back by this call (``uninstall()``)."""
     pending: bool = False
     """The module is not imported yet: the import hook will patch it when it is."""
     refused: str | None = None
@@ -49,26 +51,32 @@ class PatchReport:
         if self.refused:
             return f"numapin: {self.target} left alone: {self.refused}"
         parts = [f"replaced {', '.join(self.replaced)}"] if self.replaced else []
+        if self.restored:
+            parts.append(f"restored {', '.join(self.restored)}")
         if self.pending:
             parts.append("will be patched when imported")
         return f"numapin: {self.target}: " + ("; ".join(parts) or "nothing to change")
 
 
-def _bindings(value: object, modules: Sequence[ModuleType]) -> list[tuple[ModuleType, str]]:
-    """Every (module, name) in ``modules`` bound to ``value`` itself."""
-    found: list[tuple[ModuleType, str]] = []
-    for module in modules:
+def _bindings(value: object, modules: Sequence[tuple[str, object]]) -> list[tuple[str, object, str]]:
+    """Every ``(key, module, name)`` in ``modules`` (``sys.modules`` items) bound to ``value`` itself."""
+    found: list[tuple[str, object, str]] = []
+    for key, module in modules:
         try:
             # A copy: another thread may be importing (and so filling a module's namespace) meanwhile.
             names = [name for name, bound in list(vars(module).items()) if bound is value]
-        except TypeError:  # not a module (some packages put other objects in sys.modules)
+        except Exception:  # noqa: BLE001 - no namespace (not a module) or one that cannot be read: nothing bound there
             continue
-        found.extend((module, name) for name in names)
+        found.extend((key, module, name) for name in names)
     return found
 
 
-def _loaded() -> list[ModuleType]:
-    return [m for m in list(sys.modules.values()) if m is not None]
+def _loaded() -> list[tuple[str, object]]:
+    return [(key, m) for key, m in list(sys.modules.items()) if m is not None]
+
+
+class _Unbindable(Exception):
+    """A binding that could not be changed (a read-only module): the whole rebinding was undone."""
 
 
 class FunctionPatch:
@@ -76,6 +84,12 @@ class FunctionPatch:
 
     ``make`` returns the replacement, or raises ``TypeError`` saying why the
     original's shape is unknown (then nothing is replaced, with one warning).
+    Nothing here raises into the caller or into an import: whatever goes wrong
+    leaves the function alone, with one warning.
+
+    While installed, an import hook stays in ``sys.meta_path``: it patches the
+    module when it is first imported, and again when it is reloaded (a reload
+    runs the module's code anew and so brings the original back).
     """
 
     def __init__(self, module: str, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
@@ -85,69 +99,101 @@ class FunctionPatch:
         self.target = f"{module}.{name}"
         self._lock = threading.RLock()
         self._finder: _Finder | None = None
-        self._original: Callable[..., Any] | None = None
-        self._replacement: Callable[..., Any] | None = None
+        #: Every (original, replacement) this patch bound: one per execution of the module (reloads).
+        self._made: list[tuple[Callable[..., Any], Callable[..., Any]]] = []
         self._warned = False
 
     @property
     def installed(self) -> bool:
-        return self._finder is not None or self._replacement is not None
+        return self._finder is not None
 
     def install(self) -> PatchReport:
-        """Patch now if the module is loaded, else when it is imported. Idempotent."""
+        """Patch now if the module is loaded, else when it is imported. Idempotent; never raises."""
         with self._lock:
-            module = sys.modules.get(self.module)
-            if module is not None:
-                return self._patch(module)
-            if self._finder is None:
-                self._finder = _Finder(self)
-                sys.meta_path.insert(0, self._finder)
-            return PatchReport(self.target, pending=True)
+            try:
+                self._watch()
+                module = sys.modules.get(self.module)
+                if module is not None:
+                    return self._patch(module)
+                return PatchReport(self.target, pending=True)
+            except Exception as exc:  # noqa: BLE001 - a patch must never break its caller
+                return self._refuse(f"install failed: {exc}")
 
     def uninstall(self) -> PatchReport:
-        """Put the original back everywhere the replacement is bound, and drop the import hook."""
+        """Put the original back everywhere a replacement is bound, and drop the import hook."""
         with self._lock:
             if self._finder is not None:
                 with contextlib.suppress(ValueError):  # someone else rebuilt sys.meta_path
                     sys.meta_path.remove(self._finder)
                 self._finder = None
-            replacement, original = self._replacement, self._original
-            self._replacement = self._original = None
-            if replacement is None or original is None:
-                return PatchReport(self.target)
-            # Every binding of the replacement, including those importers made after install().
-            report = self._rebind(replacement, original)
-            log.info("%s", report)
-            return report
-
-    def _patch(self, module: ModuleType) -> PatchReport:
-        """Replace the function of the just-loaded ``module`` wherever it is bound."""
-        with self._lock:
-            current = getattr(module, self.name, None)
-            if current is None:
-                return self._refuse(f"{self.module} has no {self.name}")
-            if getattr(current, _MARK, None) is not None:
-                original = getattr(current, _MARK)
-                replacement = current
-            else:
-                original = current
-                try:
-                    replacement = self.make(original)
-                except TypeError as exc:
-                    return self._refuse(str(exc))
-                setattr(replacement, _MARK, original)
-            self._original, self._replacement = original, replacement
-            report = self._rebind(original, replacement)
-            if report.replaced:
+            made, self._made = self._made, []
+            restored: list[str] = []
+            # Every binding of each replacement, including those importers made after install().
+            for original, replacement in made:
+                restored.extend(self._rebind(replacement, original, all_or_nothing=False))
+            report = PatchReport(self.target, restored=tuple(restored))
+            if restored:
                 log.info("%s", report)
             return report
 
-    def _rebind(self, old: object, new: object) -> PatchReport:
-        """Bind ``new`` to every module-level name now bound to ``old`` itself."""
-        bound = _bindings(old, _loaded())
-        for module, name in bound:
-            setattr(module, name, new)
-        return PatchReport(self.target, replaced=tuple(f"{m.__name__}.{n}" for m, n in bound))
+    def _watch(self) -> None:
+        """Put this patch's import hook first in ``sys.meta_path``, in place of any earlier one for the same
+        target (a reloaded numapin module makes a new patch object: two hooks would call each other)."""
+        sys.meta_path[:] = [f for f in sys.meta_path if getattr(f, "numapin_target", None) != self.target]
+        if self._finder is None:
+            self._finder = _Finder(self)
+        sys.meta_path.insert(0, self._finder)
+
+    def _patch(self, module: object) -> PatchReport:
+        """Replace the function of the just-loaded ``module`` wherever it is bound."""
+        with self._lock:
+            try:
+                current = getattr(module, self.name, None)
+                if current is None:
+                    return self._refuse(f"{self.module} has no {self.name}")
+                original = getattr(current, _MARK, None)
+                if original is not None:  # patched already (by an earlier numapin module, before a reload)
+                    replacement = current
+                else:
+                    original = current
+                    try:
+                        replacement = self.make(original)
+                    except TypeError as exc:
+                        return self._refuse(str(exc))
+                    setattr(replacement, _MARK, original)
+                replaced = self._rebind(original, replacement, all_or_nothing=True)
+            except _Unbindable as exc:
+                return self._refuse(str(exc))
+            except Exception as exc:  # noqa: BLE001 - e.g. a module __getattr__ that raises
+                return self._refuse(f"{type(exc).__name__}: {exc}")
+            if (original, replacement) not in self._made:
+                self._made.append((original, replacement))
+            report = PatchReport(self.target, replaced=tuple(replaced))
+            if replaced:
+                log.info("%s", report)
+            return report
+
+    def _rebind(self, old: object, new: object, *, all_or_nothing: bool) -> list[str]:
+        """Bind ``new`` to every module-level name now bound to ``old`` itself; the names changed.
+
+        ``all_or_nothing``: a binding that refuses undoes those already changed
+        and raises :class:`_Unbindable` (a patch half-applied is worse than none).
+        Otherwise (putting originals back) each binding that can change does.
+        """
+        changed: list[tuple[object, str, str]] = []
+        for key, module, name in _bindings(old, _loaded()):
+            try:
+                setattr(module, name, new)
+            except Exception as exc:  # noqa: BLE001 - a read-only module or object
+                if all_or_nothing:
+                    for _, done, done_name in changed:
+                        with contextlib.suppress(Exception):
+                            setattr(done, done_name, old)
+                    raise _Unbindable(f"cannot rebind {key}.{name} ({type(exc).__name__}: {exc})") from None
+                log.warning("numapin: %s: cannot restore %s.%s (%s)", self.target, key, name, exc)
+                continue
+            changed.append((key, module, name))
+        return [f"{key}.{name}" for key, _, name in changed]
 
     def _refuse(self, why: str) -> PatchReport:
         report = PatchReport(self.target, refused=why)
@@ -162,14 +208,16 @@ class _Finder:
 
     def __init__(self, patch: FunctionPatch) -> None:
         self.patch = patch
+        #: What marks numapin's hooks, whichever copy of this module made them (a reload makes another class).
+        self.numapin_target = patch.target
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
         if fullname != self.patch.module:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
+            if find is None or getattr(finder, "numapin_target", None) is not None:
+                continue  # no numapin hook asks another: they would call each other
             spec = find(fullname, path, target)
             if spec is not None:
                 break
@@ -192,9 +240,9 @@ class _PatchingLoader:
         return None if create is None else create(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
+        self._loader.exec_module(module)  # the module's own errors are the importer's, as without numapin
         if self._patch.installed:
-            self._patch._patch(module)
+            self._patch._patch(module)  # never raises: a failed patch must not fail the import
 
     def __getattr__(self, name: str) -> Any:
         # get_source, get_resource_reader, is_package...: whatever the real loader offers.

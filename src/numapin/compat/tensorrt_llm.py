@@ -88,7 +88,8 @@ def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
     params = list(signature.parameters.values())
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     if len(params) != 1 or params[0].kind not in positional or params[0].default is not inspect.Parameter.empty:
-        raise TypeError(f"unknown signature {original.__name__}{signature}; numapin knows (device_id)")
+        name = getattr(original, "__name__", None) or type(original).__name__  # a partial has no __name__
+        raise TypeError(f"unknown signature {name}{signature}; numapin knows (device_id)")
     name = params[0].name
 
     def configure(*args: Any, **kwargs: Any) -> PinResult | None:
