@@ -8,6 +8,7 @@ while another thread pins) are in ``test_interruption.py``.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import pickle
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 import numapin
+import live
 from conftest import in_child
 from numapin import errors, gpus, host, memory, pinning, placement
 from numapin.pinning import PinError
@@ -120,3 +122,19 @@ def test_no_public_name_is_also_a_submodule() -> None:
 
     clashes = [name for name in numapin.__all__ if importlib.util.find_spec(f"numapin.{name}") is not None]
     assert clashes == [], "importing such a submodule replaces the public name on the package"
+
+
+# -- 10: one warning per process and problem, the memory step-down included --------------
+
+
+def test_identical_pins_whose_memory_steps_down_warn_once(refusing_root: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    def child() -> list[str]:
+        with caplog.at_level(logging.WARNING, logger="numapin"):
+            results = [numapin.pin(1, memory="preferred") for _ in range(5)]
+        assert all(r.memory is not None and r.memory.problems for r in results), "the step-down was not reached"
+        return [r.getMessage() for r in caplog.records]
+
+    messages = in_child(child)
+    assert len(messages) == 1, messages
+    assert f"memory placement on node {live.MISSING_NODE}:" in messages[0]

@@ -229,6 +229,15 @@ class MemoryResult:
     read_back: tuple[str, str] | None = None
     migration: MigrateResult | None = None
     problems: tuple[str, ...] = ()
+    """The refusals met on the way down, each as the kernel worded it."""
+
+    @property
+    def warning(self) -> str | None:
+        """One line on what went wrong and what is in force instead; None when nothing did."""
+        if not self.problems:
+            return None
+        where = f"node{'s' if len(self.nodes) > 1 else ''} {self.nodes}"
+        return f"numapin: memory placement on {where}: {'; '.join(self.problems)}; continuing with memory {self.applied}"
 
     def __str__(self) -> str:
         text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \
@@ -290,9 +299,7 @@ def place_memory(
             if strict:
                 raise _as_environment(exc) from exc
             problems.append(str(exc))
-    if problems:
-        log.warning("numapin: memory placement on %s: %s; continuing with memory %s",
-                    nodes, "; ".join(problems), applied)
+    # No warning here: the caller says it once per process and problem (a worker pins again and again).
     return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems))
 
 

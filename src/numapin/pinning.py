@@ -772,6 +772,8 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
                            unapplied(Action.ROLLED_BACK, mask)) from exc
+        if placed.warning:
+            pins.warn_once(placed.warning)
     pools: tuple[str, ...] = ()
     if options.threadpools:
         try:
