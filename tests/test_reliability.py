@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-import numapin
 import live
+import numapin
 from conftest import in_child
 from numapin import errors, gpus, host, memory, pinning, placement
 from numapin.pinning import PinError

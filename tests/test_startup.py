@@ -158,3 +158,19 @@ def test_the_installed_wheel_carries_the_start_up_file() -> None:
     installed = Path(sysconfig.get_path("purelib")) / STARTUP.name
     assert installed.read_bytes() == STARTUP.read_bytes()
     assert any(str(f) == STARTUP.name for f in dist.files or []), "pip uninstall would leave the file behind"
+
+
+@pytest.mark.parametrize("env", [
+    {PATCH: ",".join(f"nope{i}" for i in range(500))},
+    {PATCH: "x" * 100_000},
+    {AUTOPIN: "1", AUTOPIN_OPTIONS["mode"]: "m" * 100_000},
+    {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "m" * 100_000},
+    {AUTOPIN: "1", AUTOPIN_OPTIONS["policy"]: "p" * 100_000},
+    {AUTOPIN: "y" * 100_000},
+], ids=["long-patch-list", "long-patch-name", "long-mode", "long-memory", "long-policy", "long-autopin"])
+def test_a_bad_value_of_any_size_is_one_short_warning(python: Python, env: dict[str, str]) -> None:
+    result = python("-c", "print('ran')", **env)
+    assert (result.returncode, result.stdout) == (0, "ran\n")
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 300, lines[:3]
+    assert "numapin start-up" in lines[0]

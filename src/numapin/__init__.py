@@ -20,11 +20,11 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
     from .gpus import Gpu, GpuError, NoGpuError, read_gpus, visible_gpus
     from .host import HostError
     from .memory import MemoryMode, MemoryPolicy, get_mempolicy, migrate, set_mempolicy
+    from .numamaps import residency
     from .pinning import Action, Ownership, PinError, PinResult, Policy, current, pin, pin_thread, pinned, refresh
     from .placement import Mode, Placement
     from .planning import plan, plan_ranks
     from .ranks import local_rank
-    from .numamaps import residency
     from .topology import Topology, read_topology
 
 #: Public name -> the module that defines it.

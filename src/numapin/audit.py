@@ -6,10 +6,10 @@ import os
 
 from .cpuset import CpuSet
 from .errors import UsageError
+from .numamaps import Residency, residency
 from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
-from .numamaps import Residency, residency
 from .text import table
 from .threads import LinuxThreads, process_environ
 from .topology import read_topology

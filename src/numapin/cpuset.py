@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
+from .errors import quoted
+
 __all__ = ["MAX_ID", "CpuSet", "CpuSpec"]
 
 # Character checks rather than regular expressions: importing re costs a start-up more than a pin.
@@ -96,13 +98,13 @@ class CpuSet:
                     continue
             first, dash, last = token.partition("-")
             if not _number(first) or (dash and not _number(last)):
-                raise ValueError(f"bad cpulist token {token!r} in {text!r}")
+                raise ValueError(f"bad cpulist token {quoted(token)} in {quoted(text)}")
             lo = int(first)
             hi = int(last) if dash else lo
             if hi > MAX_ID:
-                raise ValueError(f"bad cpulist token {token!r} in {text!r}: ids stop at {MAX_ID}")
+                raise ValueError(f"bad cpulist token {quoted(token)} in {quoted(text)}: ids stop at {MAX_ID}")
             if hi < lo:
-                raise ValueError(f"bad cpulist token {token!r} in {text!r}: range runs backwards")
+                raise ValueError(f"bad cpulist token {quoted(token)} in {quoted(text)}: range runs backwards")
             bits |= ((1 << (hi - lo + 1)) - 1) << lo
         # Every id was checked against MAX_ID: no from_bits check needed.
         new = cls.__new__(cls)
@@ -129,7 +131,7 @@ class CpuSet:
         bits = 0
         for word in words:
             if not hex_word(word):
-                raise ValueError(f"bad hex mask word {word!r} in {text!r}")
+                raise ValueError(f"bad hex mask word {quoted(word)} in {quoted(text)}")
             bits = (bits << _MASK_WORD_BITS) | int(word, 16)
         return cls.from_bits(bits)
 

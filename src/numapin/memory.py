@@ -19,9 +19,8 @@ import errno
 import os
 
 from .cpuset import CpuSet, CpuSpec
-from .errors import EnvironmentProblem, UsageError, errno_name
+from .errors import EnvironmentProblem, UsageError, errno_name, parse_choice, quoted
 from .host import Host
-from .logger import log
 from .numa import LinuxMemory, MemoryKernel, MemoryPolicy
 from .records import record
 
@@ -150,7 +149,7 @@ def _policy_named(name: str) -> MemoryPolicy:
         return MemoryPolicy[name.strip().upper().replace("-", "_")]
     except KeyError:
         known = ", ".join(p.name.lower() for p in MemoryPolicy)
-        raise UsageError(f"unknown memory policy {name!r} (policies: {known})", value=name) from None
+        raise UsageError(f"unknown memory policy {quoted(name)} (expected one of: {known})", value=name) from None
 
 
 @record
@@ -212,11 +211,7 @@ _STEPS = {
 
 
 def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
-    try:
-        return MemoryMode(mode)
-    except ValueError:
-        known = ", ".join(m.value for m in MemoryMode)
-        raise UsageError(f"unknown memory mode {mode!r} (modes: {known})", value=mode) from None
+    return parse_choice(MemoryMode, mode, "memory mode")
 
 
 @record
@@ -237,7 +232,8 @@ class MemoryResult:
         if not self.problems:
             return None
         where = f"node{'s' if len(self.nodes) > 1 else ''} {self.nodes}"
-        return f"numapin: memory placement on {where}: {'; '.join(self.problems)}; continuing with memory {self.applied}"
+        problems = "; ".join(self.problems)
+        return f"numapin: memory placement on {where}: {problems}; continuing with memory {self.applied}"
 
     def __str__(self) -> str:
         text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \

@@ -25,7 +25,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
 from .environment import APPLIED, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
-from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name
+from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name, parse_choice
 from .facts import Facts, gather
 from .host import resolve_root
 from .logger import log
@@ -94,11 +94,7 @@ class Policy(str, enum.Enum):
 
 
 def parse_policy(policy: str | Policy) -> Policy:
-    try:
-        return Policy(policy)
-    except ValueError:
-        known = ", ".join(p.value for p in Policy)
-        raise UsageError(f"unknown policy {policy!r} (policies: {known})") from None
+    return parse_choice(Policy, policy, "policy")
 
 
 class Ownership(str, enum.Enum):

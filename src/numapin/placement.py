@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from .cpuset import CpuSet, CpuSpec
 from .environment import RANK_MAP
-from .errors import EnvironmentProblem, UsageError
+from .errors import EnvironmentProblem, UsageError, parse_choice
 from .facts import Facts
 from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
@@ -60,11 +60,8 @@ class Mode(str, enum.Enum):
 
 
 def parse_mode(mode: str | Mode) -> Mode:
-    try:
-        return Mode(mode)
-    except ValueError:
-        known = ", ".join(m.value for m in Mode if m is not Mode.EXPLICIT)
-        raise UsageError(f"unknown mode {mode!r} (modes: {known}, or explicit cpus)") from None
+    """A mode a caller may ask for by name (``explicit`` is what giving CPUs makes, not a mode to ask for)."""
+    return parse_choice(Mode, mode, "mode", among=tuple(m for m in Mode if m is not Mode.EXPLICIT))
 
 
 @record
@@ -188,7 +185,7 @@ def explicit_cpus(topology: Topology, cpus: CpuSpec) -> CpuSet:
     try:
         wanted = CpuSet(cpus)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"bad CPU list {cpus!r}: {exc}") from None
+        raise UsageError(f"bad CPU list: {exc}", value=cpus) from None
     if not wanted:
         raise UsageError("the explicit CPU list is empty")
     outside = wanted - topology.allowed
@@ -221,7 +218,7 @@ def place(
             rank=rank,
             reserved=_reserve(topology, chosen, reserve),
         )
-    chosen_mode = parse_mode(mode)
+    chosen_mode = parse_choice(Mode, mode, "mode")
     if gpu is None or chosen_mode is Mode.EXPLICIT:
         raise UsageError("a placement needs a GPU and a mode, or explicit cpus")
     physical = gpu.gpu

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
 from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THREAD_POOLS
-from .errors import UsageError
+from .errors import UsageError, quoted
 from .exec import ExecRequest, bind, parse_threads, prepare_exec
 from .host import decimal
 from .logger import log
@@ -90,15 +90,14 @@ def activate(environ: Mapping[str, str] | None = None) -> Activation:
 
 def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
     names = [n.strip() for n in env.get(PATCH, "").split(",") if n.strip()]
-    reports = []
-    for name in names:
-        install = PATCHES.get(name)
-        if install is None:
-            log.warning("numapin start-up: %s=%r: unknown name %r (known: %s); ignored",
-                        PATCH, env[PATCH], name, ", ".join(PATCHES))
-            continue
-        reports.append(install())
-    return tuple(reports)
+    unknown = [name for name in names if name not in PATCHES]
+    if unknown:
+        # One line however long the list: every interpreter of a job prints it.
+        shown = ", ".join(quoted(name) for name in unknown[:3]) + (f" and {len(unknown) - 3} more"
+                                                                  if len(unknown) > 3 else "")
+        log.warning("numapin start-up: %s: unknown name%s %s (known: %s); ignored",
+                    PATCH, "s" if len(unknown) > 1 else "", shown, ", ".join(PATCHES))
+    return tuple(PATCHES[name]() for name in dict.fromkeys(names) if name in PATCHES)
 
 
 def autopin_request(env: Mapping[str, str]) -> ExecRequest:
@@ -109,11 +108,11 @@ def autopin_request(env: Mapping[str, str]) -> ExecRequest:
 
     policy = option("policy", "respect")
     if policy not in _POLICIES:
-        raise UsageError(f"{AUTOPIN_OPTIONS['policy']}={policy!r}: expected one of {', '.join(_POLICIES)}")
+        raise UsageError(f"{AUTOPIN_OPTIONS['policy']}={quoted(policy)}: expected one of {', '.join(_POLICIES)}")
     reserve_text = option("reserve", "0")
     reserve = decimal(reserve_text)
     if reserve is None or reserve < 0:
-        raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={reserve_text[:40]!r} is not a non-negative integer")
+        raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={quoted(reserve_text)} is not a non-negative integer")
     mode, memory, threads = option("mode", "node"), option("memory", "preferred"), option("threads", "auto")
     checks = (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory), ("threads", parse_threads, threads))
     for name, check, value in checks:
@@ -129,7 +128,7 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
     if value in ("", "0"):
         return None, None
     if value != "1":
-        raise UsageError(f"{AUTOPIN}={value[:40]!r}: expected 1 (pin) or 0 (off)")
+        raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)")
     request = autopin_request(env)
     if local_rank(env) is None:
         visible = len(state().facts(None, env).visible)

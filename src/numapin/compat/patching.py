@@ -65,7 +65,7 @@ def _bindings(value: object, modules: Sequence[tuple[str, object]]) -> list[tupl
         try:
             # A copy: another thread may be importing (and so filling a module's namespace) meanwhile.
             names = [name for name, bound in list(vars(module).items()) if bound is value]
-        except Exception:  # noqa: BLE001 - no namespace (not a module) or one that cannot be read: nothing bound there
+        except Exception:  # no namespace (not a module) or one that cannot be read: nothing bound there
             continue
         found.extend((key, module, name) for name in names)
     return found
@@ -116,7 +116,7 @@ class FunctionPatch:
                 if module is not None:
                     return self._patch(module)
                 return PatchReport(self.target, pending=True)
-            except Exception as exc:  # noqa: BLE001 - a patch must never break its caller
+            except Exception as exc:  # a patch must never break its caller
                 return self._refuse(f"install failed: {exc}")
 
     def uninstall(self) -> PatchReport:
@@ -164,7 +164,7 @@ class FunctionPatch:
                 replaced = self._rebind(original, replacement, all_or_nothing=True)
             except _Unbindable as exc:
                 return self._refuse(str(exc))
-            except Exception as exc:  # noqa: BLE001 - e.g. a module __getattr__ that raises
+            except Exception as exc:  # e.g. a module __getattr__ that raises
                 return self._refuse(f"{type(exc).__name__}: {exc}")
             if (original, replacement) not in self._made:
                 self._made.append((original, replacement))
@@ -184,7 +184,7 @@ class FunctionPatch:
         for key, module, name in _bindings(old, _loaded()):
             try:
                 setattr(module, name, new)
-            except Exception as exc:  # noqa: BLE001 - a read-only module or object
+            except Exception as exc:  # a read-only module or object
                 if all_or_nothing:
                     for _, done, done_name in changed:
                         with contextlib.suppress(Exception):
