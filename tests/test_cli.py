@@ -234,3 +234,26 @@ def test_numbers_are_ascii_decimals_or_exit_2(args: list[str]) -> None:
     # Issue 20, D1: other scripts' digits, superscripts and huge numbers are a one-line error, no traceback.
     proc = subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.strip(), proc.stderr
+
+
+def _machine_folders() -> set[str]:
+    shm = Path("/dev/shm")
+    return {p.name for p in shm.glob("numapin-machine-*")} if shm.is_dir() else set()
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_machine_command_leaves_no_folder_behind() -> None:
+    # Early signals at spread delays: while the synthetic machine is written, read and shown.
+    import signal
+    import time
+
+    before = _machine_folders()
+    codes = set()
+    for step in range(16):
+        proc = subprocess.Popen([*NUMAPIN, "show", "--machine", "dgx-h100"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(0.06 + 0.03 * step)
+        proc.send_signal(signal.SIGTERM)
+        codes.add(proc.wait(timeout=60))
+    assert _machine_folders() - before == set()
+    assert codes & {128 + signal.SIGTERM}, f"no signal landed while the folder existed: exit codes {codes}"

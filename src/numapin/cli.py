@@ -45,7 +45,6 @@ def _root(args: argparse.Namespace) -> Iterator[str | None]:
     """The filesystem root the command reads: --root, --machine (written to a temp folder), or the default."""
     machine = getattr(args, "machine", None)
     if machine:
-        import tempfile
         from pathlib import Path
 
         from . import machines
@@ -54,12 +53,51 @@ def _root(args: argparse.Namespace) -> Iterator[str | None]:
             spec = machines.shape_named(machine)
         except ValueError as exc:
             raise CliError(str(exc)) from None
-        # Thousands of small files: on tmpfs when there is one, which is far faster on slow disks.
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        with tempfile.TemporaryDirectory(prefix="numapin-machine-", dir=shm) as tmp:
-            yield str(machines.write(spec, Path(tmp) / "root"))
+        with _machine_folder() as folder:
+            yield str(machines.write(spec, Path(folder) / "root"))
         return
     yield getattr(args, "root", None)
+
+
+#: Signals that end a command by default: while a synthetic machine's folder exists they end it
+#: through Python instead, so that the folder (about 2 MB on tmpfs, which is memory) is removed.
+_ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
+
+
+@contextlib.contextmanager
+def _machine_folder() -> Iterator[str]:
+    """A temporary folder for a synthetic machine, removed however the command ends.
+
+    While it exists, an ending signal removes it and raises SystemExit (exit status 128 +
+    signal, as a shell reports a death by it): the handler removes the folder itself, so a
+    signal that lands at any moment, even during the removal below, leaves nothing behind.
+    """
+    import shutil
+    import signal
+    import tempfile
+
+    made: list[str] = []
+
+    def end(number: int, _frame: object) -> None:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise SystemExit(128 + number)
+
+    numbers = [getattr(signal, name) for name in _ENDING_SIGNALS]
+    previous = {n: signal.getsignal(n) for n in numbers}
+    for number in numbers:
+        if previous[number] is signal.SIG_DFL:  # a disposition someone chose (ignored, handled) stays
+            signal.signal(number, end)
+    try:
+        # Thousands of small files: on tmpfs when there is one, which is far faster on slow disks.
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+        made.append(tempfile.mkdtemp(prefix="numapin-machine-", dir=shm))
+        yield made[0]
+    finally:
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _add_root(parser: argparse.ArgumentParser) -> None:
