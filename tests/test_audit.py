@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from live import ALL, NODE0, NODE1, REAL_NODES, cpus
-from numapin import CpuSet, machines
+from numapin import CpuSet, machines, threads
 from numapin.cli import main
 from numapin.snapshot import TOP
 
@@ -119,18 +120,21 @@ def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
-def test_another_users_process_without_permission() -> None:
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_another_users_process_lists_its_masks_with_memory_unreadable() -> None:
     from conftest import in_child
     from numapin.audit import audit
 
-    def body() -> str:
+    def body() -> tuple[list[int], str | None, str]:
         os.setgid(65534)
-        os.setuid(65534)  # nobody, looking at init (root's)
-        with pytest.raises(ValueError) as info:
-            audit(1)
-        return str(info.value)
+        os.setuid(65534)  # nobody, looking at init (root's): masks are anyone's to read, numa_maps is not
+        report = audit(1)
+        return [r.tid for r in report.rows], str(report.rows[0].cpus), report.summary()
 
-    assert "permission denied" in in_child(body)
+    tids, mask, summary = in_child(body)
+    assert tids and 1 in tids
+    assert mask == str(CpuSet(os.sched_getaffinity(1)))
+    assert "memory: unreadable" in summary
 
 
 # -- snapshot ---------------------------------------------------------------------
@@ -206,3 +210,20 @@ def test_snapshot_keeps_only_the_cpuset_lines_of_proc_self_cgroup(tmp_path: Path
     unpacked = capture(tmp_path, "--root", str(root))
     assert (unpacked / "proc/self/cgroup").read_text() == \
         "11:cpuset,cpu:/slurm/uid_0/job_42\n0::/slurm/uid_0/job_42/step_0\n"
+
+
+def test_a_zombie_is_named_as_exited_by_threads_and_doctor() -> None:
+    proc = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 30
+    while not threads.exited(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)  # exited, not reaped: a zombie until wait()
+    try:
+        assert threads.exited(proc.pid)
+        for command in (["threads", str(proc.pid)], ["doctor", "--pid", str(proc.pid)]):
+            done = subprocess.run([sys.executable, "-m", "numapin", *command], capture_output=True, text=True,
+                                  timeout=60)
+            assert done.returncode == 2, done
+            assert f"process {proc.pid} has exited" in done.stderr
+    finally:
+        proc.wait()
+    assert not threads.exited(os.getpid())

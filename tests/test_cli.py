@@ -257,3 +257,11 @@ def test_sigterm_during_a_machine_command_leaves_no_folder_behind() -> None:
         codes.add(proc.wait(timeout=60))
     assert _machine_folders() - before == set()
     assert codes & {128 + signal.SIGTERM}, f"no signal landed while the folder existed: exit codes {codes}"
+
+
+@pytest.mark.parametrize("option", ["--svg", "--html"])
+def test_an_empty_picture_file_name_is_refused(option: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", option, ""])
+    assert exit_.value.code == 2
+    assert "an empty file name" in capsys.readouterr().err

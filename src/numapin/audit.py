@@ -11,7 +11,7 @@ from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
 from .text import table
-from .threads import LinuxThreads, process_environ
+from .threads import LinuxThreads, exited, process_environ
 from .topology import read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -49,7 +49,8 @@ class Audit:
     placement: CpuSet | None
     nodes: CpuSet | None
     rows: tuple[ThreadRow, ...]
-    memory: Residency
+    memory: Residency | None
+    """None when its numa_maps cannot be read (another user's process)."""
     marker: CpuSet | None
 
     @property
@@ -58,7 +59,9 @@ class Audit:
 
     def remote_share(self) -> float | None:
         """The share of the process's own memory (not the files it maps) outside the placement's nodes."""
-        return None if self.nodes is None else self.memory.share_outside(self.nodes, own=True)
+        if self.nodes is None or self.memory is None:
+            return None
+        return self.memory.share_outside(self.nodes, own=True)
 
     def summary(self) -> str:
         parts = []
@@ -66,7 +69,8 @@ class Audit:
             parts.append(f"{len(self.outside)} of {len(self.rows)} threads outside {self.placement}")
         else:
             parts.append(f"{len(self.rows)} threads (no placement to compare with)")
-        parts.append(f"memory: {self.memory}")
+        parts.append(f"memory: {self.memory}" if self.memory is not None
+                     else "memory: unreadable (only its owner or root may read its numa_maps)")
         share = self.remote_share()
         if share is not None:
             parts.append(f"{100 * share:.1f}% of its own memory outside node(s) {self.nodes}")
@@ -90,9 +94,10 @@ class Audit:
             "marker": None if self.marker is None else str(self.marker),
             "threads": [r.as_dict() for r in self.rows],
             "outside": len(self.outside),
-            "memory": {"bytes": {str(k): v for k, v in sorted(self.memory.bytes.items())},
-                       "own_bytes": {str(k): v for k, v in sorted(self.memory.own_bytes.items())},
-                       "remote_share": share},
+            "memory": None if self.memory is None else {
+                "bytes": {str(k): v for k, v in sorted(self.memory.bytes.items())},
+                "own_bytes": {str(k): v for k, v in sorted(self.memory.own_bytes.items())},
+                "remote_share": share},
         }
 
     def check(self, max_remote_percent: float) -> int:
@@ -121,14 +126,24 @@ def audit(
     target = os.getpid() if pid is None else pid
     if not os.path.isdir(f"/proc/{target}"):
         raise UsageError(f"process {target} does not exist")
+    if exited(target):
+        raise UsageError(f"process {target} has exited (a zombie its parent has not reaped yet)", value=target)
     kernel = LinuxThreads(target)
     try:
         tids = sorted(kernel.list_threads())
-        memory = residency(target)
     except PermissionError:
         raise UsageError(f"process {target}: permission denied (it belongs to another user)") from None
     except FileNotFoundError:
         raise UsageError(f"process {target} does not exist") from None
+    memory: Residency | None = None
+    try:
+        memory = residency(target)
+    except UsageError:
+        # Another user's process: its masks are readable by anyone, its numa_maps only by its owner (or root).
+        if os.path.isdir(f"/proc/{target}"):
+            memory = None
+        else:
+            raise
     marker = _marker(target)
     placement: CpuSet | None = None
     nodes: CpuSet | None = None

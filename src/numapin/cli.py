@@ -454,11 +454,18 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
     plan.set_defaults(func=cmd_plan)
 
 
+def _file_name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty file name")
+    return text
+
+
 def _add_picture(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--svg", metavar="FILE", help="also draw the picture (packages, nodes, caches, cores, GPUs, "
-                                                      "each rank's CPUs) as SVG into FILE")
-    parser.add_argument("--html", metavar="FILE", help="the same picture in a self-contained HTML page, with hover "
-                                                       "text per CPU")
+    parser.add_argument("--svg", metavar="FILE", type=_file_name,
+                        help="also draw the picture (packages, nodes, caches, cores, GPUs, each rank's CPUs) as SVG "
+                             "into FILE")
+    parser.add_argument("--html", metavar="FILE", type=_file_name,
+                        help="the same picture in a self-contained HTML page, with hover text per CPU")
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from .pinning import Ownership, classify, exec_marker
 from .placement import Mode, Placement, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record
-from .threads import process_environ
+from .threads import exited, process_environ
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -80,6 +80,8 @@ class Diagnosis:
 
 def read_environ(pid: int) -> dict[str, str]:
     """Process ``pid``'s environment at its start; UsageError when it cannot be read."""
+    if exited(pid):
+        raise UsageError(f"process {pid} has exited (a zombie its parent has not reaped yet)", value=pid)
     try:
         return process_environ(pid)
     except FileNotFoundError:

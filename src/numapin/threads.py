@@ -230,6 +230,21 @@ def process_environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def exited(pid: int) -> bool:
+    """Whether ``pid`` is a zombie: it has exited, and its parent has not reaped it yet.
+
+    Such a process still has a ``/proc`` folder and a main thread to list, but no
+    memory, environment or mask worth inspecting.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    # The state follows the command name, which is in parentheses and may itself hold them.
+    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
+
+
 def outcome_of(exc: OSError) -> Outcome:
     """ESRCH means the thread exited meanwhile; anything else is a failure."""
     return Outcome.VANISHED if exc.errno == errno.ESRCH else Outcome.FAILED

@@ -180,7 +180,7 @@ class FunctionPatch:
         and raises :class:`_Unbindable` (a patch half-applied is worse than none).
         Otherwise (putting originals back) each binding that can change does.
         """
-        changed: list[tuple[object, str, str]] = []
+        changed: list[tuple[str, object, str]] = []
         for key, module, name in _bindings(old, _loaded()):
             try:
                 setattr(module, name, new)
