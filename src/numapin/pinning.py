@@ -20,7 +20,7 @@ import enum
 import os
 import threading
 from collections import namedtuple
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
@@ -352,11 +352,37 @@ class PinState:
         self._warned: set[str] = set()
         #: Threads holding a lease, innermost last (all the same thread: leases do not overlap across threads).
         self.lease_holders: list[int] = []
+        #: The target of a pin whose walk is under way (another thread may fork meanwhile).
+        self.in_flight: CpuSet | None = None
         self._facts: dict[tuple[str, str | None, str | None], Facts] = {}
 
-    def forked(self) -> PinState:
-        record = self.record
-        return PinState(None if record is None else replace(record, pid=os.getpid(), source="inherited"))
+    def forked(self, forking_tid: int) -> PinState:
+        """The state of a child just forked from this process by its thread ``forking_tid``.
+
+        The child's one thread was copied from the forking thread, whose mask
+        may be the record's, a pin's under way in another thread (before or
+        after the walk reached it), or a deliberate one: when it is any of
+        numapin's, the child's record is the mask it was born with, so its
+        own pin never mistakes it for someone else's. Leases that thread held
+        are the child's to leave.
+        """
+        record, flight = self.record, self.in_flight
+        child = PinState()
+        child.lease_holders = [threading.get_native_id() for tid in self.lease_holders if tid == forking_tid]
+        if record is None and flight is None:
+            return child
+        ours = {*self.deliberate.values(), *(() if flight is None else (flight,)),
+                *(() if record is None else (record.mask, record.target))}
+        try:
+            born: CpuSet | None = CpuSet(os.sched_getaffinity(0))
+        except OSError:
+            born = None
+        if born is not None and born in ours:
+            gpu = record.gpu if record is not None and flight is None else None
+            child.record = Record(os.getpid(), born, born, gpu, "inherited")
+        elif record is not None:
+            child.record = replace(record, pid=os.getpid(), source="inherited")
+        return child
 
     def live_record(self) -> Record | None:
         record = self.record
@@ -424,7 +450,11 @@ class PinState:
         return found
 
     def restore(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> None:
-        self.record, self.deliberate, self.before_deliberate = saved[0], dict(saved[1]), dict(saved[2])
+        record = saved[0]
+        if record is not None and record.pid != os.getpid():
+            # Saved in the parent before a fork: the mask it names is the one this child inherited.
+            record = replace(record, pid=os.getpid(), source="inherited")
+        self.record, self.deliberate, self.before_deliberate = record, dict(saved[1]), dict(saved[2])
 
 
 _STATE = PinState()
@@ -435,14 +465,21 @@ def state() -> PinState:
     return _STATE
 
 
+_FORKING = [0]  # the native id of the thread that forks, in the parent (register_at_fork's before)
+
+
+def _before_fork() -> None:
+    _FORKING[0] = threading.get_native_id()
+
+
 def _after_fork_in_child() -> None:
     # The child is a new process: a fresh lock (the parent's may have been
-    # held by another thread at fork time) and the parent's record as its own.
+    # held by another thread at fork time, even mid-walk) and what it inherited as its own.
     global _STATE
-    _STATE = _STATE.forked()
+    _STATE = _STATE.forked(_FORKING[0])
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def refresh() -> None:
@@ -539,6 +576,10 @@ class _Walk:
         self.deliberate = deliberate
         self.fates: dict[int, Fate] = {}
         self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
+        #: The thread ids listed so far, as the listing writes them.
+        self.known: set[str] = set()
+        #: True once the walk's changes were rolled back or recorded: nothing is left to undo.
+        self.settled = False
 
     def run(self, first: int) -> None:
         # The calling thread first: threads it creates from now on inherit the
@@ -566,7 +607,8 @@ class _Walk:
         fresh = [first]
         # The ids walked, as the listing writes them: a listing with nobody new
         # (every one but the first) is then one set comparison, made in C.
-        known = {str(first)}
+        known = self.known
+        known.add(str(first))
         confirmed = False
         while fresh or not confirmed:
             # A listing that finds nobody new is read once more: a clone in
@@ -597,6 +639,8 @@ class _Walk:
                     fates[tid] = is_kept
                     kept += 1
                 else:
+                    # Recorded before the call: an interruption right after it must find the change to undo.
+                    fates[tid] = is_pinned
                     try:
                         put(tid, arg)
                     except OSError as exc:
@@ -604,7 +648,6 @@ class _Walk:
                         fates[tid] = fate
                         counts[fate[0]] += 1
                         continue
-                    fates[tid] = is_pinned
                     pinned += 1
             listed = names()
             if known.issuperset(listed):
@@ -629,10 +672,46 @@ class _Walk:
         self.counts[Outcome.PINNED] += 1
 
     def rollback(self) -> None:
-        for tid, (outcome, before, _, _) in self.fates.items():
-            if outcome is Outcome.PINNED and before is not None:
+        """Give every thread the walk moved its mask from before.
+
+        It runs to the end even when an exception (a second signal) interrupts
+        it, resuming where it was, and raises that exception afterwards.
+        """
+        todo = [(tid, before) for tid, (outcome, before, _, _) in self.fates.items()
+                if outcome is Outcome.PINNED and before is not None]
+        self.settled = _finish(todo, lambda item: self.ops.set_affinity(*item))
+
+    def abandon(self, previous: CpuSet) -> None:
+        """Undo an interrupted walk: :meth:`rollback`, and threads born since the last listing from a
+        thread already moved (they inherited the target) get the process mask ``previous``."""
+        self.rollback()
+        try:
+            born = [tid for tid in self.ops.list_threads() if str(tid) not in self.known]
+        except OSError:
+            return
+
+        def settle(tid: int) -> None:
+            if self.ops.get_affinity(tid) == self.target:
+                self.ops.set_affinity(tid, previous)
+
+        _finish(born, settle)
+
+
+def _finish(items: list[Any], act: Callable[[Any], None]) -> bool:
+    """``act`` on each item, last first, ignoring OSError (a thread gone); resumed after any other exception,
+    which is raised once every item is done. Returns True."""
+    pending: BaseException | None = None
+    while items:
+        try:
+            while items:
                 with contextlib.suppress(OSError):
-                    self.ops.set_affinity(tid, before)
+                    act(items[-1])
+                items.pop()
+        except BaseException as exc:  # a signal handler's exception: finish first
+            pending = pending or exc
+    if pending is not None:
+        raise pending
+    return True
 
 
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
@@ -734,6 +813,25 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         return PinResult(Action.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
                          previous=previous, message=message)
     walk = _Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
+    # Interruption (KeyboardInterrupt, a signal handler's exception) may land anywhere below. Until
+    # the record is written the pin is undone: the walk's changes rolled back, the process as it was.
+    # Once it is written the pin stands, complete. A fork meanwhile: see _after_fork_in_child.
+    pins.in_flight = wanted
+    try:
+        return _carry_out(pins, ops, walk, me, mine, previous, placement, decision, options)
+    except BaseException:
+        if not walk.settled:
+            walk.abandon(previous)
+        raise
+    finally:
+        pins.in_flight = None
+
+
+def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: CpuSet, previous: CpuSet,
+               placement: Placement, decision: Decision, options: _Options) -> PinResult:
+    """The walk, memory and thread pools for a decided pin; the record written last."""
+    policy, strict = options.policy, options.strict
+    wanted, ownership = decision.target, decision.ownership
     reserve_me = bool(placement.reserved) and decision.action is not Action.RESET
     try:
         walk.run(me)
@@ -757,6 +855,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
                        + ", ".join(str(r) for r in failed[:5]), unapplied(Action.ROLLED_BACK))
     if not counts[Outcome.PINNED] and not counts[Outcome.ALREADY]:
+        walk.settled = True  # nothing was changed
         return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(Action.NOTHING))
     mask = _read_back(ops, walk.fates, wanted)
     placed = None
@@ -768,8 +867,6 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
                            unapplied(Action.ROLLED_BACK, mask)) from exc
-        if placed.warning:
-            pins.warn_once(placed.warning)
     pools: tuple[str, ...] = ()
     if options.threadpools:
         try:
@@ -780,8 +877,11 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
     result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
                        counts=counts, threadpools=pools)
     pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
+    walk.settled = True  # from here on the pin stands: an interruption below leaves it complete
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
+    if placed is not None and placed.warning:
+        pins.warn_once(placed.warning)
     if counts[Outcome.FAILED]:
         log.warning("%s", result)
     elif result.changed:
@@ -872,8 +972,10 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
     try:
         yield result
     finally:
+        pins = _STATE  # a child forked inside the lease leaves it with its own state
         with pins.lock:
-            pins.lease_holders.pop()
+            if pins.lease_holders:
+                pins.lease_holders.pop()
             _restore(ops, me, saved, result, pins.applied_since(remembered))
             pins.restore(remembered)
             if policy_before is not None and result.memory is not None \
@@ -897,15 +999,17 @@ def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinRe
              inside: set[CpuSet]) -> None:
     applied = {t.tid: t.after for t in result.threads if t.outcome in (Outcome.PINNED, Outcome.ALREADY)}
     lease_masks = {m for m in applied.values() if m is not None} | inside
-    with contextlib.suppress(OSError):
-        for tid in ops.list_threads():
-            try:
-                now = ops.get_affinity(tid)
-            except OSError:
-                continue
-            original = saved.get(tid, saved[me])
-            # Only masks this lease applied are taken back; anything else was
-            # someone's deliberate change made during the lease.
-            if now in lease_masks and now != original:
-                with contextlib.suppress(OSError):
-                    ops.set_affinity(tid, original)
+    try:
+        tids = ops.list_threads()
+    except OSError:
+        return
+
+    def put_back(tid: int) -> None:
+        now = ops.get_affinity(tid)
+        original = saved.get(tid, saved[me])
+        # Only masks this lease applied are taken back; anything else was
+        # someone's deliberate change made during the lease.
+        if now in lease_masks and now != original:
+            ops.set_affinity(tid, original)
+
+    _finish(tids, put_back)  # runs to the end even when interrupted
