@@ -1,9 +1,13 @@
-"""500 rounds of pin() while native threads spawn threads: how many threads escape the pin.
+"""Rounds of pin() while native threads spawn threads: how many threads escape the pin.
+
+``python benchmarks/storm.py [ROUNDS]`` (default 500).
 
 Each round starts the C storm of tests/test_storm.py (4 spawners, 40 sleepers each), pins
 for GPU 0 or 1 of a two-node description of this machine (the tests' pair root), reads
 every thread's mask right after pin() returns and 2 ms later, and stops the storm. Prints
-the threads found outside the target (expected: 0 and 0).
+the threads found outside the target (expected: 0 and 0), and how the storm's process ended: a
+crash (SIGSEGV) is reported with its signal. To keep a core for gdb, run it with
+``ulimit -c unlimited`` and a core pattern that writes into the working folder.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ ROUNDS = 500
 
 
 def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS
     import live
     import test_storm
 
@@ -30,13 +35,15 @@ def main() -> None:
         raise SystemExit("no C compiler: the storm is a small C library")
     root = live.write_pair(folder / "root")
     env = {"NUMAPIN_FSROOT": str(root), "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([sys.executable, "-c", test_storm.RUNNER, str(library), str(ROUNDS),
+    proc = subprocess.run([sys.executable, "-c", test_storm.RUNNER, str(library), str(rounds),
                            json.dumps(sorted(live.NODE0)), json.dumps(sorted(live.NODE1))],
-                          capture_output=True, text=True, env=env, timeout=1800)
+                          capture_output=True, text=True, env=env, timeout=60 + rounds)
+    if proc.returncode < 0:
+        raise SystemExit(f"the storm process died of signal {-proc.returncode}: {proc.stderr[-2000:]}")
     if proc.returncode != 0:
         raise SystemExit(f"the storm process failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     seen = json.loads(proc.stdout)
-    print(f"{ROUNDS} rounds, up to {seen['most']} threads at a pin; threads outside the target: "
+    print(f"{rounds} rounds, up to {seen['most']} threads at a pin; threads outside the target: "
           f"{seen['escaped']} right after pin(), {seen['late']} 2 ms later; failed threads: {seen['failed']}")
 
 

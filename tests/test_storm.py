@@ -26,12 +26,14 @@ STORM_C = r"""
 
 static atomic_int running;
 static atomic_int active;  /* threads of the storm not yet finished, counted by their creator */
+/* Born detached, never detached after creation: pthread_detach() on a thread that may be exiting
+   at that moment races glibc's own release of it (a use-after-free seen here as SIGSEGV). */
+static pthread_attr_t detached;
 
 static int start(void *(*fn)(void *)) {
     pthread_t t;
     atomic_fetch_add(&active, 1);
-    if (pthread_create(&t, 0, fn, 0) != 0) { atomic_fetch_sub(&active, 1); return -1; }
-    pthread_detach(t);
+    if (pthread_create(&t, &detached, fn, 0) != 0) { atomic_fetch_sub(&active, 1); return -1; }
     return 0;
 }
 
@@ -51,6 +53,12 @@ static void *spawner(void *arg) {
 }
 
 int storm_start(int spawners) {
+    static int ready;
+    if (!ready) {
+        if (pthread_attr_init(&detached) != 0
+            || pthread_attr_setdetachstate(&detached, PTHREAD_CREATE_DETACHED) != 0) return -1;
+        ready = 1;
+    }
     atomic_store(&running, 1);
     for (int i = 0; i < spawners; i++)
         if (start(spawner) != 0) return -1;
