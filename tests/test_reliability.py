@@ -138,3 +138,20 @@ def test_identical_pins_whose_memory_steps_down_warn_once(refusing_root: Path,
     messages = in_child(child)
     assert len(messages) == 1, messages
     assert f"memory placement on node {live.MISSING_NODE}:" in messages[0]
+
+
+def test_facts_placements_and_reports_pickle_equal_under_every_protocol(pair_root: Path) -> None:
+    from numapin.doctor import diagnose
+    from numapin.exec import ExecRequest, prepare_exec
+    from numapin.facts import gather
+
+    facts = gather(None, {})
+    objects: list[object] = [
+        numapin.plan(1), *numapin.plan_ranks(), numapin.current(), facts.topology, facts.visible[0],
+        diagnose(gpu=1, environ={}), prepare_exec(ExecRequest(program=("true",), gpu=1), {"PATH": os.defpath}),
+        numapin.residency(),
+    ]
+    for obj in objects:
+        for protocol in PROTOCOLS:
+            back = pickle.loads(pickle.dumps(obj, protocol))
+            assert back == obj, f"{type(obj).__name__} under protocol {protocol}"

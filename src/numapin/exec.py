@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from .cpuset import CpuSet
 from .environment import APPLIED, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
+from .facts import cached as cached_facts
 from .host import decimal as count
 from .logger import log
 from .memory import parse_memory_mode
-from .pinning import PinResult, pin, state
+from .pinning import PinResult, pin
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record
@@ -145,7 +146,7 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         parse_mode(request.mode)
     rank = _exec_rank(request, environ)
     # The facts pin() will use: read once, for the decision and the pin.
-    facts = state().facts(request.root, environ)
+    facts = cached_facts(request.root, environ)
     notes = list(facts.notes)
     if rank is not None and rank.ignored:
         notes.append(str(rank))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 
-from .environment import CUDA_VISIBLE_DEVICES
+from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
-from .host import Host
+from .host import Host, resolve_root
 from .records import record
 from .topology import Topology, read_topology
 
@@ -15,7 +16,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Facts", "gather"]
+__all__ = ["Facts", "cached", "forget", "gather"]
 
 
 @record
@@ -42,3 +43,40 @@ def gather(
         module = load_nvml()
     resolution = resolve_visible(inventory, env, nvml=module)
     return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings)
+
+
+# -- the process's facts, read once -----------------------------------------------
+
+_CACHE: dict[tuple[str, str | None, str | None], Facts] = {}
+_LOCK = [threading.Lock()]
+
+
+def cached(root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Facts:
+    """The facts of the machine under ``root`` as ``environ``'s CUDA variables show it, read on first use.
+
+    Every part of numapin that needs facts in this process asks here (pins,
+    ``numapin exec``, the start-up hook): the machine is read once, and a pin
+    with cached facts opens no file under the root. :func:`forget` drops them.
+    """
+    env = os.environ if environ is None else environ
+    key = (resolve_root(root), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER))
+    with _LOCK[0]:
+        found = _CACHE.get(key)
+        if found is None:
+            found = _CACHE[key] = gather(root, env)
+        return found
+
+
+def forget() -> None:
+    """Drop the cached facts (after CPU hotplug or a change of the cgroup cpuset)."""
+    with _LOCK[0]:
+        _CACHE.clear()
+
+
+def _after_fork_in_child() -> None:
+    # A fresh lock (another thread may have held it at fork time); a child reads its facts afresh.
+    _LOCK[0] = threading.Lock()
+    _CACHE.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -24,8 +24,13 @@ from .host import Host
 from .numa import LinuxMemory, MemoryKernel, MemoryPolicy
 from .records import record
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from .topology import Topology
+
 __all__ = [
     "MemoryMode",
+    "MemoryNodes",
     "MemoryPolicy",
     "MemoryPolicyError",
     "MemoryResult",
@@ -40,7 +45,15 @@ __all__ = [
     "system_nodes",
 ]
 
-_LINUX = LinuxMemory()
+_LINUX: list[LinuxMemory] = []  # made (libc loaded) on the first memory call, not at import
+
+
+def _kernel(kernel: MemoryKernel | None) -> MemoryKernel:
+    if kernel is not None:
+        return kernel
+    if not _LINUX:
+        _LINUX.append(LinuxMemory())
+    return _LINUX[0]
 
 
 class MemoryPolicyError(EnvironmentProblem):
@@ -82,23 +95,43 @@ def allowed_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
     return system_nodes(root)
 
 
-def _check_nodes(nodes: CpuSet, call: str, root: str | os.PathLike[str] | None) -> None:
-    """A node that does not exist, or lies outside the process's mems, is the caller's mistake."""
-    known = system_nodes(root)
-    missing = nodes - known
-    if missing:
-        raise UsageError(f"{call}: node(s) {missing} do not exist (memory nodes: {known})", value=missing)
-    allowed = allowed_nodes(root)
-    outside = nodes - allowed
-    if outside:
-        raise UsageError(f"{call}: node(s) {outside} are outside this process's allowed memory nodes "
-                         f"{allowed} (cpuset.mems)", value=outside)
+@record
+class MemoryNodes:
+    """The nodes memory may be asked of: those that hold memory, and those this process may use."""
+
+    exist: CpuSet
+    allowed: CpuSet
+
+    @classmethod
+    def read(cls, root: str | os.PathLike[str] | None = None) -> MemoryNodes:
+        """Read from the machine under ``root`` (a pin hands its facts' instead: see :func:`from_topology`)."""
+        return cls(system_nodes(root), allowed_nodes(root))
+
+    @classmethod
+    def of(cls, topology: Topology) -> MemoryNodes:
+        """From facts already read: a pin's memory calls read no file."""
+        exist = CpuSet(n.id for n in topology.nodes if n.has_memory) or CpuSet([0])  # as system_nodes()
+        return cls(exist, topology.allowed_mems or exist)
+
+    def check(self, nodes: CpuSet, call: str) -> None:
+        """A node that does not exist, or lies outside the process's mems, is the caller's mistake."""
+        missing = nodes - self.exist
+        if missing:
+            raise UsageError(f"{call}: node(s) {missing} do not exist (memory nodes: {self.exist})", value=missing)
+        outside = nodes - self.allowed
+        if outside:
+            raise UsageError(f"{call}: node(s) {outside} are outside this process's allowed memory nodes "
+                             f"{self.allowed} (cpuset.mems)", value=outside)
+
+
+def _limits(limits: MemoryNodes | None, root: str | os.PathLike[str] | None) -> MemoryNodes:
+    return MemoryNodes.read(root) if limits is None else limits
 
 
 def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[MemoryPolicy, CpuSet]:
     """The calling thread's memory policy and its nodes."""
     try:
-        return (kernel or _LINUX).get_mempolicy()
+        return _kernel(kernel).get_mempolicy()
     except OSError as exc:
         raise _refused("get_mempolicy", exc) from exc
 
@@ -109,10 +142,12 @@ def set_mempolicy(
     *,
     kernel: MemoryKernel | None = None,
     root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
 ) -> tuple[MemoryPolicy, CpuSet]:
     """Set the calling thread's memory policy and return it as read back.
 
-    A node that does not exist or lies outside the allowed memory nodes is a
+    A node that does not exist or lies outside the allowed memory nodes (read
+    under ``root``, or ``limits`` when the caller has them) is a
     :class:`UsageError` before any syscall. A kernel refusal raises
     :class:`MemoryPolicyError` and leaves the previous policy in place.
     """
@@ -123,8 +158,8 @@ def set_mempolicy(
         raise UsageError(f"set_mempolicy({mode.name}) needs at least one node")
     if mode in (MemoryPolicy.DEFAULT, MemoryPolicy.LOCAL) and wanted:
         raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}", value=wanted)
-    _check_nodes(wanted, f"set_mempolicy({mode.name})", root)
-    ops = kernel or _LINUX
+    _limits(limits, root).check(wanted, f"set_mempolicy({mode.name})")
+    ops = _kernel(kernel)
     try:
         ops.set_mempolicy(mode, wanted)
     except OSError as exc:
@@ -169,15 +204,17 @@ def migrate(
     *,
     kernel: MemoryKernel | None = None,
     root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
 ) -> MigrateResult:
     """Move a process's pages (default: this one's) from ``from_nodes`` (default: all others) to ``to_nodes``."""
     target = CpuSet(to_nodes)
     if not target:
         raise UsageError("migrate needs at least one target node")
-    _check_nodes(target, "migrate_pages", root)
-    source = system_nodes(root) if from_nodes is None else CpuSet(from_nodes)
+    known = _limits(limits, root)
+    known.check(target, "migrate_pages")
+    source = known.exist if from_nodes is None else CpuSet(from_nodes)
     try:
-        left = (kernel or _LINUX).migrate_pages(pid or 0, source, target)
+        left = _kernel(kernel).migrate_pages(pid or 0, source, target)
     except OSError as exc:
         raise _refused(f"migrate_pages({source} -> {target})", exc) from exc
     return MigrateResult(target, source, left)
@@ -246,15 +283,15 @@ class MemoryResult:
 
 
 def _one_step(step: MemoryMode, nodes: CpuSet, kernel: MemoryKernel | None,
-              root: str | os.PathLike[str] | None) -> tuple[MemoryPolicy, CpuSet]:
+              limits: MemoryNodes) -> tuple[MemoryPolicy, CpuSet]:
     if step is MemoryMode.BIND:
-        return set_mempolicy(MemoryPolicy.BIND, nodes, kernel=kernel, root=root)
+        return set_mempolicy(MemoryPolicy.BIND, nodes, kernel=kernel, limits=limits)
     if len(nodes) > 1:
         try:
-            return set_mempolicy(MemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, root=root)
+            return set_mempolicy(MemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, limits=limits)
         except MemoryPolicyError:
             pass  # kernels before 5.15: prefer the first node
-    return set_mempolicy(MemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, root=root)
+    return set_mempolicy(MemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, limits=limits)
 
 
 def place_memory(
@@ -265,8 +302,12 @@ def place_memory(
     strict: bool,
     kernel: MemoryKernel | None = None,
     root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
 ) -> MemoryResult:
     """Apply ``mode`` for ``nodes`` to the calling thread, stepping down bind → preferred → none unless strict.
+
+    ``limits``: the machine's memory nodes, when the caller has them (a pin's
+    facts); otherwise they are read under ``root``.
 
     The nodes are a placement's, computed by numapin: a node that turns out
     missing or forbidden is a problem of the environment here, not a mistake
@@ -275,11 +316,12 @@ def place_memory(
     problems: list[str] = []
     applied = MemoryMode.NONE
     read_back = None
+    known = _limits(limits, root)
     for step in _STEPS[mode] if not strict else (mode,):
         if step is MemoryMode.NONE:
             break
         try:
-            got = _one_step(step, nodes, kernel, root)
+            got = _one_step(step, nodes, kernel, known)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
                 raise _as_environment(exc) from exc
@@ -290,7 +332,7 @@ def place_memory(
     migration = None
     if do_migrate:
         try:
-            migration = migrate(nodes, kernel=kernel, root=root)
+            migration = migrate(nodes, kernel=kernel, limits=known)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
                 raise _as_environment(exc) from exc

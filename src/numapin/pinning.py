@@ -2,11 +2,12 @@
 
 This is the only stateful part of numapin. Its state (:class:`PinState`) is
 one object: the record of what numapin applied (process id, the mask read
-back, the target), the threads placed on purpose, the facts read, the
-warnings given. A mask is *external* only when it is neither the process's
-unconstrained baseline (online CPUs inside the cgroup cpuset) nor numapin's
-own: its record, the marker that ``numapin exec`` leaves in the environment,
-or the mask a forked child was born with.
+back, the target), the threads placed on purpose, the warnings given (the
+machine's facts are :mod:`numapin.facts`', read once per process). A mask
+is *external* only when it is neither the process's unconstrained baseline
+(online CPUs inside the cgroup cpuset) nor numapin's own: its record, the
+marker that ``numapin exec`` leaves in the environment, or the mask a forked
+child was born with.
 
 What to do with a mask is a pure decision (:func:`decide`, one table of
 policy × ownership); :func:`pin` reads the facts, asks for that decision and
@@ -24,10 +25,11 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
-from .environment import APPLIED, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from .environment import APPLIED
 from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name, parse_choice
-from .facts import Facts, gather
-from .host import resolve_root
+from .facts import Facts
+from .facts import cached as cached_facts
+from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
 from .placement import Mode, Placement, parse_mode, resolve
@@ -354,7 +356,6 @@ class PinState:
         self.lease_holders: list[int] = []
         #: The target of a pin whose walk is under way (another thread may fork meanwhile).
         self.in_flight: CpuSet | None = None
-        self._facts: dict[tuple[str, str | None, str | None], Facts] = {}
 
     def forked(self, forking_tid: int) -> PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.
@@ -398,19 +399,6 @@ class PinState:
         """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
         record = self.live_record()
         return {*(() if record is None else (record.mask,)), *self.deliberate.values()}
-
-    def facts(self, root: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Facts:
-        """The machine's facts, read once per root and CUDA environment (see :func:`refresh`)."""
-        key = (str(resolve_root(root)), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER))
-        with self.lock:
-            found = self._facts.get(key)
-            if found is None:
-                found = self._facts[key] = gather(root, env)
-            return found
-
-    def forget_facts(self) -> None:
-        with self.lock:
-            self._facts.clear()
 
     def warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -488,7 +476,7 @@ def refresh() -> None:
     Topology, GPUs and the cgroup are read on the first pin and kept: pinning
     is then as cheap as its syscalls. A forked child reads them afresh.
     """
-    _STATE.forget_facts()
+    forget_facts()
 
 
 @record
@@ -555,7 +543,7 @@ def constraint(
     ops = kernel or LinuxThreads()
     pins = _STATE
     with pins.lock:
-        baseline = pins.facts(root, env).topology.allowed
+        baseline = cached_facts(root, env).topology.allowed
         me = ops.self_tid()
         mask = pins.process_mask_of_caller(me, ops.get_affinity(me))
         return Constraint(classify(mask, baseline, pins.own_masks(env)), mask, baseline)
@@ -769,7 +757,7 @@ def pin(
     pins = _STATE
     with pins.lock:
         try:
-            facts = pins.facts(root, env)
+            facts = cached_facts(root, env)
             placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
         except UsageError:
             raise
@@ -818,7 +806,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
     # Once it is written the pin stands, complete. A fork meanwhile: see _after_fork_in_child.
     pins.in_flight = wanted
     try:
-        return _carry_out(pins, ops, walk, me, mine, previous, placement, decision, options)
+        return _carry_out(pins, ops, walk, me, mine, previous, placement, decision, options, facts)
     except BaseException:
         if not walk.settled:
             walk.abandon(previous)
@@ -828,7 +816,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
 
 
 def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: CpuSet, previous: CpuSet,
-               placement: Placement, decision: Decision, options: _Options) -> PinResult:
+               placement: Placement, decision: Decision, options: _Options, facts: Facts) -> PinResult:
     """The walk, memory and thread pools for a decided pin; the record written last."""
     policy, strict = options.policy, options.strict
     wanted, ownership = decision.target, decision.ownership
@@ -862,7 +850,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
     if options.memory is not MemoryMode.NONE or options.migrate:
         try:
             placed = _memory.place_memory(placement.mems, options.memory, options.migrate, strict=strict,
-                                          root=options.root)
+                                          limits=_memory.MemoryNodes.of(facts.topology))
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
@@ -920,7 +908,7 @@ def pin_thread(
     ops = kernel or LinuxThreads()
     pins = _STATE
     with pins.lock:
-        facts = pins.facts(root, os.environ)
+        facts = cached_facts(root, os.environ)
         placement = resolve(facts, os.environ, cpus=cpus)
         me = ops.self_tid()
         try:
@@ -981,7 +969,8 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
             if policy_before is not None and result.memory is not None \
                     and result.memory.applied is not MemoryMode.NONE:
                 try:
-                    _memory.set_mempolicy(*policy_before, root=options.get("root"))
+                    facts = cached_facts(options.get("root"), options.get("environ") or os.environ)
+                    _memory.set_mempolicy(*policy_before, limits=_memory.MemoryNodes.of(facts.topology))
                 except (NumapinError, OSError) as exc:
                     log.warning("numapin: could not restore the memory policy %s %s after the lease: %s",
                                 policy_before[0].name, policy_before[1], exc)

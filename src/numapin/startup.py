@@ -34,10 +34,11 @@ from .compat.patching import PatchReport
 from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THREAD_POOLS
 from .errors import UsageError, quoted
 from .exec import ExecRequest, bind, parse_threads, prepare_exec
+from .facts import cached as cached_facts
 from .host import decimal
 from .logger import log
 from .memory import parse_memory_mode
-from .pinning import PinResult, state
+from .pinning import PinResult
 from .placement import parse_mode
 from .ranks import local_rank
 from .records import record
@@ -131,7 +132,7 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)")
     request = autopin_request(env)
     if local_rank(env) is None:
-        visible = len(state().facts(None, env).visible)
+        visible = len(cached_facts(None, env).visible)
         if visible != 1:
             why = f"not a worker: no local rank and {visible} GPUs visible"
             log.debug("numapin start-up: %s; left alone", why)
