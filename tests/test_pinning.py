@@ -557,3 +557,28 @@ def test_threadpools_without_threadpoolctl_is_one_warning(pair_root: Path, monke
 
     pools, messages = in_child(body)
     assert pools == () and len(messages) == 1 and "threadpoolctl is not installed" in messages[0]
+
+
+def test_a_second_pin_with_cached_facts_opens_no_file_under_the_root(pair_root: Path) -> None:
+    import sys
+
+    def child() -> list[tuple[str, object]]:
+        numapin.pin(1, memory="preferred")  # reads the facts
+        seen: list[tuple[str, object]] = []
+        recording = [True]
+
+        def hook(event: str, args: tuple[object, ...]) -> None:
+            # "open" is raised by open() and os.open(), a dir_fd open included (then with a relative path).
+            if recording[0] and event in ("open", "os.scandir"):
+                seen.append((event, args[0]))
+
+        sys.addaudithook(hook)  # for the rest of this child's life: hence the flag
+        result = numapin.pin(1, memory="preferred")
+        recording[0] = False
+        assert result.memory is not None and result.memory.asked is numapin.MemoryMode.PREFERRED
+        return seen
+
+    opened = in_child(child)
+    under_root = [(e, p) for e, p in opened if not isinstance(p, (str, bytes)) or not os.path.isabs(p)
+                  or os.fsdecode(p).startswith(str(pair_root))]
+    assert under_root == [], under_root
