@@ -274,3 +274,19 @@ def test_bad_thread_counts_exit_2(bad: str) -> None:
     proc = run(["exec", "--cpus", str(min(ALL)), "--threads", bad, "--", "true"], without_inputs(dict(os.environ)))
     assert proc.returncode == 2 and "--threads" in proc.stderr
 
+
+
+def test_exec_reports_the_decision_it_applied_as_a_library_pin_does(machine_root: Callable[[str], Path]) -> None:
+    # One decision per request: the pin carries exec's placement (GPU, node, mode), not CPUs decided anew.
+    root = machine_root("pair")
+    env = {**without_inputs(dict(os.environ)), "NUMAPIN_FSROOT": str(root)}
+    proc = run(["-v", "exec", "--gpu", "1", "--memory", "none", "--", "true"], env)
+    library = subprocess.run([sys.executable, "-c", "import logging, numapin\n"
+                              "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+                              "print(numapin.pin(1).placement.mode)"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and library.returncode == 0, proc.stderr + library.stderr
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith("numapin: pinned")]
+    assert line == library.stderr.splitlines(), (proc.stderr, library.stderr)
+    assert "for GPU 1 (0000:28:00.0, node 1)" in line[0]
+    assert library.stdout.strip() == "node"

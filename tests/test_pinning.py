@@ -582,3 +582,20 @@ def test_a_second_pin_with_cached_facts_opens_no_file_under_the_root(pair_root: 
     under_root = [(e, p) for e, p in opened if not isinstance(p, (str, bytes)) or not os.path.isabs(p)
                   or os.fsdecode(p).startswith(str(pair_root))]
     assert under_root == [], under_root
+
+
+def test_pin_applies_a_placement_already_decided(pair_root: Path) -> None:
+    def child() -> None:
+        decided = numapin.plan(1)
+        result = numapin.pin(placement=decided)
+        assert result.placement == decided and result.placement.node == decided.node
+        assert set(result.target or ()) == NODE1 and set().union(*masks().values()) == NODE1
+        for extra in ({"gpu": 0}, {"cpus": "0"}, {"mode": "node"}, {"reserve": 1}):
+            with pytest.raises(UsageError, match="leave out " + next(iter(extra))):
+                numapin.pin(placement=decided, **extra)  # type: ignore[arg-type]
+        elsewhere = numapin.records.replace(decided, cpus=CpuSet([max(ALL) + 1]))
+        with pytest.raises(UsageError, match="outside the allowed CPUs"):
+            numapin.pin(placement=elsewhere)
+        numapin.pin(0)  # and back
+
+    in_child(child)

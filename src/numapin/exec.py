@@ -23,7 +23,7 @@ from .memory import parse_memory_mode
 from .pinning import PinResult, pin
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
-from .records import record
+from .records import record, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -195,7 +195,10 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         log.warning("%s: %s; %s unpinned", who, prepared.unpinned or "no placement", what)
         return None, env
     p = prepared.placement
-    result = pin(p.gpu, cpus=p.workers, policy=request.policy, strict=request.strict, memory=request.memory,
+    # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
+    # program's to take (NUMAPIN_RESERVED below): this process and every thread run on the rest.
+    whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
+    result = pin(placement=whole, policy=request.policy, strict=request.strict, memory=request.memory,
                  root=request.root, environ=env)
     if result.mask is not None and result.on_target:
         env[APPLIED] = str(result.mask)

@@ -32,7 +32,7 @@ from .facts import cached as cached_facts
 from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
-from .placement import Mode, Placement, parse_mode, resolve
+from .placement import Mode, Placement, explicit_cpus, parse_mode, resolve
 from .records import field, record, replace
 from .threadpools import ThreadpoolsUnavailable
 from .threadpools import resize as resize_pools
@@ -718,7 +718,7 @@ def pin(
     gpu: int | None = None,
     *,
     cpus: CpuSpec | None = None,
-    mode: str | Mode = "node",
+    mode: str | Mode | None = None,
     policy: str | Policy = "respect",
     all_threads: bool = False,
     strict: bool = False,
@@ -729,6 +729,7 @@ def pin(
     environ: Mapping[str, str] | None = None,
     kernel: ThreadKernel | None = None,
     threadpools: bool = False,
+    placement: Placement | None = None,
 ) -> PinResult:
     """Pin every thread of this process (and optionally its memory) near GPU ``gpu``.
 
@@ -741,6 +742,12 @@ def pin(
     :func:`pin_thread`) and every other thread to the rest. ``threadpools=True``
     also sizes the OpenMP and BLAS pools already loaded to the target's CPU count
     (through threadpoolctl, when installed; ``PinResult.threadpools`` says what changed).
+    ``mode`` is a :class:`Mode` (default ``node``).
+
+    ``placement`` pins to a placement already decided (``pin(placement=plan(1))``)
+    instead of deciding again from ``gpu``, ``cpus``, ``mode`` and ``reserve``,
+    which must then be left out: the result carries that decision (its GPU,
+    mode, node and reason). Its CPUs must lie inside the allowed CPUs.
 
     Caller mistakes raise :class:`UsageError` before anything changes. Problems
     of the environment return a result saying nothing was pinned (after one
@@ -748,7 +755,13 @@ def pin(
     """
     env = os.environ if environ is None else environ
     chosen_policy = parse_policy(policy)
-    if cpus is None:
+    if placement is not None:
+        given = [name for name, value in (("gpu", gpu), ("cpus", cpus), ("mode", mode), ("reserve", reserve or None))
+                 if value is not None]
+        if given:
+            raise UsageError(f"pin(placement=...) is the decision already made: leave out {', '.join(given)}",
+                             value=given)
+    elif cpus is None and mode is not None:
         parse_mode(mode)
     memory_mode = _memory.parse_memory_mode(memory)
     if chosen_policy is Policy.OFF:
@@ -758,7 +771,10 @@ def pin(
     with pins.lock:
         try:
             facts = cached_facts(root, env)
-            placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
+            if placement is None:
+                placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode or Mode.NODE, reserve=reserve)
+            else:
+                explicit_cpus(facts.topology, placement.cpus)  # a placement made elsewhere must fit here
         except UsageError:
             raise
         except (EnvironmentProblem, OSError) as exc:
