@@ -39,6 +39,7 @@ import json, os, sys, time
 sys.path[:0] = [{str(REPO / "tests" / "guest")!r}]
 from checks import page_nodes, touched
 import numapin
+import numapin.numamaps
 
 mode = sys.argv[1]
 buf = touched({SIZE})
@@ -54,7 +55,7 @@ elif mode == "late-numapin":
     numapin.pin(1, memory="bind", migrate=True)
     seconds = time.perf_counter() - started
 pages = page_nodes(buf)
-own = numapin.residency()
+own = numapin.numamaps.residency()
 print(json.dumps({{"pages": {{str(k): v for k, v in pages.items()}}, "own_remote": own.share_outside([1], own=True),
                    "seconds": seconds, "mask": sorted(os.sched_getaffinity(0))}}))
 """

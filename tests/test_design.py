@@ -8,14 +8,15 @@ from pathlib import Path
 import pytest
 
 from numapin import CpuSet
-from numapin.pinning import Action, Ownership, Policy, decide
+from numapin.pinning import ExternalMaskPolicy, MaskOwner, PinAction, decide
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
 
 #: Lowest first. A module may import only from layers below its own, at module
 #: level or inside a function alike (so no import dodges a cycle).
 LAYERS: list[set[str]] = [
-    {"environment", "errors", "logger", "records", "text", "version"},  # names and plumbing every layer may use
+    # names and plumbing every layer may use
+    {"deprecation", "environment", "errors", "logger", "records", "text", "version"},
     {"cpuset"},
     {"host", "machines"},  # where facts come from; synthetic machines to read
     {"cgroup"},
@@ -108,48 +109,49 @@ MASKS = {
 }
 TABLE = {
     # policy:        mask label:                 (ownership, action, target)
-    Policy.RESPECT: {
-        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
-        "external, overlapping": (Ownership.EXTERNAL, Action.PINNED_INSIDE, "2-3"),
-        "external, disjoint": (Ownership.EXTERNAL, Action.KEPT_EXTERNAL, ""),
+    ExternalMaskPolicy.RESPECT: {
+        "wider than the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "numapin's own": (MaskOwner.OWN, PinAction.PINNED, "0-3"),
+        "external, overlapping": (MaskOwner.EXTERNAL, PinAction.PINNED_INSIDE, "2-3"),
+        "external, disjoint": (MaskOwner.EXTERNAL, PinAction.KEPT_EXTERNAL, ""),
     },
-    Policy.OVERRIDE: {
-        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
-        "external, overlapping": (Ownership.EXTERNAL, Action.OVERRODE, "0-3"),
-        "external, disjoint": (Ownership.EXTERNAL, Action.OVERRODE, "0-3"),
+    ExternalMaskPolicy.OVERRIDE: {
+        "wider than the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "numapin's own": (MaskOwner.OWN, PinAction.PINNED, "0-3"),
+        "external, overlapping": (MaskOwner.EXTERNAL, PinAction.OVERRODE, "0-3"),
+        "external, disjoint": (MaskOwner.EXTERNAL, PinAction.OVERRODE, "0-3"),
     },
-    Policy.RESET: {
-        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "the baseline": (Ownership.UNCONSTRAINED, Action.PINNED, "0-3"),
-        "numapin's own": (Ownership.OWN, Action.PINNED, "0-3"),
-        "external, overlapping": (Ownership.EXTERNAL, Action.RESET, "0-7"),
-        "external, disjoint": (Ownership.EXTERNAL, Action.RESET, "0-7"),
+    ExternalMaskPolicy.RESET: {
+        "wider than the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "the baseline": (MaskOwner.UNCONSTRAINED, PinAction.PINNED, "0-3"),
+        "numapin's own": (MaskOwner.OWN, PinAction.PINNED, "0-3"),
+        "external, overlapping": (MaskOwner.EXTERNAL, PinAction.RESET, "0-7"),
+        "external, disjoint": (MaskOwner.EXTERNAL, PinAction.RESET, "0-7"),
     },
-    Policy.OFF: {
-        "wider than the baseline": (Ownership.UNCONSTRAINED, Action.OFF, ""),
-        "the baseline": (Ownership.UNCONSTRAINED, Action.OFF, ""),
-        "numapin's own": (Ownership.OWN, Action.OFF, ""),
-        "external, overlapping": (Ownership.EXTERNAL, Action.OFF, ""),
-        "external, disjoint": (Ownership.EXTERNAL, Action.OFF, ""),
+    ExternalMaskPolicy.OFF: {
+        "wider than the baseline": (MaskOwner.UNCONSTRAINED, PinAction.OFF, ""),
+        "the baseline": (MaskOwner.UNCONSTRAINED, PinAction.OFF, ""),
+        "numapin's own": (MaskOwner.OWN, PinAction.OFF, ""),
+        "external, overlapping": (MaskOwner.EXTERNAL, PinAction.OFF, ""),
+        "external, disjoint": (MaskOwner.EXTERNAL, PinAction.OFF, ""),
     },
 }
 
 
 def test_the_table_covers_every_policy_and_case() -> None:
-    assert set(TABLE) == set(Policy) and all(set(row) == set(MASKS) for row in TABLE.values())
+    assert set(TABLE) == set(ExternalMaskPolicy) and all(set(row) == set(MASKS) for row in TABLE.values())
 
 
-@pytest.mark.parametrize(("policy", "label"), [(p, m) for p in Policy for m in MASKS])
-def test_decision_table(policy: Policy, label: str) -> None:
+@pytest.mark.parametrize(("policy", "label"), [(p, m) for p in ExternalMaskPolicy for m in MASKS])
+def test_decision_table(policy: ExternalMaskPolicy, label: str) -> None:
     decision = decide(MASKS[label], BASELINE, OWN, policy, WORKERS)
     ownership, action, target = TABLE[policy][label]
     assert (decision.ownership, decision.action, str(decision.target)) == (ownership, action, target)
 
 
 def test_a_mask_is_numapins_only_while_it_is_in_the_record() -> None:
-    assert decide(CpuSet("0-3"), BASELINE, [], Policy.RESPECT, CpuSet("4-7")).action is Action.KEPT_EXTERNAL
-    assert decide(CpuSet("0-3"), BASELINE, OWN, Policy.RESPECT, CpuSet("4-7")).target == CpuSet("4-7")
+    kept = decide(CpuSet("0-3"), BASELINE, [], ExternalMaskPolicy.RESPECT, CpuSet("4-7"))
+    assert kept.action is PinAction.KEPT_EXTERNAL
+    assert decide(CpuSet("0-3"), BASELINE, OWN, ExternalMaskPolicy.RESPECT, CpuSet("4-7")).target == CpuSet("4-7")

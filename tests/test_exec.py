@@ -20,8 +20,8 @@ NUMAPIN = [sys.executable, "-m", "numapin"]
 
 REPORT = """
 import json, os, sys
-import numapin
-policy, nodes = numapin.get_mempolicy()
+import numapin.memory
+policy, nodes = numapin.memory.get_mempolicy()
 print(json.dumps({"pid": os.getpid(), "mask": sorted(os.sched_getaffinity(0)), "policy": policy.name,
                   "nodes": str(nodes), "applied": os.environ.get("NUMAPIN_APPLIED"),
                   "reserved": os.environ.get("NUMAPIN_RESERVED")}))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from conftest import Snapshots
 from numapin import CpuSet, UsageError, read_topology
 from numapin.environment import LOCAL_RANK_VARIABLES
-from numapin.gpus import GpuError, Inventory, NoGpuError, read_gpus, resolve_visible, select_gpu
+from numapin.gpus import Inventory, NoGpuVisible, UnknownGpu, read_gpus, resolve_visible, select_gpu
 from numapin.machines import SHAPES
 from numapin.ranks import gpu_for_rank, local_rank
 
@@ -232,7 +232,7 @@ def test_any_cuda_visible_devices_value_resolves_without_error(value: str, dgx_i
     # (an ambiguous UUID prefix, a caller's error, aside).
     try:
         visible = resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": value}).visible
-    except GpuError as exc:
+    except UnknownGpu as exc:
         assert "ambiguous" in str(exc) or "MIG" in str(exc)
         return
     assert len({v.gpu.pci for v in visible}) == len(visible) <= len(dgx_inventory.gpus)
@@ -256,12 +256,12 @@ def test_cuda_visible_devices(label: str, value: str | None, physical: list[int]
 def test_ambiguous_uuid_prefix_is_a_clear_error(dgx_inventory: Inventory) -> None:
     # Every synthetic UUID of one machine shares its first 8 hex digits but the last four.
     prefix = _uuid(dgx_inventory, 0)[:8]
-    with pytest.raises(GpuError, match="ambiguous"):
+    with pytest.raises(UnknownGpu, match="ambiguous"):
         resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": prefix})
 
 
 def test_mig_without_nvml_is_a_clear_error(dgx_inventory: Inventory) -> None:
-    with pytest.raises(GpuError, match="without NVML"):
+    with pytest.raises(UnknownGpu, match="without NVML"):
         resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "MIG-7f3c2a10-1111-2222-3333-444455556666"})
 
 
@@ -295,13 +295,13 @@ def test_device_order_and_mixed_models(dgx_inventory: Inventory) -> None:
 def test_unknown_logical_index_lists_the_visible_gpus(dgx_inventory: Inventory) -> None:
     visible = resolve_visible(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "3,1"}).visible
     assert select_gpu(visible, 1).gpu.pci == dgx_inventory.gpus[1].pci
-    with pytest.raises(GpuError) as info:
+    with pytest.raises(UnknownGpu) as info:
         select_gpu(visible, 2)
     assert "0: 0000:48:00.0" in str(info.value) and "1: 0000:28:00.0" in str(info.value)
 
 
 def test_no_gpu_at_all_is_an_environment_problem() -> None:
-    with pytest.raises(NoGpuError, match="no GPU is visible"):
+    with pytest.raises(NoGpuVisible, match="no GPU is visible"):
         select_gpu((), 0)
 
 

@@ -39,3 +39,34 @@ def test_every_public_name_resolves_and_is_listed() -> None:
         assert getattr(numapin, name) is not None
     assert set(numapin.__all__) == set(numapin._WHERE) | {"__version__"}
     assert set(numapin.__all__) <= set(dir(numapin))
+
+
+def test_the_public_surface_is_small_and_every_name_is_in_readme() -> None:
+    from conftest import REPO
+
+    assert len(numapin.__all__) <= 22
+    readme = (REPO / "README.md").read_text()
+    missing = [name for name in numapin.__all__ if f"`{name}" not in readme and f"numapin.{name}" not in readme]
+    assert missing == [], f"public names README does not document: {missing}"
+    assert "TYPE_CHECKING" not in dir(numapin)
+
+
+def test_old_names_still_import_with_a_deprecation_warning() -> None:
+    import importlib
+
+    import pytest
+
+    for old, (where, new) in numapin._MOVED.items():
+        with pytest.warns(DeprecationWarning, match=f"numapin.{old} is deprecated.*{where}.{new}"):
+            value = getattr(numapin, old)
+        assert value is getattr(importlib.import_module(where), new)
+    for module, old, new in (("pinning", "Policy", "ExternalMaskPolicy"), ("pinning", "Action", "PinAction"),
+                             ("pinning", "Ownership", "MaskOwner"), ("placement", "Mode", "PlacementMode"),
+                             ("memory", "MemoryPolicy", "KernelMemoryPolicy"), ("numa", "MemoryPolicy",
+                                                                                "KernelMemoryPolicy"),
+                             ("gpus", "GpuError", "UnknownGpu"), ("gpus", "NoGpuError", "NoGpuVisible")):
+        loaded = importlib.import_module(f"numapin.{module}")
+        with pytest.warns(DeprecationWarning, match=f"numapin.{module}.{old} is deprecated"):
+            assert getattr(loaded, old).__name__ == new
+    with pytest.raises(AttributeError):
+        numapin.no_such_name  # noqa: B018 - an unknown name is still an AttributeError

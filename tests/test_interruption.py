@@ -25,7 +25,7 @@ import numapin
 from conftest import in_child
 from live import NODE0, NODE1, masks
 from numapin import CpuSet
-from numapin.pinning import Action, state
+from numapin.pinning import PinAction, state
 
 #: Threads that make a walk long enough to be interrupted in its middle.
 MANY = 1500
@@ -77,7 +77,7 @@ def test_an_interrupted_pin_is_rolled_back_or_complete_never_split(pair_root: Pa
             assert numapin.current().matches, f"round {step}: {numapin.current()}"
             # The next pin never calls what numapin left external, and moves every thread.
             again = numapin.pin(1 if target is NODE0 else 0)
-            assert again.action is Action.PINNED, f"round {step}: {again}"
+            assert again.action is PinAction.PINNED, f"round {step}: {again}"
             assert _one_mask() == {frozenset(NODE1 if target is NODE0 else NODE0)}
         done.set()
         return interrupted, rounds
@@ -103,7 +103,7 @@ def test_a_child_forked_while_another_thread_pins_owns_the_mask_it_was_born_with
                         born = CpuSet(os.sched_getaffinity(0))
                         record = state().record
                         if record is not None and record.mask == born and numapin.current().matches:
-                            code = 0 if numapin.pin(1).action is Action.PINNED else 3
+                            code = 0 if numapin.pin(1).action is PinAction.PINNED else 3
                         else:
                             code = 2
                     finally:
@@ -141,7 +141,7 @@ def test_a_child_forked_inside_a_lease_leaves_it_with_a_record_of_its_own(pair_r
                 mask = os.sched_getaffinity(0)
                 current = numapin.current()
                 again = numapin.pin(1)
-                code = 0 if (mask == NODE0 and current.matches and again.action is Action.PINNED
+                code = 0 if (mask == NODE0 and current.matches and again.action is PinAction.PINNED
                              and os.sched_getaffinity(0) == NODE1) else 2
             finally:
                 os._exit(code)

@@ -15,7 +15,9 @@ import numapin
 from conftest import in_child
 from live import ALL, NODE0, REAL_NODES
 from memory_model import ModelMemory
-from numapin import CpuSet, MemoryPolicy, UsageError, get_mempolicy, set_mempolicy
+from numapin import CpuSet, UsageError
+from numapin.memory import get_mempolicy, set_mempolicy
+from numapin.numa import KernelMemoryPolicy
 from numapin.memory import MemoryMode, MemoryPolicyError, migrate, place_memory, system_nodes
 from numapin.numamaps import parse_numa_maps, residency
 
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node
 def test_bind_preferred_default_read_back() -> None:
     def body() -> list[tuple[str, str]]:
         seen = [(get_mempolicy()[0].name, str(get_mempolicy()[1]))]
-        for policy in (MemoryPolicy.BIND, MemoryPolicy.PREFERRED, MemoryPolicy.INTERLEAVE):
+        for policy in (KernelMemoryPolicy.BIND, KernelMemoryPolicy.PREFERRED, KernelMemoryPolicy.INTERLEAVE):
             got = set_mempolicy(policy, [0])
             assert got == get_mempolicy()
             seen.append((got[0].name, str(got[1])))
@@ -45,11 +47,11 @@ def test_bind_preferred_default_read_back() -> None:
 def test_preferred_many_where_the_kernel_has_it() -> None:
     def body() -> str:
         try:
-            got = set_mempolicy(MemoryPolicy.PREFERRED_MANY, [0])
+            got = set_mempolicy(KernelMemoryPolicy.PREFERRED_MANY, [0])
         except MemoryPolicyError as exc:  # kernels before 5.15
             assert "EINVAL" in str(exc)
             return "absent"
-        assert got == get_mempolicy() == (MemoryPolicy.PREFERRED_MANY, CpuSet([0]))
+        assert got == get_mempolicy() == (KernelMemoryPolicy.PREFERRED_MANY, CpuSet([0]))
         return "read back"
 
     major, minor = (int(x) for x in os.uname().release.split(".")[:2])
@@ -64,7 +66,7 @@ def test_policy_belongs_to_the_thread_and_its_children() -> None:
         before = threading.Thread(target=lambda: (threading.Event().wait(0.2), out.__setitem__(
             "old", get_mempolicy()[0].name)))
         before.start()
-        set_mempolicy(MemoryPolicy.BIND, [0])
+        set_mempolicy(KernelMemoryPolicy.BIND, [0])
         after = threading.Thread(target=lambda: out.__setitem__("new", get_mempolicy()[0].name))
         after.start()
         after.join()
@@ -76,10 +78,10 @@ def test_policy_belongs_to_the_thread_and_its_children() -> None:
 
 def test_node_that_does_not_exist_fails_before_the_syscall_and_changes_nothing() -> None:
     def body() -> tuple[str, str]:
-        set_mempolicy(MemoryPolicy.PREFERRED, [0])
+        set_mempolicy(KernelMemoryPolicy.PREFERRED, [0])
         missing = system_nodes().last() + 1
         with pytest.raises(UsageError, match=f"node\\(s\\) {missing} do not exist"):
-            set_mempolicy(MemoryPolicy.BIND, [missing])
+            set_mempolicy(KernelMemoryPolicy.BIND, [missing])
         policy, nodes = get_mempolicy()
         return policy.name, str(nodes)
 
@@ -88,9 +90,9 @@ def test_node_that_does_not_exist_fails_before_the_syscall_and_changes_nothing()
 
 def test_bad_arguments() -> None:
     with pytest.raises(UsageError, match="needs at least one node"):
-        set_mempolicy(MemoryPolicy.BIND, [])
+        set_mempolicy(KernelMemoryPolicy.BIND, [])
     with pytest.raises(UsageError, match="takes no nodes"):
-        set_mempolicy(MemoryPolicy.DEFAULT, [0])
+        set_mempolicy(KernelMemoryPolicy.DEFAULT, [0])
     with pytest.raises(UsageError, match="unknown memory policy"):
         set_mempolicy("sometimes", [0])
 
@@ -105,8 +107,8 @@ def test_kernel_refusal_names_syscall_nodes_and_errno(tmp_path: Path) -> None:
 
     def body() -> tuple[str, str | None]:
         with pytest.raises(MemoryPolicyError) as info:
-            set_mempolicy(MemoryPolicy.BIND, [900], root=tmp_path)
-        assert get_mempolicy()[0] is MemoryPolicy.DEFAULT, "the previous policy stays"
+            set_mempolicy(KernelMemoryPolicy.BIND, [900], root=tmp_path)
+        assert get_mempolicy()[0] is KernelMemoryPolicy.DEFAULT, "the previous policy stays"
         return str(info.value), info.value.errno
 
     message, name = in_child(body)
@@ -128,25 +130,25 @@ def four_nodes(tmp_path: Path) -> Path:
 
 def test_bind_refused_steps_down_to_preferred(four_nodes: Path) -> None:
     model = ModelMemory(CpuSet("0-1"))
-    model.refuse[MemoryPolicy.BIND] = errno.EPERM
+    model.refuse[KernelMemoryPolicy.BIND] = errno.EPERM
     result = place_memory(CpuSet([1]), MemoryMode.BIND, False, strict=False, kernel=model, root=four_nodes)
     assert (result.asked, result.applied) == (MemoryMode.BIND, MemoryMode.PREFERRED)
-    assert model.policy == (MemoryPolicy.PREFERRED, CpuSet([1])) and len(result.problems) == 1
+    assert model.policy == (KernelMemoryPolicy.PREFERRED, CpuSet([1])) and len(result.problems) == 1
     assert "EPERM" in result.problems[0] and str(result) == "memory preferred 1 (asked bind)"
 
 
 def test_every_step_refused_leaves_the_policy_and_says_so(four_nodes: Path) -> None:
     model = ModelMemory(CpuSet("0-1"))
-    model.refuse.update({MemoryPolicy.BIND: errno.EINVAL, MemoryPolicy.PREFERRED: errno.EINVAL})
+    model.refuse.update({KernelMemoryPolicy.BIND: errno.EINVAL, KernelMemoryPolicy.PREFERRED: errno.EINVAL})
     result = place_memory(CpuSet([1]), MemoryMode.BIND, False, strict=False, kernel=model, root=four_nodes)
     assert result.applied is MemoryMode.NONE and len(result.problems) == 2
-    assert model.policy == (MemoryPolicy.DEFAULT, CpuSet())
+    assert model.policy == (KernelMemoryPolicy.DEFAULT, CpuSet())
     assert model.calls == ["set BIND 1", "set PREFERRED 1"]
 
 
 def test_strict_memory_refusal_is_an_environment_problem_with_the_errno(four_nodes: Path) -> None:
     model = ModelMemory(CpuSet("0-1"))
-    model.refuse[MemoryPolicy.BIND] = errno.EPERM
+    model.refuse[KernelMemoryPolicy.BIND] = errno.EPERM
     with pytest.raises(MemoryPolicyError) as info:
         place_memory(CpuSet([1]), MemoryMode.BIND, False, strict=True, kernel=model, root=four_nodes)
     assert info.value.errno == "EPERM" and model.calls == ["set BIND 1"], "strict: no step-down"
@@ -154,16 +156,16 @@ def test_strict_memory_refusal_is_an_environment_problem_with_the_errno(four_nod
 
 def test_a_read_back_that_differs_is_a_refusal(four_nodes: Path) -> None:
     model = ModelMemory(CpuSet("0-1"))
-    model.report = (MemoryPolicy.PREFERRED, CpuSet([0]))  # the kernel quietly changed it
+    model.report = (KernelMemoryPolicy.PREFERRED, CpuSet([0]))  # the kernel quietly changed it
     with pytest.raises(MemoryPolicyError, match="read back as PREFERRED 0"):
-        set_mempolicy(MemoryPolicy.BIND, [1], kernel=model, root=four_nodes)
+        set_mempolicy(KernelMemoryPolicy.BIND, [1], kernel=model, root=four_nodes)
 
 
 def test_several_nodes_prefer_many_then_the_first(four_nodes: Path) -> None:
     model = ModelMemory(CpuSet("0-3"))
-    model.refuse[MemoryPolicy.PREFERRED_MANY] = errno.EINVAL  # kernels before 5.15
+    model.refuse[KernelMemoryPolicy.PREFERRED_MANY] = errno.EINVAL  # kernels before 5.15
     result = place_memory(CpuSet("2-3"), MemoryMode.PREFERRED, False, strict=False, kernel=model, root=four_nodes)
-    assert result.applied is MemoryMode.PREFERRED and model.policy == (MemoryPolicy.PREFERRED, CpuSet([2]))
+    assert result.applied is MemoryMode.PREFERRED and model.policy == (KernelMemoryPolicy.PREFERRED, CpuSet([2]))
     assert model.calls == ["set PREFERRED_MANY 2-3", "set PREFERRED 2"] and result.problems == ()
 
 
@@ -181,7 +183,7 @@ def test_a_node_the_machine_lacks_is_the_callers_mistake_but_an_environment_prob
     # with one: numapin computed it from the facts, so it is the environment's.
     model = ModelMemory(CpuSet("0-1"))
     with pytest.raises(UsageError, match="do not exist"):
-        set_mempolicy(MemoryPolicy.BIND, [7], kernel=model, root=tmp_path)
+        set_mempolicy(KernelMemoryPolicy.BIND, [7], kernel=model, root=tmp_path)
     with pytest.raises(MemoryPolicyError, match="do not exist"):
         place_memory(CpuSet([7]), MemoryMode.BIND, False, strict=True, kernel=model, root=tmp_path)
     assert model.calls == []
@@ -330,12 +332,12 @@ def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(refusing_
 def test_a_lease_puts_the_memory_policy_back(pair_root: Path) -> None:
     def body() -> list[tuple[str, str]]:
         seen = []
-        set_mempolicy(MemoryPolicy.PREFERRED, [0])
+        set_mempolicy(KernelMemoryPolicy.PREFERRED, [0])
         with numapin.pinned(gpu=0, memory="bind"):
             seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
         seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
         with numapin.pinned(gpu=0):  # a lease without memory leaves the policy alone
-            set_mempolicy(MemoryPolicy.BIND, [0])
+            set_mempolicy(KernelMemoryPolicy.BIND, [0])
         seen.append((get_mempolicy()[0].name, str(get_mempolicy()[1])))
         return seen
 

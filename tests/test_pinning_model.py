@@ -214,7 +214,7 @@ def test_any_other_tensorrt_llm_value_does_nothing(value: str, gb300: Path) -> N
 
 
 def test_thread_results_read_as_the_tuple_of_records_they_stand_for() -> None:
-    from numapin.pinning import Action, PinResult, ThreadResult, ThreadResults
+    from numapin.pinning import PinAction, PinResult, ThreadResult, ThreadResults
 
     shared = (Outcome.PINNED, GRACE0, GRACE1, None)  # the walk shares one fate among threads that fare alike
     results = ThreadResults({11: shared, 12: shared, 13: (Outcome.FAILED, GRACE0, None, "EPERM")})
@@ -225,8 +225,8 @@ def test_thread_results_read_as_the_tuple_of_records_they_stand_for() -> None:
     assert list(results) == list(expected) and [r.tid for r in results] == [11, 12, 13]
     assert hash(results) == hash(expected) and repr(results) == repr(expected)
     assert results != expected[:2] and results != list(expected)
-    assert PinResult(Action.PINNED, threads=results) == PinResult(Action.PINNED, threads=expected)
-    assert PinResult(Action.PINNED, threads=results).tids(Outcome.FAILED) == (13,)
+    assert PinResult(PinAction.PINNED, threads=results) == PinResult(PinAction.PINNED, threads=expected)
+    assert PinResult(PinAction.PINNED, threads=results).tids(Outcome.FAILED) == (13,)
 
 
 def test_every_thread_has_one_result_agreeing_with_the_counts(gb300: Path) -> None:

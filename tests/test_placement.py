@@ -11,10 +11,10 @@ from conftest import Snapshots
 from numapin import CpuSet, UsageError, machines, plan, plan_ranks, read_topology
 from numapin.facts import gather
 from numapin.gpus import VisibleGpu
-from numapin.placement import Mode, Placement, place, resolve
+from numapin.placement import Placement, PlacementMode, place, resolve
 
 GOLDEN = Path(__file__).parent / "golden" / "placement.json"
-MODES = [m.value for m in Mode if m is not Mode.EXPLICIT]
+MODES = [m.value for m in PlacementMode if m is not PlacementMode.EXPLICIT]
 SYNTHETIC = ["dgx-h100", "gb300", "epyc-nps4"]
 # Multi-node captures; all but the POWER9 one carry no GPU, so the tests add one per CPU node.
 SNAPSHOTS = ["nvidiagpunumanodes", "16amd64-8n2c", "64amd64-4s2n4ca2co", "fakecpuid1f-64intel64-2p4d2n2c2t",
@@ -197,17 +197,17 @@ def test_place_needs_a_gpu_or_cpus(machine_root: Callable[[str], Path]) -> None:
         place(facts.topology, facts.inventory, None)
     assert isinstance(facts.visible[0], VisibleGpu)
     with pytest.raises(UsageError, match="a GPU and a mode"):  # "explicit" names cpus=, it is no policy
-        place(facts.topology, facts.inventory, facts.visible[0], mode=Mode.EXPLICIT)
+        place(facts.topology, facts.inventory, facts.visible[0], mode=PlacementMode.EXPLICIT)
     with pytest.raises(UsageError, match="unknown mode"):
         place(facts.topology, facts.inventory, facts.visible[0], mode="explicit-ish")
 
 
 def test_every_mode_has_a_policy(machine_root: Callable[[str], Path]) -> None:
-    # A Mode added without its policy would raise instead of acting as another mode.
+    # A PlacementMode added without its policy would raise instead of acting as another mode.
     facts = gather(machine_root("epyc-nps4"), {})
     made = {m: place(facts.topology, facts.inventory, facts.visible[0], mode=m).mode
-            for m in Mode if m is not Mode.EXPLICIT}
-    assert made == {m: m for m in Mode if m is not Mode.EXPLICIT}
+            for m in PlacementMode if m is not PlacementMode.EXPLICIT}
+    assert made == {m: m for m in PlacementMode if m is not PlacementMode.EXPLICIT}
 
 
 def test_plan_ranks_follow_the_rank_map(machine_root: Callable[[str], Path]) -> None:

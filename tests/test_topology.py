@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, Snapshots, snapshot_names
-from numapin import CpuSet, HostError, read_topology
+from numapin import CpuSet, read_topology
+from numapin.host import HostError
 from numapin.host import Host
 from numapin.machines import SHAPES
 

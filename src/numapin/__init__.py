@@ -17,74 +17,91 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
 
     from .cpuset import CpuSet
     from .errors import EnvironmentProblem, NumapinError, UsageError
-    from .gpus import Gpu, GpuError, NoGpuError, read_gpus, visible_gpus
-    from .host import HostError
-    from .memory import MemoryMode, MemoryPolicy, get_mempolicy, migrate, set_mempolicy
-    from .numamaps import residency
-    from .pinning import Action, Ownership, PinError, PinResult, Policy, current, pin, pin_thread, pinned, refresh
-    from .placement import Mode, Placement
+    from .facts import machine
+    from .memory import MemoryMode
+    from .pinning import (
+        ExternalMaskPolicy,
+        MaskOwner,
+        PinAction,
+        PinError,
+        PinResult,
+        current,
+        pin,
+        pin_thread,
+        pinned,
+        refresh,
+    )
+    from .placement import Placement, PlacementMode
     from .planning import plan, plan_ranks
-    from .ranks import local_rank
-    from .topology import Topology, read_topology
+    from .topology import read_topology
 
 #: Public name -> the module that defines it.
 _WHERE = {
     "CpuSet": "cpuset",
     "EnvironmentProblem": "errors", "NumapinError": "errors", "UsageError": "errors",
-    "Gpu": "gpus", "GpuError": "gpus", "NoGpuError": "gpus", "read_gpus": "gpus", "visible_gpus": "gpus",
-    "HostError": "host",
-    "MemoryMode": "memory", "MemoryPolicy": "memory", "get_mempolicy": "memory", "migrate": "memory",
-    "set_mempolicy": "memory", "residency": "numamaps",
-    "Action": "pinning", "Ownership": "pinning", "PinError": "pinning", "PinResult": "pinning", "Policy": "pinning",
-    "current": "pinning", "pin": "pinning", "pin_thread": "pinning", "pinned": "pinning", "refresh": "pinning",
-    "Mode": "placement", "Placement": "placement",
+    "machine": "facts",
+    "MemoryMode": "memory",
+    "ExternalMaskPolicy": "pinning", "MaskOwner": "pinning", "PinAction": "pinning", "PinError": "pinning",
+    "PinResult": "pinning", "current": "pinning", "pin": "pinning", "pin_thread": "pinning", "pinned": "pinning",
+    "refresh": "pinning",
+    "Placement": "placement", "PlacementMode": "placement",
     "plan": "planning", "plan_ranks": "planning",
-    "local_rank": "ranks",
-    "Topology": "topology", "read_topology": "topology",
+    "read_topology": "topology",
+}
+
+#: Names this package offered before 0.2, and where each lives now (a DeprecationWarning on use).
+_MOVED = {
+    "Action": ("numapin", "PinAction"),
+    "Ownership": ("numapin", "MaskOwner"),
+    "Policy": ("numapin", "ExternalMaskPolicy"),
+    "Mode": ("numapin", "PlacementMode"),
+    "MemoryPolicy": ("numapin.numa", "KernelMemoryPolicy"),
+    "Gpu": ("numapin.gpus", "Gpu"),
+    "GpuError": ("numapin.gpus", "UnknownGpu"),
+    "NoGpuError": ("numapin.gpus", "NoGpuVisible"),
+    "read_gpus": ("numapin.gpus", "read_gpus"),
+    "visible_gpus": ("numapin.gpus", "visible_gpus"),
+    "HostError": ("numapin.host", "HostError"),
+    "get_mempolicy": ("numapin.memory", "get_mempolicy"),
+    "set_mempolicy": ("numapin.memory", "set_mempolicy"),
+    "migrate": ("numapin.memory", "migrate"),
+    "residency": ("numapin.numamaps", "residency"),
+    "local_rank": ("numapin.ranks", "local_rank"),
+    "Topology": ("numapin.topology", "Topology"),
 }
 
 __all__ = [
-    "Action",
     "CpuSet",
     "EnvironmentProblem",
-    "Gpu",
-    "GpuError",
-    "HostError",
+    "ExternalMaskPolicy",
+    "MaskOwner",
     "MemoryMode",
-    "MemoryPolicy",
-    "Mode",
-    "NoGpuError",
     "NumapinError",
-    "Ownership",
+    "PinAction",
     "PinError",
     "PinResult",
     "Placement",
-    "Policy",
-    "Topology",
+    "PlacementMode",
     "UsageError",
     "__version__",
     "current",
-    "get_mempolicy",
-    "local_rank",
-    "migrate",
+    "machine",
     "pin",
     "pin_thread",
     "pinned",
     "plan",
     "plan_ranks",
-    "read_gpus",
     "read_topology",
     "refresh",
-    "residency",
-    "set_mempolicy",
-    "visible_gpus",
 ]
 
 
 def __getattr__(name: str) -> "Any":  # a string: typing is not imported at run time
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'numapin' has no attribute {name!r}")
+        from .deprecation import moved
+
+        return moved(__name__, name, _MOVED)
     from importlib import import_module
 
     value = getattr(import_module(f".{module}", __name__), name)
@@ -93,4 +110,4 @@ def __getattr__(name: str) -> "Any":  # a string: typing is not imported at run 
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+    return sorted([n for n in globals() if n != "TYPE_CHECKING"] + list(_WHERE))

@@ -111,9 +111,9 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
 
 
 def _modes() -> list[str]:
-    from .placement import Mode
+    from .placement import PlacementMode
 
-    return [m.value for m in Mode if m is not Mode.EXPLICIT]
+    return [m.value for m in PlacementMode if m is not PlacementMode.EXPLICIT]
 
 
 def _count(text: str) -> int:

@@ -18,8 +18,8 @@ from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
 from .facts import Facts, gather
 from .host import Host, decimal
-from .pinning import Ownership, classify, exec_marker
-from .placement import Mode, Placement, resolve
+from .pinning import MaskOwner, classify, exec_marker
+from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record
 from .threads import exited, process_environ
@@ -103,7 +103,7 @@ def diagnose(
     *,
     gpu: int | None = None,
     rank: str = "auto",
-    mode: str | Mode = Mode.NODE,
+    mode: str | PlacementMode = PlacementMode.NODE,
     root: str | os.PathLike[str] | None = None,
     pid: int | None = None,
 ) -> Diagnosis:
@@ -133,7 +133,7 @@ def diagnose(
 
 
 def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping[str, str],
-             mode: str | Mode) -> list[Finding]:
+             mode: str | PlacementMode) -> list[Finding]:
     found = []
     t = facts.topology
     balancing = decimal(host.read("proc/sys/kernel/numa_balancing"))
@@ -179,7 +179,7 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "the worker's memory cannot live on its GPU's node: every host-to-device copy crosses the interconnect",
             "allow the node in the container's cpuset.mems"))
     sharing = [g.pci for g in gpus if g.node == placement.node]
-    if str(mode) == Mode.NODE.value and len(sharing) > 1:
+    if str(mode) == PlacementMode.NODE.value and len(sharing) > 1:
         found.append(Finding(
             "shared-node", "warning", f"{len(sharing)} visible GPUs on node {placement.node} and mode node",
             "their workers all get the whole node and compete for the same CPUs",
@@ -235,7 +235,7 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
     mask = _process_mask(facts, status)
     if mask is not None:
         own = [m for m in (exec_marker(env),) if m is not None]
-        if classify(mask, facts.topology.allowed, own) is Ownership.EXTERNAL and not target <= mask:
+        if classify(mask, facts.topology.allowed, own) is MaskOwner.EXTERNAL and not target <= mask:
             found.append(Finding(
                 "external-mask", "error" if not mask & target else "warning",
                 f"the process mask {mask} was set by someone else (a launcher, numactl, taskset) and does not "

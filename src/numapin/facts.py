@@ -16,14 +16,18 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Facts", "cached", "forget", "gather"]
+__all__ = ["Facts", "cached", "forget", "gather", "machine"]
 
 
 @record
 class Facts:
+    """What numapin knows of a machine: its topology, its GPUs, and those this process may use."""
+
     topology: Topology
+    """CPUs, cores, caches, packages, NUMA nodes and the cgroup cpuset (:func:`numapin.read_topology`)."""
     inventory: Inventory
     visible: tuple[VisibleGpu, ...]
+    """The GPUs this process sees, in CUDA's order (``CUDA_VISIBLE_DEVICES``): ``visible[i].index == i``."""
     notes: tuple[str, ...] = ()
 
 
@@ -80,3 +84,13 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def machine(root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Facts:
+    """This machine as numapin sees it, in one call: its topology and the GPUs visible to this process.
+
+    The same facts a pin acts on, read once per process (:func:`numapin.refresh`
+    forgets them). ``root`` stands in for ``/``; ``environ`` (default this
+    process's) gives ``CUDA_VISIBLE_DEVICES``.
+    """
+    return cached(root, environ)

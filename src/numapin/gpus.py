@@ -21,6 +21,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from .cpuset import CpuSet, hex_word
+from .deprecation import moved
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, UsageError
 from .host import Host, decimal
@@ -34,10 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Gpu",
-    "GpuError",
     "Inventory",
-    "NoGpuError",
+    "NoGpuVisible",
     "NvmlError",
+    "UnknownGpu",
     "VisibleGpu",
     "read_gpus",
     "visible_gpus",
@@ -48,7 +49,7 @@ _NVIDIA = 0x10DE
 _DISPLAY_CLASSES = (0x0300, 0x0302)
 
 
-class GpuError(UsageError):
+class UnknownGpu(UsageError):
     """A GPU named by the caller cannot be found or resolved."""
 
 
@@ -56,7 +57,7 @@ class NvmlError(EnvironmentProblem):
     """NVML, installed and needed (a MIG device to trace), failed: the driver's problem, not the caller's."""
 
 
-class NoGpuError(EnvironmentProblem):
+class NoGpuVisible(EnvironmentProblem):
     """No GPU is visible to this process at all."""
 
 
@@ -364,7 +365,7 @@ def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[st
 def _match_uuid(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
     matches = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
     if len(matches) > 1:
-        raise GpuError(
+        raise UnknownGpu(
             f"CUDA_VISIBLE_DEVICES entry {entry!r} is ambiguous: it matches "
             + ", ".join(f"{g.uuid} ({g.pci})" for g in matches)
         )
@@ -391,8 +392,8 @@ def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
         parent = next((g for g in gpus if g.pci == bus), None)
         if parent is not None:
             return parent
-        raise GpuError(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory")
-    raise GpuError(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])")
+        raise UnknownGpu(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory")
+    raise UnknownGpu(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])")
 
 
 def resolve_visible(
@@ -441,10 +442,21 @@ def visible_gpus(
 
 
 def select_gpu(visible: Sequence[VisibleGpu], index: int) -> VisibleGpu:
-    """The visible GPU ``index``; a GpuError listing the visible GPUs otherwise."""
+    """The visible GPU ``index``; an UnknownGpu listing the visible GPUs otherwise."""
     if not visible:
-        raise NoGpuError("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
+        raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(visible):
         listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
-        raise GpuError(f"GPU {index!r} is not visible; visible GPUs are {listing}")
+        raise UnknownGpu(f"GPU {index!r} is not visible; visible GPUs are {listing}")
     return visible[index]
+
+
+#: Old names, importable for one release with a DeprecationWarning.
+_RENAMED = {
+    "GpuError": ("numapin.gpus", "UnknownGpu"),
+    "NoGpuError": ("numapin.gpus", "NoGpuVisible"),
+}
+
+
+def __getattr__(name: str) -> object:
+    return moved(__name__, name, _RENAMED)

@@ -19,9 +19,10 @@ import errno
 import os
 
 from .cpuset import CpuSet, CpuSpec
+from .deprecation import moved
 from .errors import EnvironmentProblem, UsageError, errno_name, parse_choice, quoted
 from .host import Host
-from .numa import LinuxMemory, MemoryKernel, MemoryPolicy
+from .numa import KernelMemoryPolicy, LinuxMemory, MemoryKernel
 from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -29,9 +30,9 @@ if TYPE_CHECKING:
     from .topology import Topology
 
 __all__ = [
+    "KernelMemoryPolicy",
     "MemoryMode",
     "MemoryNodes",
-    "MemoryPolicy",
     "MemoryPolicyError",
     "MemoryResult",
     "MigrateResult",
@@ -128,7 +129,7 @@ def _limits(limits: MemoryNodes | None, root: str | os.PathLike[str] | None) -> 
     return MemoryNodes.read(root) if limits is None else limits
 
 
-def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[MemoryPolicy, CpuSet]:
+def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[KernelMemoryPolicy, CpuSet]:
     """The calling thread's memory policy and its nodes."""
     try:
         return _kernel(kernel).get_mempolicy()
@@ -137,13 +138,13 @@ def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[MemoryPolicy, 
 
 
 def set_mempolicy(
-    policy: MemoryPolicy | str,
+    policy: KernelMemoryPolicy | str,
     nodes: CpuSpec = (),
     *,
     kernel: MemoryKernel | None = None,
     root: str | os.PathLike[str] | None = None,
     limits: MemoryNodes | None = None,
-) -> tuple[MemoryPolicy, CpuSet]:
+) -> tuple[KernelMemoryPolicy, CpuSet]:
     """Set the calling thread's memory policy and return it as read back.
 
     A node that does not exist or lies outside the allowed memory nodes (read
@@ -151,12 +152,12 @@ def set_mempolicy(
     :class:`UsageError` before any syscall. A kernel refusal raises
     :class:`MemoryPolicyError` and leaves the previous policy in place.
     """
-    mode = policy if isinstance(policy, MemoryPolicy) else _policy_named(policy)
+    mode = policy if isinstance(policy, KernelMemoryPolicy) else _policy_named(policy)
     wanted = CpuSet(nodes)
-    needs_nodes = mode in (MemoryPolicy.BIND, MemoryPolicy.INTERLEAVE, MemoryPolicy.PREFERRED_MANY)
+    needs_nodes = mode in (KernelMemoryPolicy.BIND, KernelMemoryPolicy.INTERLEAVE, KernelMemoryPolicy.PREFERRED_MANY)
     if needs_nodes and not wanted:
         raise UsageError(f"set_mempolicy({mode.name}) needs at least one node")
-    if mode in (MemoryPolicy.DEFAULT, MemoryPolicy.LOCAL) and wanted:
+    if mode in (KernelMemoryPolicy.DEFAULT, KernelMemoryPolicy.LOCAL) and wanted:
         raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}", value=wanted)
     _limits(limits, root).check(wanted, f"set_mempolicy({mode.name})")
     ops = _kernel(kernel)
@@ -170,20 +171,20 @@ def set_mempolicy(
     return got
 
 
-def _same_policy(got: tuple[MemoryPolicy, CpuSet], mode: MemoryPolicy, nodes: CpuSet) -> bool:
-    if mode is MemoryPolicy.LOCAL:
+def _same_policy(got: tuple[KernelMemoryPolicy, CpuSet], mode: KernelMemoryPolicy, nodes: CpuSet) -> bool:
+    if mode is KernelMemoryPolicy.LOCAL:
         # Older kernels report LOCAL as PREFERRED with no node.
-        return got in ((MemoryPolicy.LOCAL, CpuSet()), (MemoryPolicy.PREFERRED, CpuSet()))
-    if mode is MemoryPolicy.PREFERRED:
+        return got in ((KernelMemoryPolicy.LOCAL, CpuSet()), (KernelMemoryPolicy.PREFERRED, CpuSet()))
+    if mode is KernelMemoryPolicy.PREFERRED:
         return got[0] is mode and got[1] == CpuSet([nodes.first()]) if nodes else got[0] is mode
     return got == (mode, nodes)
 
 
-def _policy_named(name: str) -> MemoryPolicy:
+def _policy_named(name: str) -> KernelMemoryPolicy:
     try:
-        return MemoryPolicy[name.strip().upper().replace("-", "_")]
+        return KernelMemoryPolicy[name.strip().upper().replace("-", "_")]
     except KeyError:
-        known = ", ".join(p.name.lower() for p in MemoryPolicy)
+        known = ", ".join(p.name.lower() for p in KernelMemoryPolicy)
         raise UsageError(f"unknown memory policy {quoted(name)} (expected one of: {known})", value=name) from None
 
 
@@ -283,15 +284,15 @@ class MemoryResult:
 
 
 def _one_step(step: MemoryMode, nodes: CpuSet, kernel: MemoryKernel | None,
-              limits: MemoryNodes) -> tuple[MemoryPolicy, CpuSet]:
+              limits: MemoryNodes) -> tuple[KernelMemoryPolicy, CpuSet]:
     if step is MemoryMode.BIND:
-        return set_mempolicy(MemoryPolicy.BIND, nodes, kernel=kernel, limits=limits)
+        return set_mempolicy(KernelMemoryPolicy.BIND, nodes, kernel=kernel, limits=limits)
     if len(nodes) > 1:
         try:
-            return set_mempolicy(MemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, limits=limits)
+            return set_mempolicy(KernelMemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, limits=limits)
         except MemoryPolicyError:
             pass  # kernels before 5.15: prefer the first node
-    return set_mempolicy(MemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, limits=limits)
+    return set_mempolicy(KernelMemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, limits=limits)
 
 
 def place_memory(
@@ -343,3 +344,13 @@ def place_memory(
 
 def _as_environment(exc: MemoryPolicyError | UsageError) -> MemoryPolicyError:
     return exc if isinstance(exc, MemoryPolicyError) else MemoryPolicyError(str(exc))
+
+
+#: Old names, importable for one release with a DeprecationWarning.
+_RENAMED = {
+    "MemoryPolicy": ("numapin.numa", "KernelMemoryPolicy"),
+}
+
+
+def __getattr__(name: str) -> object:
+    return moved(__name__, name, _RENAMED)

@@ -15,6 +15,7 @@ import errno
 import os
 
 from .cpuset import CpuSet
+from .deprecation import moved
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
-__all__ = ["LinuxMemory", "MemoryKernel", "MemoryPolicy"]
+__all__ = ["KernelMemoryPolicy", "LinuxMemory", "MemoryKernel"]
 
 # (set_mempolicy, get_mempolicy, migrate_pages) by machine.
 _SYSCALLS = {
@@ -36,7 +37,7 @@ _WORD_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
 _MAXNODE = _MASK_WORDS * _WORD_BITS + 1
 
 
-class MemoryPolicy(enum.IntEnum):
+class KernelMemoryPolicy(enum.IntEnum):
     """The kernel's memory policy modes (``MPOL_*``)."""
 
     DEFAULT = 0
@@ -50,9 +51,9 @@ class MemoryPolicy(enum.IntEnum):
 class MemoryKernel(Protocol):
     """The three calls memory placement needs; each raises OSError as the kernel would."""
 
-    def get_mempolicy(self) -> tuple[MemoryPolicy, CpuSet]: ...
+    def get_mempolicy(self) -> tuple[KernelMemoryPolicy, CpuSet]: ...
 
-    def set_mempolicy(self, policy: MemoryPolicy, nodes: CpuSet) -> None: ...
+    def set_mempolicy(self, policy: KernelMemoryPolicy, nodes: CpuSet) -> None: ...
 
     def migrate_pages(self, pid: int, from_nodes: CpuSet, to_nodes: CpuSet) -> int: ...
 
@@ -85,13 +86,13 @@ class LinuxMemory:
         words = nodes.to_words(_MASK_WORDS, word_bits=_WORD_BITS)
         return (ctypes.c_ulong * len(words))(*words)
 
-    def get_mempolicy(self) -> tuple[MemoryPolicy, CpuSet]:
+    def get_mempolicy(self) -> tuple[KernelMemoryPolicy, CpuSet]:
         mode = ctypes.c_int(0)
         buf = (ctypes.c_ulong * (_MASK_WORDS + 1))()
         self._call(self._numbers()[1], ctypes.byref(mode), buf, ctypes.c_ulong(_MAXNODE), None, ctypes.c_ulong(0))
-        return MemoryPolicy(mode.value & ~_MODE_FLAGS), CpuSet.from_words(list(buf), word_bits=_WORD_BITS)
+        return KernelMemoryPolicy(mode.value & ~_MODE_FLAGS), CpuSet.from_words(list(buf), word_bits=_WORD_BITS)
 
-    def set_mempolicy(self, policy: MemoryPolicy, nodes: CpuSet) -> None:
+    def set_mempolicy(self, policy: KernelMemoryPolicy, nodes: CpuSet) -> None:
         number = self._numbers()[0]
         if nodes:
             self._call(number, ctypes.c_int(int(policy)), self._mask(nodes), ctypes.c_ulong(_MAXNODE))
@@ -101,3 +102,11 @@ class LinuxMemory:
     def migrate_pages(self, pid: int, from_nodes: CpuSet, to_nodes: CpuSet) -> int:
         return self._call(self._numbers()[2], ctypes.c_int(pid), ctypes.c_ulong(_MAXNODE),
                           self._mask(from_nodes), self._mask(to_nodes))
+
+
+#: Old names, importable for one release with a DeprecationWarning.
+_RENAMED = {"MemoryPolicy": ("numapin.numa", "KernelMemoryPolicy")}
+
+
+def __getattr__(name: str) -> object:
+    return moved(__name__, name, _RENAMED)

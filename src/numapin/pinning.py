@@ -25,6 +25,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
+from .deprecation import moved
 from .environment import APPLIED
 from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name, parse_choice
 from .facts import Facts
@@ -32,7 +33,7 @@ from .facts import cached as cached_facts
 from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
-from .placement import Mode, Placement, explicit_cpus, parse_mode, resolve
+from .placement import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
 from .records import field, record, replace
 from .threadpools import ThreadpoolsUnavailable
 from .threadpools import resize as resize_pools
@@ -48,15 +49,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MARKER_ENV",
-    "Action",
     "Constraint",
     "Current",
     "Decision",
-    "Ownership",
+    "ExternalMaskPolicy",
+    "MaskOwner",
+    "PinAction",
     "PinError",
     "PinResult",
     "PinState",
-    "Policy",
     "Record",
     "ThreadResult",
     "ThreadResults",
@@ -76,7 +77,7 @@ __all__ = [
 MARKER_ENV = APPLIED
 
 
-class Policy(str, enum.Enum):
+class ExternalMaskPolicy(str, enum.Enum):
     """What to do when the process mask is external (set by a launcher, Slurm, numactl...)."""
 
     RESPECT = "respect"
@@ -95,11 +96,11 @@ class Policy(str, enum.Enum):
         return self.value
 
 
-def parse_policy(policy: str | Policy) -> Policy:
-    return parse_choice(Policy, policy, "policy")
+def parse_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
+    return parse_choice(ExternalMaskPolicy, policy, "policy")
 
 
-class Ownership(str, enum.Enum):
+class MaskOwner(str, enum.Enum):
     """Who set the process mask, as far as numapin can tell."""
 
     UNCONSTRAINED = "unconstrained"
@@ -110,7 +111,7 @@ class Ownership(str, enum.Enum):
         return self.value
 
 
-class Action(str, enum.Enum):
+class PinAction(str, enum.Enum):
     """What a pin did, as a whole (each thread's own fate is in its :class:`ThreadResult`)."""
 
     PINNED = "pinned"
@@ -214,12 +215,12 @@ class ThreadResults(Sequence[ThreadResult]):
 class PinResult:
     """The truthful outcome of one pin: the decision, the target and every thread's fate."""
 
-    action: Action
+    action: PinAction
     target: CpuSet | None = None
     mask: CpuSet | None = None
     placement: Placement | None = None
-    policy: Policy = Policy.RESPECT
-    ownership: Ownership | None = None
+    policy: ExternalMaskPolicy = ExternalMaskPolicy.RESPECT
+    ownership: MaskOwner | None = None
     previous: CpuSet | None = None
     threads: Sequence[ThreadResult] = ()
     memory: _memory.MemoryResult | None = None
@@ -249,7 +250,7 @@ class PinResult:
 
     def __str__(self) -> str:
         parts = [self.action.value]
-        if self.ownership is Ownership.EXTERNAL and self.previous is not None:
+        if self.ownership is MaskOwner.EXTERNAL and self.previous is not None:
             parts[0] += f" {self.previous}"
         if self.target is not None:
             parts.append(f"target {self.target}")
@@ -286,39 +287,40 @@ class PinError(NumapinError):
 class Decision:
     """What to do with the process mask: the action, whose mask it is, and the CPUs to apply."""
 
-    action: Action
-    ownership: Ownership
+    action: PinAction
+    ownership: MaskOwner
     target: CpuSet  # empty when nothing is to be applied
 
 
-def classify(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet]) -> Ownership:
+def classify(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet]) -> MaskOwner:
     """Whether ``mask`` is the unconstrained baseline, numapin's own (one of ``own``), or someone else's."""
     if mask >= baseline:
-        return Ownership.UNCONSTRAINED
+        return MaskOwner.UNCONSTRAINED
     if mask in own:
-        return Ownership.OWN
-    return Ownership.EXTERNAL
+        return MaskOwner.OWN
+    return MaskOwner.EXTERNAL
 
 
-def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: Policy, workers: CpuSet) -> Decision:
+def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: ExternalMaskPolicy,
+           workers: CpuSet) -> Decision:
     """The whole policy: the process mask ``mask`` × ``policy`` → what to apply. No kernel call.
 
     ``baseline`` is what the process may use at all, ``own`` the masks numapin
     applied, ``workers`` the placement's CPUs for the worker threads.
     """
     ownership = classify(mask, baseline, own)
-    if policy is Policy.OFF:
-        return Decision(Action.OFF, ownership, CpuSet())
-    if ownership is not Ownership.EXTERNAL:
-        return Decision(Action.PINNED, ownership, workers)
-    if policy is Policy.RESPECT:
+    if policy is ExternalMaskPolicy.OFF:
+        return Decision(PinAction.OFF, ownership, CpuSet())
+    if ownership is not MaskOwner.EXTERNAL:
+        return Decision(PinAction.PINNED, ownership, workers)
+    if policy is ExternalMaskPolicy.RESPECT:
         inside = workers & mask
-        return Decision(Action.PINNED_INSIDE if inside else Action.KEPT_EXTERNAL, ownership, inside)
-    if policy is Policy.RESET:
-        return Decision(Action.RESET, ownership, baseline)
-    if policy is Policy.OVERRIDE:
-        return Decision(Action.OVERRODE, ownership, workers)
-    raise AssertionError(f"policy {policy} has no decision")  # a new Policy must be decided here
+        return Decision(PinAction.PINNED_INSIDE if inside else PinAction.KEPT_EXTERNAL, ownership, inside)
+    if policy is ExternalMaskPolicy.RESET:
+        return Decision(PinAction.RESET, ownership, baseline)
+    if policy is ExternalMaskPolicy.OVERRIDE:
+        return Decision(PinAction.OVERRODE, ownership, workers)
+    raise AssertionError(f"policy {policy} has no decision")  # a new ExternalMaskPolicy must be decided here
 
 
 # -- process-wide state ---------------------------------------------------
@@ -427,22 +429,32 @@ class PinState:
         record = self.live_record()
         return record.mask if record is not None else self.before_deliberate.get(tid, mask)
 
-    def saved(self) -> tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]:
-        return self.record, dict(self.deliberate), dict(self.before_deliberate)
+    def saved(self) -> Saved:
+        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate))
 
-    def applied_since(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> set[CpuSet]:
+    def applied_since(self, saved: Saved) -> set[CpuSet]:
         """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
-        found = {m for tid, m in self.deliberate.items() if saved[1].get(tid) != m}
-        if self.record is not None and self.record is not saved[0]:
+        found = {m for tid, m in self.deliberate.items() if saved.deliberate.get(tid) != m}
+        if self.record is not None and self.record is not saved.record:
             found |= {self.record.mask, self.record.target}
         return found
 
-    def restore(self, saved: tuple[Record | None, dict[int, CpuSet], dict[int, CpuSet]]) -> None:
-        record = saved[0]
+    def restore(self, saved: Saved) -> None:
+        record = saved.record
         if record is not None and record.pid != os.getpid():
             # Saved in the parent before a fork: the mask it names is the one this child inherited.
             record = replace(record, pid=os.getpid(), source="inherited")
-        self.record, self.deliberate, self.before_deliberate = record, dict(saved[1]), dict(saved[2])
+        self.record, self.deliberate, self.before_deliberate = (record, dict(saved.deliberate),
+                                                                dict(saved.before_deliberate))
+
+
+@record
+class Saved:
+    """What a lease remembers of the pin state, to put back on exit."""
+
+    record: Record | None
+    deliberate: Mapping[int, CpuSet]
+    before_deliberate: Mapping[int, CpuSet]
 
 
 _STATE = PinState()
@@ -527,7 +539,7 @@ def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuS
 class Constraint:
     """The calling thread's process mask, whose it is, and the baseline it is compared with."""
 
-    ownership: Ownership
+    ownership: MaskOwner
     mask: CpuSet
     baseline: CpuSet
 
@@ -718,8 +730,8 @@ def pin(
     gpu: int | None = None,
     *,
     cpus: CpuSpec | None = None,
-    mode: str | Mode | None = None,
-    policy: str | Policy = "respect",
+    mode: str | PlacementMode | None = None,
+    policy: str | ExternalMaskPolicy = "respect",
     all_threads: bool = False,
     strict: bool = False,
     reserve: int = 0,
@@ -742,7 +754,7 @@ def pin(
     :func:`pin_thread`) and every other thread to the rest. ``threadpools=True``
     also sizes the OpenMP and BLAS pools already loaded to the target's CPU count
     (through threadpoolctl, when installed; ``PinResult.threadpools`` says what changed).
-    ``mode`` is a :class:`Mode` (default ``node``).
+    ``mode`` is a :class:`PlacementMode` (default ``node``).
 
     ``placement`` pins to a placement already decided (``pin(placement=plan(1))``)
     instead of deciding again from ``gpu``, ``cpus``, ``mode`` and ``reserve``,
@@ -764,28 +776,28 @@ def pin(
     elif cpus is None and mode is not None:
         parse_mode(mode)
     memory_mode = _memory.parse_memory_mode(memory)
-    if chosen_policy is Policy.OFF:
-        return PinResult(Action.OFF, policy=chosen_policy)
+    if chosen_policy is ExternalMaskPolicy.OFF:
+        return PinResult(PinAction.OFF, policy=chosen_policy)
     ops = kernel or LinuxThreads()
     pins = _STATE
     with pins.lock:
         try:
             facts = cached_facts(root, env)
             if placement is None:
-                placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode or Mode.NODE, reserve=reserve)
+                placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode or PlacementMode.NODE, reserve=reserve)
             else:
                 explicit_cpus(facts.topology, placement.cpus)  # a placement made elsewhere must fit here
         except UsageError:
             raise
         except (EnvironmentProblem, OSError) as exc:
-            return _fail(strict, str(exc), PinResult(Action.NOTHING, policy=chosen_policy, message=str(exc)))
+            return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)))
         return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
                                                             migrate, env, root, threadpools))
 
 
 @record
 class _Options:
-    policy: Policy
+    policy: ExternalMaskPolicy
     all_threads: bool
     strict: bool
     memory: MemoryMode
@@ -804,17 +816,17 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         mine = ops.get_affinity(me)
     except OSError as exc:
         message = f"cannot read this thread's mask ({errno_name(exc.errno)})"
-        return _fail(strict, message, PinResult(Action.NOTHING, policy=policy, message=message))
+        return _fail(strict, message, PinResult(PinAction.NOTHING, policy=policy, message=message))
     pins.forget_exited(ops)
     previous = pins.process_mask_of_caller(me, mine)
     own = pins.own_masks(options.environ)
     decision = decide(previous, baseline, own, policy, placement.workers)
     wanted, ownership = decision.target, decision.ownership
-    if decision.action is Action.KEPT_EXTERNAL:
+    if decision.action is PinAction.KEPT_EXTERNAL:
         message = (f"the process mask {previous} was set by someone else and does not meet the "
                    f"placement {placement.cpus}; left as it is (policy respect)")
         pins.warn_once(f"numapin: {message}")
-        return PinResult(Action.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
+        return PinResult(PinAction.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
                          previous=previous, message=message)
     walk = _Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
     # Interruption (KeyboardInterrupt, a signal handler's exception) may land anywhere below. Until
@@ -836,7 +848,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
     """The walk, memory and thread pools for a decided pin; the record written last."""
     policy, strict = options.policy, options.strict
     wanted, ownership = decision.target, decision.ownership
-    reserve_me = bool(placement.reserved) and decision.action is not Action.RESET
+    reserve_me = bool(placement.reserved) and decision.action is not PinAction.RESET
     try:
         walk.run(me)
         if reserve_me:
@@ -845,22 +857,22 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
         # Nothing may stay half-applied when the walk itself broke.
         walk.rollback()
         message = f"cannot list this process's threads ({errno_name(exc.errno)}); changes rolled back"
-        return _fail(strict, message, PinResult(Action.NOTHING, wanted, placement=placement, policy=policy,
+        return _fail(strict, message, PinResult(PinAction.NOTHING, wanted, placement=placement, policy=policy,
                                                 ownership=ownership, previous=previous, message=message))
     results = ThreadResults(walk.fates)
     counts = walk.counts
 
-    def unapplied(action: Action, mask: CpuSet = wanted) -> PinResult:
+    def unapplied(action: PinAction, mask: CpuSet = wanted) -> PinResult:
         return PinResult(action, wanted, mask, placement, policy, ownership, previous, results, counts=counts)
 
     if counts[Outcome.FAILED] and strict:
         walk.rollback()
         failed = [r for r in results if r.outcome is Outcome.FAILED]
         raise PinError(f"{len(failed)} threads refused the mask {wanted} (changes rolled back): "
-                       + ", ".join(str(r) for r in failed[:5]), unapplied(Action.ROLLED_BACK))
+                       + ", ".join(str(r) for r in failed[:5]), unapplied(PinAction.ROLLED_BACK))
     if not counts[Outcome.PINNED] and not counts[Outcome.ALREADY]:
         walk.settled = True  # nothing was changed
-        return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(Action.NOTHING))
+        return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(PinAction.NOTHING))
     mask = _read_back(ops, walk.fates, wanted)
     placed = None
     if options.memory is not MemoryMode.NONE or options.migrate:
@@ -870,7 +882,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
         except NumapinError as exc:  # strict only: the CPU part goes back too
             walk.rollback()
             raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
-                           unapplied(Action.ROLLED_BACK, mask)) from exc
+                           unapplied(PinAction.ROLLED_BACK, mask)) from exc
     pools: tuple[str, ...] = ()
     if options.threadpools:
         try:
@@ -934,15 +946,31 @@ def pin_thread(
         except OSError as exc:
             outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc.errno))
             return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc.errno)})",
-                         PinResult(Action.NOTHING, placement.cpus, placement=placement, threads=(outcome,)))
+                         PinResult(PinAction.NOTHING, placement.cpus, placement=placement, threads=(outcome,)))
         pins.mark_deliberate(ops, me, after, before)
-        return PinResult(Action.PINNED_CALLER, placement.cpus, after, placement,
+        return PinResult(PinAction.PINNED_CALLER, placement.cpus, after, placement,
                          threads=(ThreadResult(me, Outcome.PINNED, before, after),))
 
 
 @contextlib.contextmanager
-def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
-    """:func:`pin` as a lease: on exit every thread gets its original mask back.
+def pinned(
+    gpu: int | None = None,
+    *,
+    cpus: CpuSpec | None = None,
+    mode: str | PlacementMode | None = None,
+    policy: str | ExternalMaskPolicy = "respect",
+    all_threads: bool = False,
+    strict: bool = False,
+    reserve: int = 0,
+    memory: str | MemoryMode = "none",
+    migrate: bool = False,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    kernel: ThreadKernel | None = None,
+    threadpools: bool = False,
+    placement: Placement | None = None,
+) -> Iterator[PinResult]:
+    """:func:`pin` as a lease (the same parameters): on exit every thread gets its original mask back.
 
     Threads created during the lease get the original mask of the thread that
     took it; a thread whose mask someone else changed meanwhile keeps it. A
@@ -955,8 +983,8 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
     one is a :class:`UsageError`, raised before anything changes: two restores
     that each undo half of the other's work would leave no defined state.
     """
-    ops: ThreadKernel = options.get("kernel") or LinuxThreads()
-    policy_before = _policy_or_none() if options.get("memory", MemoryMode.NONE) != MemoryMode.NONE else None
+    ops: ThreadKernel = kernel or LinuxThreads()
+    policy_before = _policy_or_none() if _memory.parse_memory_mode(memory) is not MemoryMode.NONE else None
     pins = _STATE
     with pins.lock:
         me = ops.self_tid()
@@ -971,7 +999,9 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
         if me not in saved:
             saved[me] = ops.get_affinity(me)
         remembered = pins.saved()
-        result = pin(gpu, **options)
+        result = pin(gpu, cpus=cpus, mode=mode, policy=policy, all_threads=all_threads, strict=strict,
+                     reserve=reserve, memory=memory, migrate=migrate, root=root, environ=environ, kernel=ops,
+                     threadpools=threadpools, placement=placement)
         pins.lease_holders.append(me)
     try:
         yield result
@@ -985,14 +1015,14 @@ def pinned(gpu: int | None = None, **options: Any) -> Iterator[PinResult]:
             if policy_before is not None and result.memory is not None \
                     and result.memory.applied is not MemoryMode.NONE:
                 try:
-                    facts = cached_facts(options.get("root"), options.get("environ") or os.environ)
+                    facts = cached_facts(root, os.environ if environ is None else environ)
                     _memory.set_mempolicy(*policy_before, limits=_memory.MemoryNodes.of(facts.topology))
                 except (NumapinError, OSError) as exc:
                     log.warning("numapin: could not restore the memory policy %s %s after the lease: %s",
                                 policy_before[0].name, policy_before[1], exc)
 
 
-def _policy_or_none() -> tuple[_memory.MemoryPolicy, CpuSet] | None:
+def _policy_or_none() -> tuple[_memory.KernelMemoryPolicy, CpuSet] | None:
     """The calling thread's memory policy, or None where it cannot be read (the lease then leaves it)."""
     try:
         return _memory.get_mempolicy()
@@ -1018,3 +1048,15 @@ def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinRe
             ops.set_affinity(tid, original)
 
     _finish(tids, put_back)  # runs to the end even when interrupted
+
+
+#: Old names, importable for one release with a DeprecationWarning.
+_RENAMED = {
+    "Policy": ("numapin.pinning", "ExternalMaskPolicy"),
+    "Ownership": ("numapin.pinning", "MaskOwner"),
+    "Action": ("numapin.pinning", "PinAction"),
+}
+
+
+def __getattr__(name: str) -> object:
+    return moved(__name__, name, _RENAMED)

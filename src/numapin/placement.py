@@ -14,6 +14,7 @@ import enum
 from collections.abc import Mapping
 
 from .cpuset import CpuSet, CpuSpec
+from .deprecation import moved
 from .environment import RANK_MAP
 from .errors import EnvironmentProblem, UsageError, parse_choice
 from .facts import Facts
@@ -26,14 +27,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Mode", "Placement", "PlacementError", "parse_mode", "place", "resolve"]
+__all__ = ["Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve"]
 
 
 class PlacementError(EnvironmentProblem):
     """The machine offers nothing to place on (say, the GPU's node lies outside the cgroup)."""
 
 
-class Mode(str, enum.Enum):
+class PlacementMode(str, enum.Enum):
     """Where a GPU's worker runs. Examples are for ``dgx-h100`` (GPU 0 on node 0)."""
 
     NODE = "node"
@@ -59,9 +60,10 @@ class Mode(str, enum.Enum):
         return self.value
 
 
-def parse_mode(mode: str | Mode) -> Mode:
+def parse_mode(mode: str | PlacementMode) -> PlacementMode:
     """A mode a caller may ask for by name (``explicit`` is what giving CPUs makes, not a mode to ask for)."""
-    return parse_choice(Mode, mode, "mode", among=tuple(m for m in Mode if m is not Mode.EXPLICIT))
+    askable = tuple(m for m in PlacementMode if m is not PlacementMode.EXPLICIT)
+    return parse_choice(PlacementMode, mode, "mode", among=askable)
 
 
 @record
@@ -75,7 +77,7 @@ class Placement:
     cpus: CpuSet
     mems: CpuSet
     reason: str
-    mode: Mode
+    mode: PlacementMode
     gpu: int | None = None
     pci: str | None = None
     node: int | None = None
@@ -199,7 +201,7 @@ def place(
     inventory: Inventory,
     gpu: VisibleGpu | None,
     *,
-    mode: str | Mode = Mode.NODE,
+    mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
     rank: int | None = None,
@@ -211,15 +213,15 @@ def place(
             cpus=chosen,
             mems=_mems(topology, chosen),
             reason=f"explicit CPUs {chosen}",
-            mode=Mode.EXPLICIT,
+            mode=PlacementMode.EXPLICIT,
             gpu=None if gpu is None else gpu.index,
             pci=None if gpu is None else gpu.gpu.pci,
             node=None,
             rank=rank,
             reserved=_reserve(topology, chosen, reserve),
         )
-    chosen_mode = parse_choice(Mode, mode, "mode")
-    if gpu is None or chosen_mode is Mode.EXPLICIT:
+    chosen_mode = parse_choice(PlacementMode, mode, "mode")
+    if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
         raise UsageError("a placement needs a GPU and a mode, or explicit cpus")
     physical = gpu.gpu
     domain, where = _domain(topology, physical)
@@ -228,17 +230,17 @@ def place(
             f"GPU {gpu.index} ({physical.pci}): {where} has no CPU inside the allowed CPUs {topology.allowed}"
         )
     reason = f"GPU {gpu.index} ({physical.pci}) on {where}"
-    if chosen_mode is Mode.NODE:
+    if chosen_mode is PlacementMode.NODE:
         chosen = domain
-    elif chosen_mode is Mode.SOCKET:
+    elif chosen_mode is PlacementMode.SOCKET:
         packages = [p for p in topology.packages if p.cpus & domain]
         chosen = CpuSet.union(p.cpus for p in packages) & topology.allowed
         reason += ", package " + ",".join(str(p.id) for p in packages)
-    elif chosen_mode is Mode.EXCLUSIVE:
+    elif chosen_mode is PlacementMode.EXCLUSIVE:
         chosen = _exclusive(topology, inventory, physical, domain, where)
         peers = _siblings(inventory, physical)
         reason += f", share {peers.index(physical) + 1} of {len(peers)}"
-    elif chosen_mode is Mode.CORE_COMPLEX:
+    elif chosen_mode is PlacementMode.CORE_COMPLEX:
         group = _core_complex(topology, inventory, physical, domain)
         if group is None:
             chosen = domain
@@ -246,7 +248,7 @@ def place(
         else:
             chosen = group
             reason += ", last-level cache group"
-    elif chosen_mode is Mode.SINGLE:
+    elif chosen_mode is PlacementMode.SINGLE:
         chosen = _single(topology, inventory, physical, domain)
         reason += ", one core"
     else:  # a mode added to the enum but not here must fail loudly, never act as another
@@ -271,7 +273,7 @@ def resolve(
     gpu: int | None = None,
     cpus: CpuSpec | None = None,
     rank: LocalRank | None = None,
-    mode: str | Mode = Mode.NODE,
+    mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
 ) -> Placement:
     """The placement for this request: the one answer to "which GPU, which CPUs".
@@ -296,3 +298,13 @@ def resolve(
             if facts.visible else 0
     return place(facts.topology, facts.inventory, select_gpu(facts.visible, gpu), mode=mode, reserve=reserve,
                  rank=None if rank is None else rank.rank)
+
+
+#: Old names, importable for one release with a DeprecationWarning.
+_RENAMED = {
+    "Mode": ("numapin.placement", "PlacementMode"),
+}
+
+
+def __getattr__(name: str) -> object:
+    return moved(__name__, name, _RENAMED)

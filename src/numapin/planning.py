@@ -9,7 +9,7 @@ from .cpuset import CpuSpec
 from .environment import RANK_MAP
 from .facts import gather
 from .gpus import select_gpu
-from .placement import Mode, Placement, resolve
+from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank
 
 __all__ = ["plan", "plan_ranks"]
@@ -18,7 +18,7 @@ __all__ = ["plan", "plan_ranks"]
 def plan(
     gpu: int | None = None,
     *,
-    mode: str | Mode = Mode.NODE,
+    mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
     root: str | os.PathLike[str] | None = None,
@@ -35,7 +35,7 @@ def plan(
 
 def plan_ranks(
     *,
-    mode: str | Mode = Mode.NODE,
+    mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
     gpus: Sequence[int] | None = None,

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from ..environment import TLLM_AFFINITY
 from ..logger import log
-from ..pinning import Ownership, PinResult, constraint, pin
+from ..pinning import MaskOwner, PinResult, constraint, pin
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
 
@@ -59,7 +59,7 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
         if setting == "1":
             return pin(device_id, policy="override", kernel=kernel)
         found = constraint(kernel=kernel)
-        if found.ownership is Ownership.EXTERNAL:
+        if found.ownership is MaskOwner.EXTERNAL:
             log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
             log.warning(
                 "numapin: process %d has constrained CPU affinity but `%s` is not set. "
