@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from kernel_model import ModelKernel
-from numapin import CpuSet, NumapinError, machines, pinning, refresh
+from numapin import CpuSet, NumapinError, machines, ownership, pinning, refresh
 from numapin.cli import _show_json, _show_text
 from numapin.facts import gather
 from numapin.planning import plan_ranks
@@ -122,7 +122,7 @@ def sweep(root: Path) -> int:
 @pytest.fixture(autouse=True)
 def _own_state(monkeypatch: pytest.MonkeyPatch) -> None:
     # The model is not this process: its pins must not reach numapin's record here.
-    monkeypatch.setattr(pinning, "_STATE", pinning.PinState())
+    monkeypatch.setattr(ownership, "_STATE", ownership.PinState())
 
 
 SMALL = machines.MachineSpec("small-grace", sockets=2, cores_per_socket=2, gpus_per_node=1, gpu_memory_nodes=True,

@@ -16,9 +16,16 @@ from conftest import in_child
 from live import ALL, NODE0, REAL_NODES
 from memory_model import ModelMemory
 from numapin import CpuSet, UsageError
-from numapin.memory import get_mempolicy, set_mempolicy
+from numapin.memory import (
+    MemoryMode,
+    MemoryPolicyError,
+    get_mempolicy,
+    migrate,
+    place_memory,
+    set_mempolicy,
+    system_nodes,
+)
 from numapin.numa import KernelMemoryPolicy
-from numapin.memory import MemoryMode, MemoryPolicyError, migrate, place_memory, system_nodes
 from numapin.numamaps import parse_numa_maps, residency
 
 pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node 0")

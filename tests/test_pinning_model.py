@@ -36,9 +36,9 @@ def _fresh_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The model is not the real process: what numapin records about it must
     # not reach other tests (nor the children they fork). The state object is
     # swapped for one of the model's own, and put back.
-    from numapin import pinning
+    from numapin import ownership
 
-    monkeypatch.setattr(pinning, "_STATE", pinning.PinState())
+    monkeypatch.setattr(ownership, "_STATE", ownership.PinState())
     yield
 
 
@@ -211,22 +211,6 @@ def test_any_other_tensorrt_llm_value_does_nothing(value: str, gb300: Path) -> N
     finally:
         del os.environ["TLLM_NUMA_AWARE_WORKER_AFFINITY"]
     assert kernel.masks == before and kernel.sets == 0
-
-
-def test_thread_results_read_as_the_tuple_of_records_they_stand_for() -> None:
-    from numapin.pinning import PinAction, PinResult, ThreadResult, ThreadResults
-
-    shared = (Outcome.PINNED, GRACE0, GRACE1, None)  # the walk shares one fate among threads that fare alike
-    results = ThreadResults({11: shared, 12: shared, 13: (Outcome.FAILED, GRACE0, None, "EPERM")})
-    expected = (ThreadResult(11, Outcome.PINNED, GRACE0, GRACE1), ThreadResult(12, Outcome.PINNED, GRACE0, GRACE1),
-                ThreadResult(13, Outcome.FAILED, GRACE0, None, "EPERM"))
-    assert len(results) == 3 and results == expected and expected == results
-    assert results[1].tid == 12 and results[-1].error == "EPERM" and results[:2] == expected[:2]
-    assert list(results) == list(expected) and [r.tid for r in results] == [11, 12, 13]
-    assert hash(results) == hash(expected) and repr(results) == repr(expected)
-    assert results != expected[:2] and results != list(expected)
-    assert PinResult(PinAction.PINNED, threads=results) == PinResult(PinAction.PINNED, threads=expected)
-    assert PinResult(PinAction.PINNED, threads=results).tids(Outcome.FAILED) == (13,)
 
 
 def test_every_thread_has_one_result_agreeing_with_the_counts(gb300: Path) -> None:

@@ -9,8 +9,7 @@ import pytest
 
 from conftest import FIXTURES, Snapshots, snapshot_names
 from numapin import CpuSet, read_topology
-from numapin.host import HostError
-from numapin.host import Host
+from numapin.host import Host, HostError
 from numapin.machines import SHAPES
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())

@@ -1,54 +1,38 @@
 """Idempotent, ownership-aware pinning of every thread of the process; leases.
 
-This is the only stateful part of numapin. Its state (:class:`PinState`) is
-one object: the record of what numapin applied (process id, the mask read
-back, the target), the threads placed on purpose, the warnings given (the
-machine's facts are :mod:`numapin.facts`', read once per process). A mask
-is *external* only when it is neither the process's unconstrained baseline
-(online CPUs inside the cgroup cpuset) nor numapin's own: its record, the
-marker that ``numapin exec`` leaves in the environment, or the mask a forked
-child was born with.
-
-What to do with a mask is a pure decision (:func:`decide`, one table of
-policy × ownership); :func:`pin` reads the facts, asks for that decision and
-carries it out over every thread.
+:func:`pin` reads the facts (:mod:`numapin.facts`), resolves the placement,
+asks :func:`numapin.decision.decide` what to do with the process mask, carries
+it out over every thread (:class:`numapin.walk.Walk`) and memory, and writes
+numapin's record (:mod:`numapin.ownership`) last. The result says what
+happened to each thread (:mod:`numapin.results`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
-import threading
-from collections import namedtuple
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
+from .decision import Decision, ExternalMaskPolicy, MaskOwner, PinAction, classify, decide, parse_policy
 from .deprecation import moved
-from .environment import APPLIED
-from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name, parse_choice
+from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name
 from .facts import Facts
 from .facts import cached as cached_facts
 from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
+from .ownership import PinState, Record, exec_marker, state
 from .placement import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
-from .records import field, record, replace
+from .records import record
+from .results import PinError, PinResult, ThreadResult
 from .threadpools import ThreadpoolsUnavailable
 from .threadpools import resize as resize_pools
-from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of, walk_calls
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
-if TYPE_CHECKING:
-    from typing import Any
-
-    #: A thread's fate without its id, ``(outcome, before, after, error)``: the
-    #: walk shares one such tuple among all the threads that fared alike.
-    Fate = tuple[Outcome, CpuSet | None, CpuSet | None, str | None]
+from .threads import LinuxThreads, Outcome, ThreadKernel, outcome_of
+from .walk import Walk, finish
 
 __all__ = [
-    "MARKER_ENV",
     "Constraint",
     "Current",
     "Decision",
@@ -60,7 +44,6 @@ __all__ = [
     "PinState",
     "Record",
     "ThreadResult",
-    "ThreadResults",
     "classify",
     "constraint",
     "current",
@@ -72,414 +55,6 @@ __all__ = [
     "refresh",
     "state",
 ]
-
-#: Set by ``numapin exec`` to the cpulist it applied before starting the program.
-MARKER_ENV = APPLIED
-
-
-class ExternalMaskPolicy(str, enum.Enum):
-    """What to do when the process mask is external (set by a launcher, Slurm, numactl...)."""
-
-    RESPECT = "respect"
-    """Never widen it: pin to (target ∩ external mask), or leave it and warn once when that is empty."""
-
-    OVERRIDE = "override"
-    """Ignore it: pin to the target (which always lies inside the cgroup cpuset)."""
-
-    RESET = "reset"
-    """Remove it: restore the unconstrained baseline (TensorRT-LLM's automatic behaviour)."""
-
-    OFF = "off"
-    """Do nothing at all."""
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def parse_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
-    return parse_choice(ExternalMaskPolicy, policy, "policy")
-
-
-class MaskOwner(str, enum.Enum):
-    """Who set the process mask, as far as numapin can tell."""
-
-    UNCONSTRAINED = "unconstrained"
-    OWN = "numapin"
-    EXTERNAL = "external"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class PinAction(str, enum.Enum):
-    """What a pin did, as a whole (each thread's own fate is in its :class:`ThreadResult`)."""
-
-    PINNED = "pinned"
-    PINNED_INSIDE = "pinned inside the external mask"
-    KEPT_EXTERNAL = "kept external mask"
-    RESET = "reset the external mask to the baseline"
-    OVERRODE = "overrode the external mask"
-    NOTHING = "nothing pinned"
-    ROLLED_BACK = "rolled back"
-    OFF = "off: nothing done"
-    PINNED_CALLER = "pinned the calling thread"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@record
-class Record:
-    """What numapin applied in this process."""
-
-    pid: int
-    mask: CpuSet
-    target: CpuSet
-    gpu: int | None = None
-    source: str = "pin"
-
-
-if TYPE_CHECKING:
-    from typing import NamedTuple
-
-    class _ThreadFields(NamedTuple):
-        tid: int
-        outcome: Outcome
-        before: CpuSet | None = None
-        after: CpuSet | None = None
-        error: str | None = None
-else:
-    # typing.NamedTuple would import typing at run time for this one class: the same tuple from collections.
-    _ThreadFields = namedtuple("ThreadResult", ("tid", "outcome", "before", "after", "error"), defaults=(None,) * 3)
-
-
-class ThreadResult(_ThreadFields):
-    """One thread's fate. An immutable record (a named tuple)."""
-
-    __slots__ = ()
-
-    def __str__(self) -> str:
-        text = f"{self.tid}: {self.outcome}"
-        if self.error:
-            text += f" ({self.error})"
-        return text
-
-
-class ThreadResults(Sequence[ThreadResult]):
-    """Every thread's fate, in walk order: an immutable sequence of :class:`ThreadResult`.
-
-    The walk records one shared fate per thread; the ThreadResult records are
-    made when someone first reads them. Most pins are only counted (their
-    result's ``counts``), and making a record per thread would cost a pin of a
-    thousand threads about a twentieth of its time.
-    """
-
-    __slots__ = ("_fates", "_made")
-
-    def __init__(self, fates: Mapping[int, Fate]) -> None:
-        self._fates = fates
-        self._made: tuple[ThreadResult, ...] | None = None
-
-    def _all(self) -> tuple[ThreadResult, ...]:
-        if self._made is None:
-            new = tuple.__new__
-            self._made = tuple(new(ThreadResult, (tid, *fate)) for tid, fate in self._fates.items())
-        return self._made
-
-    def __len__(self) -> int:
-        return len(self._fates)
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._all()[index]
-
-    def __iter__(self) -> Iterator[ThreadResult]:
-        return iter(self._all())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ThreadResults | tuple):
-            return self._all() == tuple(other)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(self._all())
-
-    def __repr__(self) -> str:
-        return repr(self._all())
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # __slots__ without __getstate__ would refuse pickle's protocols 0 and 1.
-        return ThreadResults, (dict(self._fates),)
-
-
-@record
-class PinResult:
-    """The truthful outcome of one pin: the decision, the target and every thread's fate."""
-
-    action: PinAction
-    target: CpuSet | None = None
-    mask: CpuSet | None = None
-    placement: Placement | None = None
-    policy: ExternalMaskPolicy = ExternalMaskPolicy.RESPECT
-    ownership: MaskOwner | None = None
-    previous: CpuSet | None = None
-    threads: Sequence[ThreadResult] = ()
-    memory: _memory.MemoryResult | None = None
-    message: str | None = None
-    counts: Mapping[Outcome, int] | None = field(default=None, compare=False)
-    """How many threads had each outcome, when the walk counted them (else counted from ``threads``)."""
-    threadpools: tuple[str, ...] = ()
-    """The thread pools resized (``pin(threadpools=True)``), as ``"openmp (libgomp.so.1): 2 -> 1"``."""
-
-    def count(self, outcome: Outcome) -> int:
-        if self.counts is not None:
-            return self.counts.get(outcome, 0)
-        return sum(1 for t in self.threads if t.outcome is outcome)
-
-    def tids(self, outcome: Outcome) -> tuple[int, ...]:
-        return tuple(t.tid for t in self.threads if t.outcome is outcome)
-
-    @property
-    def changed(self) -> bool:
-        return self.count(Outcome.PINNED) > 0
-
-    @property
-    def on_target(self) -> bool:
-        """True when at least one thread now runs on the target and none failed."""
-        landed = self.count(Outcome.PINNED) + self.count(Outcome.ALREADY)
-        return landed > 0 and self.count(Outcome.FAILED) == 0
-
-    def __str__(self) -> str:
-        parts = [self.action.value]
-        if self.ownership is MaskOwner.EXTERNAL and self.previous is not None:
-            parts[0] += f" {self.previous}"
-        if self.target is not None:
-            parts.append(f"target {self.target}")
-        if self.placement is not None and self.placement.gpu is not None:
-            # CUDA's logical index alone is ambiguous across processes (every Ray
-            # actor sees "GPU 0"): name the physical device as well.
-            where = [w for w in (self.placement.pci, None if self.placement.node is None
-                                 else f"node {self.placement.node}") if w]
-            parts.append(f"for GPU {self.placement.gpu}" + (f" ({', '.join(where)})" if where else ""))
-        counts = ", ".join(f"{n} {o}" for o in Outcome if (n := self.count(o)))
-        if counts:
-            parts.append(f"threads: {counts}")
-        if self.memory is not None:
-            parts.append(str(self.memory))
-        if self.threadpools:
-            parts.append("thread pools: " + ", ".join(self.threadpools))
-        if self.message:
-            parts.append(self.message)
-        return "numapin: " + "; ".join(parts)
-
-
-class PinError(NumapinError):
-    """A strict pin failed; ``result`` tells what happened (changes were rolled back)."""
-
-    def __init__(self, message: str, result: PinResult) -> None:
-        super().__init__(message)
-        self.result = result
-
-
-# -- the decision -----------------------------------------------------------
-
-
-@record
-class Decision:
-    """What to do with the process mask: the action, whose mask it is, and the CPUs to apply."""
-
-    action: PinAction
-    ownership: MaskOwner
-    target: CpuSet  # empty when nothing is to be applied
-
-
-def classify(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet]) -> MaskOwner:
-    """Whether ``mask`` is the unconstrained baseline, numapin's own (one of ``own``), or someone else's."""
-    if mask >= baseline:
-        return MaskOwner.UNCONSTRAINED
-    if mask in own:
-        return MaskOwner.OWN
-    return MaskOwner.EXTERNAL
-
-
-def decide(mask: CpuSet, baseline: CpuSet, own: Collection[CpuSet], policy: ExternalMaskPolicy,
-           workers: CpuSet) -> Decision:
-    """The whole policy: the process mask ``mask`` × ``policy`` → what to apply. No kernel call.
-
-    ``baseline`` is what the process may use at all, ``own`` the masks numapin
-    applied, ``workers`` the placement's CPUs for the worker threads.
-    """
-    ownership = classify(mask, baseline, own)
-    if policy is ExternalMaskPolicy.OFF:
-        return Decision(PinAction.OFF, ownership, CpuSet())
-    if ownership is not MaskOwner.EXTERNAL:
-        return Decision(PinAction.PINNED, ownership, workers)
-    if policy is ExternalMaskPolicy.RESPECT:
-        inside = workers & mask
-        return Decision(PinAction.PINNED_INSIDE if inside else PinAction.KEPT_EXTERNAL, ownership, inside)
-    if policy is ExternalMaskPolicy.RESET:
-        return Decision(PinAction.RESET, ownership, baseline)
-    if policy is ExternalMaskPolicy.OVERRIDE:
-        return Decision(PinAction.OVERRODE, ownership, workers)
-    raise AssertionError(f"policy {policy} has no decision")  # a new ExternalMaskPolicy must be decided here
-
-
-# -- process-wide state ---------------------------------------------------
-
-
-def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
-    """The mask ``numapin exec`` applied, from its environment marker (None when absent or malformed)."""
-    text = environ.get(MARKER_ENV)
-    if not text:
-        return None
-    try:
-        return CpuSet.parse(text)
-    except ValueError:
-        log.debug("ignoring malformed %s=%r", MARKER_ENV, text)
-        return None
-
-
-class PinState:
-    """Everything numapin remembers in this process, behind one lock.
-
-    A forked child gets a fresh one (:func:`os.register_at_fork`) that says
-    the mask it was born with is numapin's, so it can re-pin quietly.
-    """
-
-    def __init__(self, record: Record | None = None) -> None:
-        self.lock = threading.RLock()
-        self.record = record
-        #: Threads that pin_thread() (or reserve=) placed: their mask, the mask each had before,
-        #: and when each started (a reused thread id is another thread).
-        self.deliberate: dict[int, CpuSet] = {}
-        self.before_deliberate: dict[int, CpuSet] = {}
-        self.started: dict[int, int | None] = {}
-        self._warned: set[str] = set()
-        #: Threads holding a lease, innermost last (all the same thread: leases do not overlap across threads).
-        self.lease_holders: list[int] = []
-        #: The target of a pin whose walk is under way (another thread may fork meanwhile).
-        self.in_flight: CpuSet | None = None
-
-    def forked(self, forking_tid: int) -> PinState:
-        """The state of a child just forked from this process by its thread ``forking_tid``.
-
-        The child's one thread was copied from the forking thread, whose mask
-        may be the record's, a pin's under way in another thread (before or
-        after the walk reached it), or a deliberate one: when it is any of
-        numapin's, the child's record is the mask it was born with, so its
-        own pin never mistakes it for someone else's. Leases that thread held
-        are the child's to leave.
-        """
-        record, flight = self.record, self.in_flight
-        child = PinState()
-        child.lease_holders = [threading.get_native_id() for tid in self.lease_holders if tid == forking_tid]
-        if record is None and flight is None:
-            return child
-        ours = {*self.deliberate.values(), *(() if flight is None else (flight,)),
-                *(() if record is None else (record.mask, record.target))}
-        try:
-            born: CpuSet | None = CpuSet(os.sched_getaffinity(0))
-        except OSError:
-            born = None
-        if born is not None and born in ours:
-            gpu = record.gpu if record is not None and flight is None else None
-            child.record = Record(os.getpid(), born, born, gpu, "inherited")
-        elif record is not None:
-            child.record = replace(record, pid=os.getpid(), source="inherited")
-        return child
-
-    def live_record(self) -> Record | None:
-        record = self.record
-        return record if record is not None and record.pid == os.getpid() else None
-
-    def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
-        """The masks that are numapin's in this process: its record and the exec marker."""
-        record = self.live_record()
-        marker = exec_marker(environ)
-        return [m for m in (None if record is None else record.mask, marker) if m is not None]
-
-    def thread_masks(self) -> set[CpuSet]:
-        """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
-        record = self.live_record()
-        return {*(() if record is None else (record.mask,)), *self.deliberate.values()}
-
-    def warn_once(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            log.warning("%s", message)
-
-    def mark_deliberate(self, ops: ThreadKernel, tid: int, mask: CpuSet, before: CpuSet) -> None:
-        if tid not in self.deliberate:
-            self.before_deliberate[tid] = before
-            self.started[tid] = ops.start_time(tid)
-        self.deliberate[tid] = mask
-
-    def forget_exited(self, ops: ThreadKernel) -> None:
-        """Drop what is remembered of deliberate threads that exited, even when their id is back."""
-        for tid in list(self.deliberate):
-            if ops.start_time(tid) != self.started.get(tid):
-                self.deliberate.pop(tid, None)
-                self.before_deliberate.pop(tid, None)
-                self.started.pop(tid, None)
-
-    def process_mask_of_caller(self, tid: int, mask: CpuSet) -> CpuSet:
-        """The process mask as the calling thread sees it: a thread placed on purpose does
-        not carry it, so then it is numapin's record, or the mask the thread had before."""
-        if self.deliberate.get(tid) != mask:
-            return mask
-        record = self.live_record()
-        return record.mask if record is not None else self.before_deliberate.get(tid, mask)
-
-    def saved(self) -> Saved:
-        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate))
-
-    def applied_since(self, saved: Saved) -> set[CpuSet]:
-        """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
-        found = {m for tid, m in self.deliberate.items() if saved.deliberate.get(tid) != m}
-        if self.record is not None and self.record is not saved.record:
-            found |= {self.record.mask, self.record.target}
-        return found
-
-    def restore(self, saved: Saved) -> None:
-        record = saved.record
-        if record is not None and record.pid != os.getpid():
-            # Saved in the parent before a fork: the mask it names is the one this child inherited.
-            record = replace(record, pid=os.getpid(), source="inherited")
-        self.record, self.deliberate, self.before_deliberate = (record, dict(saved.deliberate),
-                                                                dict(saved.before_deliberate))
-
-
-@record
-class Saved:
-    """What a lease remembers of the pin state, to put back on exit."""
-
-    record: Record | None
-    deliberate: Mapping[int, CpuSet]
-    before_deliberate: Mapping[int, CpuSet]
-
-
-_STATE = PinState()
-
-
-def state() -> PinState:
-    """This process's pin state (a new one in each forked child)."""
-    return _STATE
-
-
-_FORKING = [0]  # the native id of the thread that forks, in the parent (register_at_fork's before)
-
-
-def _before_fork() -> None:
-    _FORKING[0] = threading.get_native_id()
-
-
-def _after_fork_in_child() -> None:
-    # The child is a new process: a fresh lock (the parent's may have been
-    # held by another thread at fork time, even mid-walk) and what it inherited as its own.
-    global _STATE
-    _STATE = _STATE.forked(_FORKING[0])
-
-
-os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 def refresh() -> None:
@@ -513,7 +88,7 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
     ops = kernel or LinuxThreads()
     me = ops.self_tid()
     live = ops.get_affinity(me)
-    pins = _STATE
+    pins = state()
     with pins.lock:
         record = pins.live_record()
         if pins.deliberate.get(me) == live:
@@ -553,7 +128,7 @@ def constraint(
     """Whether someone else constrained this process's mask (what :func:`pin`'s policy acts on)."""
     env = os.environ if environ is None else environ
     ops = kernel or LinuxThreads()
-    pins = _STATE
+    pins = state()
     with pins.lock:
         baseline = cached_facts(root, env).topology.allowed
         me = ops.self_tid()
@@ -561,165 +136,12 @@ def constraint(
         return Constraint(classify(mask, baseline, pins.own_masks(env)), mask, baseline)
 
 
-# -- the walk -------------------------------------------------------------
-
-
-class _Walk:
-    """Apply ``target`` to every thread, converging over threads born meanwhile."""
-
-    def __init__(self, ops: ThreadKernel, target: CpuSet, movable: set[CpuSet], all_threads: bool,
-                 deliberate: Mapping[int, CpuSet]) -> None:
-        self.ops = ops
-        self.target = target
-        self.movable = movable
-        self.all_threads = all_threads
-        self.deliberate = deliberate
-        self.fates: dict[int, Fate] = {}
-        self.counts: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
-        #: The thread ids listed so far, as the listing writes them.
-        self.known: set[str] = set()
-        #: True once the walk's changes were rolled back or recorded: nothing is left to undo.
-        self.settled = False
-
-    def run(self, first: int) -> None:
-        # The calling thread first: threads it creates from now on inherit the
-        # target. Then passes over /proc/self/task until one finds nobody new,
-        # so threads spawned meanwhile by not-yet-pinned threads are caught.
-        # This loop runs once per thread: locals instead of attributes, masks
-        # compared as integers, one fate tuple shared by the threads that fare
-        # alike, outcomes counted as they happen (nothing walks the fates again).
-        get, to_cpuset, put, arg, names = walk_calls(self.ops, self.target)
-        target, fates, counts = self.target, self.fates, self.counts
-        target_bits = target.bits
-        movable = frozenset(m.bits for m in self.movable)
-        deliberate, force = self.deliberate, self.all_threads
-        pinned = already = kept = 0
-        # Neighbouring threads almost always share a mask: the raw mask of the
-        # last read, its CpuSet and the fates of threads holding it are kept,
-        # so a thread costs the syscalls and a dictionary entry.
-        last_raw: object = None
-        before, bits = target, target.bits
-        is_pinned: Fate = (Outcome.PINNED, before, target, None)
-        is_already: Fate = (Outcome.ALREADY, before, before, None)
-        is_kept: Fate = (Outcome.KEPT, before, before, None)
-        # Whether a thread holding the last mask read may be moved: decided once per mask, not per thread.
-        may_move = True
-        fresh = [first]
-        # The ids walked, as the listing writes them: a listing with nobody new
-        # (every one but the first) is then one set comparison, made in C.
-        known = self.known
-        known.add(str(first))
-        confirmed = False
-        while fresh or not confirmed:
-            # A listing that finds nobody new is read once more: a clone in
-            # flight when the first was taken (copied from a thread not yet
-            # pinned) shows up in the second. What remains is a clone that
-            # started before its parent was pinned and is still not listed
-            # after two consecutive listings; `numapin threads --check` finds it.
-            confirmed = not fresh
-            for tid in fresh:
-                try:
-                    raw = get(tid)
-                except OSError as exc:
-                    fate: Fate = (outcome_of(exc), None, None, errno_name(exc.errno))
-                    fates[tid] = fate
-                    counts[fate[0]] += 1
-                    continue
-                if raw != last_raw:
-                    last_raw, before = raw, to_cpuset(raw)
-                    bits = before.bits
-                    may_move = force or bits in movable
-                    is_pinned = (Outcome.PINNED, before, target, None)
-                    is_already = (Outcome.ALREADY, before, before, None)
-                    is_kept = (Outcome.KEPT, before, before, None)
-                if bits == target_bits:
-                    fates[tid] = is_already
-                    already += 1
-                elif not may_move or (deliberate and not force and deliberate.get(tid) == before):
-                    fates[tid] = is_kept
-                    kept += 1
-                else:
-                    # Recorded before the call: an interruption right after it must find the change to undo.
-                    fates[tid] = is_pinned
-                    try:
-                        put(tid, arg)
-                    except OSError as exc:
-                        fate = (outcome_of(exc), before, None, errno_name(exc.errno))
-                        fates[tid] = fate
-                        counts[fate[0]] += 1
-                        continue
-                    pinned += 1
-            listed = names()
-            if known.issuperset(listed):
-                fresh = []
-            else:
-                new = [name for name in listed if name not in known]
-                known.update(new)
-                fresh = [int(name) for name in new]
-        counts[Outcome.PINNED] += pinned
-        counts[Outcome.ALREADY] += already
-        counts[Outcome.KEPT] += kept
-
-    def move_caller(self, tid: int, before: CpuSet, cpus: CpuSet) -> None:
-        """Give the calling thread a target of its own (the reserved cores) after the walk."""
-        self.counts[self.fates[tid][0]] -= 1
-        if before == cpus:
-            self.fates[tid] = (Outcome.ALREADY, before, before, None)
-            self.counts[Outcome.ALREADY] += 1
-            return
-        self.ops.set_affinity(tid, cpus)
-        self.fates[tid] = (Outcome.PINNED, before, cpus, None)
-        self.counts[Outcome.PINNED] += 1
-
-    def rollback(self) -> None:
-        """Give every thread the walk moved its mask from before.
-
-        It runs to the end even when an exception (a second signal) interrupts
-        it, resuming where it was, and raises that exception afterwards.
-        """
-        todo = [(tid, before) for tid, (outcome, before, _, _) in self.fates.items()
-                if outcome is Outcome.PINNED and before is not None]
-        self.settled = _finish(todo, lambda item: self.ops.set_affinity(*item))
-
-    def abandon(self, previous: CpuSet) -> None:
-        """Undo an interrupted walk: :meth:`rollback`, and threads born since the last listing from a
-        thread already moved (they inherited the target) get the process mask ``previous``."""
-        self.rollback()
-        try:
-            born = [tid for tid in self.ops.list_threads() if str(tid) not in self.known]
-        except OSError:
-            return
-
-        def settle(tid: int) -> None:
-            if self.ops.get_affinity(tid) == self.target:
-                self.ops.set_affinity(tid, previous)
-
-        _finish(born, settle)
-
-
-def _finish(items: list[Any], act: Callable[[Any], None]) -> bool:
-    """``act`` on each item, last first, ignoring OSError (a thread gone); resumed after any other exception,
-    which is raised once every item is done. Returns True."""
-    pending: BaseException | None = None
-    while items:
-        try:
-            while items:
-                with contextlib.suppress(OSError):
-                    act(items[-1])
-                items.pop()
-        except BaseException as exc:  # a signal handler's exception: finish first
-            pending = pending or exc
-    if pending is not None:
-        raise pending
-    return True
-
-
 def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
     if strict:
         raise PinError(message, result)
     # Once per process and problem: a worker that pins in a loop (or a library
     # that calls pin() per request) must not repeat "no GPU" at every call.
-    _STATE.warn_once(f"numapin: {message}; the process keeps its mask")
+    state().warn_once(f"numapin: {message}; the process keeps its mask")
     return result
 
 
@@ -779,7 +201,7 @@ def pin(
     if chosen_policy is ExternalMaskPolicy.OFF:
         return PinResult(PinAction.OFF, policy=chosen_policy)
     ops = kernel or LinuxThreads()
-    pins = _STATE
+    pins = state()
     with pins.lock:
         try:
             facts = cached_facts(root, env)
@@ -828,7 +250,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         pins.warn_once(f"numapin: {message}")
         return PinResult(PinAction.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
                          previous=previous, message=message)
-    walk = _Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
+    walk = Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
     # Interruption (KeyboardInterrupt, a signal handler's exception) may land anywhere below. Until
     # the record is written the pin is undone: the walk's changes rolled back, the process as it was.
     # Once it is written the pin stands, complete. A fork meanwhile: see _after_fork_in_child.
@@ -843,7 +265,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         pins.in_flight = None
 
 
-def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: CpuSet, previous: CpuSet,
+def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: CpuSet, previous: CpuSet,
                placement: Placement, decision: Decision, options: _Options, facts: Facts) -> PinResult:
     """The walk, memory and thread pools for a decided pin; the record written last."""
     policy, strict = options.policy, options.strict
@@ -859,8 +281,8 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
         message = f"cannot list this process's threads ({errno_name(exc.errno)}); changes rolled back"
         return _fail(strict, message, PinResult(PinAction.NOTHING, wanted, placement=placement, policy=policy,
                                                 ownership=ownership, previous=previous, message=message))
-    results = ThreadResults(walk.fates)
-    counts = walk.counts
+    results = tuple(walk.results.values())
+    counts = walk.counts()
 
     def unapplied(action: PinAction, mask: CpuSet = wanted) -> PinResult:
         return PinResult(action, wanted, mask, placement, policy, ownership, previous, results, counts=counts)
@@ -873,7 +295,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
     if not counts[Outcome.PINNED] and not counts[Outcome.ALREADY]:
         walk.settled = True  # nothing was changed
         return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(PinAction.NOTHING))
-    mask = _read_back(ops, walk.fates, wanted)
+    mask = _read_back(ops, results, wanted)
     placed = None
     if options.memory is not MemoryMode.NONE or options.migrate:
         try:
@@ -907,16 +329,16 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: _Walk, me: int, mine: Cp
     return result
 
 
-def _read_back(ops: ThreadKernel, fates: Mapping[int, Fate], wanted: CpuSet) -> CpuSet:
+def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: CpuSet) -> CpuSet:
     """The mask the kernel reports for a thread the walk put on ``wanted`` (the record keeps what was applied).
 
     The calling thread may hold a mask of its own (reserved or deliberate
     cores), so it is not asked unless it, too, landed on ``wanted``.
     """
-    for tid, (outcome, _, after, _) in fates.items():
-        if after == wanted and outcome in (Outcome.PINNED, Outcome.ALREADY):
+    for result in results:
+        if result.after == wanted and result.outcome in (Outcome.PINNED, Outcome.ALREADY):
             with contextlib.suppress(OSError):
-                return ops.get_affinity(tid)
+                return ops.get_affinity(result.tid)
     return wanted
 
 
@@ -934,7 +356,7 @@ def pin_thread(
     reserved cores of a placement.
     """
     ops = kernel or LinuxThreads()
-    pins = _STATE
+    pins = state()
     with pins.lock:
         facts = cached_facts(root, os.environ)
         placement = resolve(facts, os.environ, cpus=cpus)
@@ -985,7 +407,7 @@ def pinned(
     """
     ops: ThreadKernel = kernel or LinuxThreads()
     policy_before = _policy_or_none() if _memory.parse_memory_mode(memory) is not MemoryMode.NONE else None
-    pins = _STATE
+    pins = state()
     with pins.lock:
         me = ops.self_tid()
         others = [tid for tid in pins.lease_holders if tid != me]
@@ -1006,7 +428,7 @@ def pinned(
     try:
         yield result
     finally:
-        pins = _STATE  # a child forked inside the lease leaves it with its own state
+        pins = state()  # a child forked inside the lease leaves it with its own state
         with pins.lock:
             if pins.lease_holders:
                 pins.lease_holders.pop()
@@ -1047,7 +469,7 @@ def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinRe
         if now in lease_masks and now != original:
             ops.set_affinity(tid, original)
 
-    _finish(tids, put_back)  # runs to the end even when interrupted
+    finish(tids, put_back)  # runs to the end even when interrupted
 
 
 #: Old names, importable for one release with a DeprecationWarning.

@@ -68,11 +68,6 @@ class LinuxThreads:
     def __init__(self, pid: int | None = None) -> None:
         # None = this process, as seen at call time (stays right after fork).
         self._pid = pid
-        # Pinning reads one mask per thread, and neighbouring threads almost
-        # always share one: reusing the CpuSet of the last mask read keeps the
-        # per-thread cost at the syscall's.
-        self._last_read: tuple[set[int], CpuSet] | None = None
-        self._target: tuple[CpuSet, list[int]] | None = None
 
     @property
     def pid(self) -> int:
@@ -85,19 +80,10 @@ class LinuxThreads:
         return list(map(int, os.listdir(f"/proc/{self.pid}/task")))
 
     def get_affinity(self, tid: int) -> CpuSet:
-        mask = os.sched_getaffinity(tid)
-        last = self._last_read
-        if last is not None and last[0] == mask:
-            return last[1]
-        found = CpuSet(mask)
-        self._last_read = (mask, found)
-        return found
+        return CpuSet(os.sched_getaffinity(tid))
 
     def set_affinity(self, tid: int, cpus: CpuSet) -> None:
-        last = self._target
-        if last is None or last[0] is not cpus:
-            last = self._target = (cpus, list(cpus))
-        os.sched_setaffinity(tid, last[1])
+        os.sched_setaffinity(tid, cpus)
 
     def walk_calls(self, target: CpuSet) -> WalkCalls:
         """The calls a walk over many threads makes, as direct as they can be (see :class:`WalkCalls`).
