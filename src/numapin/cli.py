@@ -16,7 +16,8 @@ from collections.abc import Iterator, Sequence
 from .cpuset import CpuSet
 from .environment import LOCAL_RANK_VARIABLES
 from .errors import NumapinError
-from .host import HostError, decimal
+from .host import HostError
+from .text import decimal
 from .version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

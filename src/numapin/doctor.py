@@ -17,11 +17,12 @@ from .cpuset import CpuSet, hex_word
 from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
 from .facts import Facts, gather
-from .host import Host, decimal
+from .host import Host
 from .pinning import MaskOwner, classify, exec_marker
 from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record
+from .text import decimal
 from .threads import exited, process_environ
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

@@ -17,20 +17,19 @@ from .cpuset import CpuSet
 from .environment import APPLIED, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
 from .facts import cached as cached_facts
-from .host import decimal as count
 from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult, pin
 from .placement import Placement, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record, replace
+from .text import decimal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
-    "RESERVED_ENV",
     "ExecRequest",
     "PreparedExec",
     "apply_exec",
@@ -40,8 +39,6 @@ __all__ = [
     "prepare_exec",
 ]
 
-#: Set by ``numapin exec`` when cores were reserved: the hot thread's CPUs.
-RESERVED_ENV = RESERVED
 
 
 @record
@@ -105,7 +102,7 @@ class PreparedExec:
             p = self.placement
             lines.append(f"would pin every thread to {p.workers} ({p.reason})")
             if p.reserved:
-                lines.append(f"would export {RESERVED_ENV}={p.reserved} for the latency-critical thread")
+                lines.append(f"would export {RESERVED}={p.reserved} for the latency-critical thread")
             if self.request.memory != "none":
                 lines.append(f"would set memory policy {self.request.memory} on node(s) {p.mems}")
         if self.pools:
@@ -169,7 +166,7 @@ def parse_threads(threads: str) -> str:
     """``keep``, ``auto`` or a positive number of threads; UsageError otherwise."""
     if threads in ("keep", "auto"):
         return threads
-    value = count(threads)
+    value = decimal(threads)
     if value is None or value < 1:
         raise UsageError(f"--threads {threads[:40]!r}: keep, auto, or a positive number of threads")
     return str(value)

@@ -24,9 +24,10 @@ from .cpuset import CpuSet, hex_word
 from .deprecation import moved
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .errors import EnvironmentProblem, UsageError
-from .host import Host, decimal
+from .host import Host
 from .logger import log
 from .records import field, record, replace
+from .text import decimal
 from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

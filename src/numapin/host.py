@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["FSROOT_ENV", "Folder", "Host", "HostError", "decimal", "resolve_root"]
+__all__ = ["Folder", "Host", "HostError", "resolve_root"]
 
 # sysfs and procfs values are small; a file larger than this is no fact of ours.
 _MAX_READ = 1 << 20
@@ -27,24 +27,6 @@ _PAGE = 4096
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
 # A handle that only anchors relative opens (O_PATH: no read permission needed, nothing read).
 _FOLDER_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
-_DIGITS = frozenset("0123456789")
-
-
-def decimal(text: str | None) -> int | None:
-    """``text`` as the kernel writes an integer (ASCII, at most nine digits), or None.
-
-    ``int()`` alone would take superscripts and other scripts' digits, and
-    refuse or crawl through thousands of digits.
-    """
-    if text is None:
-        return None
-    text = text.strip()
-    digits = text[1:] if text.startswith("-") else text
-    return int(text) if 0 < len(digits) <= 9 and _DIGITS.issuperset(digits) else None
-
-FSROOT_ENV = FSROOT
-
-
 class HostError(EnvironmentProblem):
     """The filesystem root cannot serve as a machine description."""
 
@@ -52,7 +34,7 @@ class HostError(EnvironmentProblem):
 def resolve_root(root: str | os.PathLike[str] | None = None) -> str:
     """The root to read: ``root``, else ``$NUMAPIN_FSROOT``, else ``/`` (as a string path)."""
     if root is None:
-        root = os.environ.get(FSROOT_ENV) or "/"
+        root = os.environ.get(FSROOT) or "/"
     return os.fspath(root)
 
 
@@ -187,9 +169,6 @@ class Host:
             return os.listdir(self.path(rel))
         except OSError:
             return []
-
-    def exists(self, rel: str) -> bool:
-        return os.path.exists(self.path(rel))
 
     def check(self) -> None:
         """Raise HostError when the root cannot describe a machine at all."""

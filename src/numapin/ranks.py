@@ -17,13 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .environment import LOCAL_RANK_VARIABLES, RANK_MAP
-from .errors import UsageError
+from .errors import UsageError, quoted
 from .records import record
+from .text import decimal
 
-__all__ = ["LocalRank", "decimal", "gpu_for_rank", "local_rank", "requested_rank"]
-
-# Launchers write plain ASCII decimals; nine digits is far beyond any rank.
-_MAX_DIGITS = 9
+__all__ = ["LocalRank", "gpu_for_rank", "local_rank", "rank_number", "requested_rank"]
 
 
 @record
@@ -41,22 +39,17 @@ class LocalRank:
         return text
 
 
-def decimal(name: str, value: str) -> int:
-    """``value`` as a non-negative ASCII decimal, or a UsageError naming ``name``.
-
-    ``str.isdigit`` alone would let superscripts and other scripts' digits
-    through, which ``int`` then refuses or reads differently.
-    """
-    text = value.strip()
-    if not (text.isascii() and text.isdigit()) or len(text) > _MAX_DIGITS:
-        shown = value if len(value) <= 40 else value[:40] + "..."
-        raise UsageError(f"{name}={shown!r} is not a local rank (a non-negative decimal integer)")
-    return int(text)
+def rank_number(name: str, value: str) -> int:
+    """``value`` of the launcher variable ``name`` as a local rank, or a UsageError naming both."""
+    rank = decimal(value)
+    if rank is None or rank < 0:
+        raise UsageError(f"{name}={quoted(value)} is not a local rank (a non-negative decimal integer)", value=value)
+    return rank
 
 
 def local_rank(environ: Mapping[str, str]) -> LocalRank | None:
     """The local rank the launcher set, or None when no launcher variable is set."""
-    found = [(name, decimal(name, environ[name])) for name in LOCAL_RANK_VARIABLES if environ.get(name, "").strip()]
+    found = [(name, rank_number(name, environ[name])) for name in LOCAL_RANK_VARIABLES if environ.get(name, "").strip()]
     if not found:
         return None
     (name, rank), rest = found[0], found[1:]
@@ -67,7 +60,7 @@ def requested_rank(value: str, environ: Mapping[str, str]) -> LocalRank | None:
     """``--local-rank``'s answer: ``auto`` reads the launcher's variables, a number is taken as given."""
     if value == "auto":
         return local_rank(environ)
-    return LocalRank(decimal("--local-rank", value), "--local-rank")
+    return LocalRank(rank_number("--local-rank", value), "--local-rank")
 
 
 def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None = None) -> int:
@@ -77,7 +70,8 @@ def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None =
     if isinstance(rank_map, str) and not rank_map.strip():
         rank_map = None  # an empty map, like an empty launcher variable, counts as unset
     if rank_map is not None:
-        mapping = [decimal(RANK_MAP, v) for v in rank_map.split(",")] if isinstance(rank_map, str) else list(rank_map)
+        mapping = ([rank_number(RANK_MAP, v) for v in rank_map.split(",")] if isinstance(rank_map, str)
+                   else list(rank_map))
         if rank >= len(mapping):
             raise UsageError(f"{RANK_MAP} has {len(mapping)} entries; local rank {rank} has none")
         gpu = mapping[rank]

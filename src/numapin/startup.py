@@ -35,13 +35,13 @@ from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THR
 from .errors import UsageError, quoted
 from .exec import ExecRequest, bind, parse_threads, prepare_exec
 from .facts import cached as cached_facts
-from .host import decimal
 from .logger import log
 from .memory import parse_memory_mode
 from .pinning import PinResult
 from .placement import parse_mode
 from .ranks import local_rank
 from .records import record
+from .text import decimal
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 

@@ -4,7 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["format_size", "table"]
+__all__ = ["decimal", "format_size", "table"]
+
+
+_DIGITS = frozenset("0123456789")
+
+
+def decimal(text: str | None) -> int | None:
+    """``text`` as an integer, written as the kernel and launchers write one (ASCII digits, an optional
+    minus sign, at most nine digits), or None: the one integer parser of numapin.
+
+    ``int()`` alone would take superscripts and other scripts' digits, and
+    refuse or crawl through thousands of digits.
+    """
+    if text is None:
+        return None
+    text = text.strip()
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if 0 < len(digits) <= 9 and _DIGITS.issuperset(digits) else None
 
 
 def format_size(value: int | None) -> str:

@@ -14,8 +14,9 @@ from functools import cached_property
 
 from .cgroup import Cgroup, read_cgroup
 from .cpuset import MAX_ID, CpuSet
-from .host import Folder, Host, decimal
+from .host import Folder, Host
 from .records import field, record
+from .text import decimal
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -136,12 +137,6 @@ class Topology:
             if inside:
                 seen.append(Core(core.package, core.id, inside))
         return tuple(seen)
-
-    def package_of(self, cpu: int) -> Package | None:
-        for package in self.packages:
-            if cpu in package.cpus:
-                return package
-        return None
 
     def caches_within(self, cpus: CpuSet) -> tuple[CacheGroup, ...]:
         return tuple(CacheGroup(g.level, g.cpus & cpus) for g in self.caches if g.cpus & cpus)
