@@ -17,6 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
 LAYERS: list[set[str]] = [
     # names and plumbing every layer may use
     {"deprecation", "environment", "errors", "logger", "records", "text", "version"},
+    {"choices"},  # closed sets and their one parser
     {"cpuset"},
     {"host", "machines"},  # where facts come from; synthetic machines to read
     {"cgroup"},

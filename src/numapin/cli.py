@@ -289,7 +289,9 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .exec import ExecRequest, apply_exec, exec_program, prepare_exec
+    from .exec import ExecRequest, apply_exec, exec_program, parse_exec_policy, prepare_exec
+    from .memory import parse_memory_mode
+    from .placement import parse_mode
 
     program = list(args.program)
     if program and program[0] == "--":
@@ -303,11 +305,11 @@ def cmd_exec(args: argparse.Namespace) -> int:
             program=program,
             gpu=args.gpu,
             local_rank=args.local_rank,
-            mode=args.mode,
+            mode=parse_mode(args.mode),
             cpus=args.cpus,
             reserve=args.reserve,
-            memory=args.memory,
-            policy=args.policy,
+            memory=parse_memory_mode(args.memory),
+            policy=parse_exec_policy(args.policy),
             strict=args.strict,
             root=root,
             threads=args.threads,
@@ -486,9 +488,12 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
     ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
-    ex.add_argument("--memory", choices=["none", "preferred", "bind"], default="preferred",
+    from .exec import EXEC_POLICIES
+    from .memory import MemoryMode
+
+    ex.add_argument("--memory", choices=[m.value for m in MemoryMode], default="preferred",
                     help="memory policy for the GPU's node (default: preferred)")
-    ex.add_argument("--policy", choices=["respect", "override"], default="respect",
+    ex.add_argument("--policy", choices=[p.value for p in EXEC_POLICIES], default="respect",
                     help="what to do with a mask someone else set (default: respect)")
     ex.add_argument("--threads", default="auto", metavar="keep|auto|N",
                     help="thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) when unset: "

@@ -8,17 +8,16 @@ policy, with no kernel call; :mod:`numapin.pinning` carries it out.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection
 
+from .choices import Choice, parse_choice
 from .cpuset import CpuSet
-from .errors import parse_choice
 from .records import record
 
 __all__ = ["Decision", "ExternalMaskPolicy", "MaskOwner", "PinAction", "classify", "decide", "parse_policy"]
 
 
-class ExternalMaskPolicy(str, enum.Enum):
+class ExternalMaskPolicy(Choice):
     """What to do when the process mask is external (set by a launcher, Slurm, numactl...)."""
 
     RESPECT = "respect"
@@ -33,26 +32,20 @@ class ExternalMaskPolicy(str, enum.Enum):
     OFF = "off"
     """Do nothing at all."""
 
-    def __str__(self) -> str:
-        return self.value
-
 
 def parse_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
     return parse_choice(ExternalMaskPolicy, policy, "policy")
 
 
-class MaskOwner(str, enum.Enum):
+class MaskOwner(Choice):
     """Who set the process mask, as far as numapin can tell."""
 
     UNCONSTRAINED = "unconstrained"
     OWN = "numapin"
     EXTERNAL = "external"
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class PinAction(str, enum.Enum):
+class PinAction(Choice):
     """What a pin did, as a whole (each thread's own fate is in its :class:`ThreadResult`)."""
 
     PINNED = "pinned"
@@ -64,9 +57,6 @@ class PinAction(str, enum.Enum):
     ROLLED_BACK = "rolled back"
     OFF = "off: nothing done"
     PINNED_CALLER = "pinned the calling thread"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @record

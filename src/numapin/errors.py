@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import errno
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
-if TYPE_CHECKING:
-    import enum
-    from typing import TypeVar
-
-    E = TypeVar("E", bound=enum.Enum)
-
-__all__ = ["EnvironmentProblem", "NumapinError", "UsageError", "errno_name", "parse_choice", "quoted"]
+__all__ = ["EnvironmentProblem", "NumapinError", "UsageError", "errno_name", "quoted"]
 
 
 class NumapinError(Exception):
@@ -74,24 +67,6 @@ def quoted(value: object, limit: int = 40) -> str:
         return text
     size = f" ({len(value)} characters)" if isinstance(value, str) else ""
     return f"{text[:limit]}…{size}"
-
-
-def parse_choice(kind: type[E], value: object, what: str, *, among: tuple[E, ...] | None = None) -> E:
-    """The member of the enum ``kind`` whose value is ``value`` (a member passes as itself).
-
-    ``among`` narrows the accepted members. Anything else is a :class:`UsageError`
-    naming ``what`` was asked and the accepted values: the one parser of every
-    closed set numapin takes as text (modes, policies, memory modes).
-    """
-    accepted = tuple(kind) if among is None else among
-    try:
-        member = kind(value)
-    except ValueError:
-        member = None
-    if member is None or member not in accepted:
-        known = ", ".join(str(m.value) for m in accepted)
-        raise UsageError(f"unknown {what} {quoted(value)} (expected one of: {known})", value=value)
-    return member
 
 
 def errno_name(code: int | None) -> str:

@@ -13,14 +13,16 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
+from .choices import parse_choice
 from .cpuset import CpuSet
+from .decision import ExternalMaskPolicy
 from .environment import APPLIED, RESERVED, THREAD_POOLS
-from .errors import EnvironmentProblem, UsageError
+from .errors import EnvironmentProblem, UsageError, quoted
 from .facts import cached as cached_facts
 from .logger import log
-from .memory import parse_memory_mode
+from .memory import MemoryMode
 from .pinning import PinResult, pin
-from .placement import Placement, parse_mode, resolve
+from .placement import Placement, PlacementMode, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record, replace
 from .text import decimal
@@ -30,15 +32,26 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = [
+    "EXEC_POLICIES",
     "ExecRequest",
     "PreparedExec",
     "apply_exec",
     "bind",
     "exec_program",
+    "parse_count",
+    "parse_exec_policy",
     "parse_threads",
     "prepare_exec",
 ]
 
+
+
+#: The policies ``numapin exec`` (and ``NUMAPIN_AUTOPIN``) take: it never resets or ignores a launcher's mask.
+EXEC_POLICIES = (ExternalMaskPolicy.RESPECT, ExternalMaskPolicy.OVERRIDE)
+
+
+def parse_exec_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
+    return parse_choice(ExternalMaskPolicy, policy, "policy", among=EXEC_POLICIES)
 
 
 @record
@@ -52,11 +65,11 @@ class ExecRequest:
     program: Sequence[str]
     gpu: int | None = None
     local_rank: str = "auto"
-    mode: str = "node"
+    mode: PlacementMode = PlacementMode.NODE
     cpus: CpuSet | None = None
     reserve: int = 0
-    memory: str = "preferred"
-    policy: str = "respect"
+    memory: MemoryMode = MemoryMode.PREFERRED
+    policy: ExternalMaskPolicy = ExternalMaskPolicy.RESPECT
     strict: bool = False
     root: str | None = None
     threads: str = "auto"
@@ -86,8 +99,8 @@ class PreparedExec:
             "local_rank": None if self.rank is None else {"rank": self.rank.rank, "variable": self.rank.variable},
             "placement": None if self.placement is None else self.placement.as_dict(),
             "unpinned": self.unpinned,
-            "memory": self.request.memory,
-            "policy": self.request.policy,
+            "memory": self.request.memory.value,
+            "policy": self.request.policy.value,
             "threads": {"set": dict(self.pools), "kept": dict(self.kept_pools)},
             "notes": list(self.notes),
         }
@@ -103,7 +116,7 @@ class PreparedExec:
             lines.append(f"would pin every thread to {p.workers} ({p.reason})")
             if p.reserved:
                 lines.append(f"would export {RESERVED}={p.reserved} for the latency-critical thread")
-            if self.request.memory != "none":
+            if self.request.memory is not MemoryMode.NONE:
                 lines.append(f"would set memory policy {self.request.memory} on node(s) {p.mems}")
         if self.pools:
             lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.pools) + " (thread pools)")
@@ -137,7 +150,6 @@ def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | 
 def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedExec:
     """Decide what ``numapin exec`` will do; raises on bad input, changes nothing."""
     executable = _which(request.program[0], environ) if request.program else ""
-    parse_memory_mode(request.memory)
     parse_threads(request.threads)
     if request.cpus is None:
         parse_mode(request.mode)
@@ -160,6 +172,14 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc))
     pools, kept = _pools(request.threads, len(placement.workers), environ)
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept)
+
+
+def parse_count(text: str) -> int:
+    """A non-negative number (``--reserve``, ``NUMAPIN_RESERVE``); UsageError otherwise."""
+    value = decimal(text)
+    if value is None or value < 0:
+        raise UsageError(f"{quoted(text)} is not a non-negative integer", value=text)
+    return value
 
 
 def parse_threads(threads: str) -> str:

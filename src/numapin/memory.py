@@ -14,13 +14,13 @@ Every policy is read back after it is set.
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
 
+from .choices import Choice, parse_choice
 from .cpuset import CpuSet, CpuSpec
 from .deprecation import moved
-from .errors import EnvironmentProblem, UsageError, errno_name, parse_choice, quoted
+from .errors import EnvironmentProblem, UsageError, errno_name, quoted
 from .host import Host
 from .numa import KernelMemoryPolicy, LinuxMemory, MemoryKernel
 from .records import record
@@ -224,7 +224,7 @@ def migrate(
 # -- what pin() does with memory -------------------------------------------
 
 
-class MemoryMode(str, enum.Enum):
+class MemoryMode(Choice):
     """What :func:`numapin.pin` does with memory; each steps down to the next on a refusal."""
 
     NONE = "none"
@@ -235,9 +235,6 @@ class MemoryMode(str, enum.Enum):
 
     BIND = "bind"
     """Allocate only on the placement's nodes."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 # The step-down order of each mode: bind -> preferred -> none.

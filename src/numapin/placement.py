@@ -10,13 +10,13 @@ pinning gives the same answer.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 
+from .choices import Choice, parse_choice
 from .cpuset import CpuSet, CpuSpec
 from .deprecation import moved
 from .environment import RANK_MAP
-from .errors import EnvironmentProblem, UsageError, parse_choice
+from .errors import EnvironmentProblem, UsageError
 from .facts import Facts
 from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
@@ -34,7 +34,7 @@ class PlacementError(EnvironmentProblem):
     """The machine offers nothing to place on (say, the GPU's node lies outside the cgroup)."""
 
 
-class PlacementMode(str, enum.Enum):
+class PlacementMode(Choice):
     """Where a GPU's worker runs. Examples are for ``dgx-h100`` (GPU 0 on node 0)."""
 
     NODE = "node"
@@ -55,9 +55,6 @@ class PlacementMode(str, enum.Enum):
 
     EXPLICIT = "explicit"
     """The caller's own CPUs (``cpus=``), checked against the allowed CPUs: ``cpus="0-7"`` → ``0-7``."""
-
-    def __str__(self) -> str:
-        return self.value
 
 
 def parse_mode(mode: str | PlacementMode) -> PlacementMode:

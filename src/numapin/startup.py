@@ -33,7 +33,7 @@ from .compat import tensorrt_llm
 from .compat.patching import PatchReport
 from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THREAD_POOLS
 from .errors import UsageError, quoted
-from .exec import ExecRequest, bind, parse_threads, prepare_exec
+from .exec import ExecRequest, bind, parse_count, parse_exec_policy, parse_threads, prepare_exec
 from .facts import cached as cached_facts
 from .logger import log
 from .memory import parse_memory_mode
@@ -41,14 +41,15 @@ from .pinning import PinResult
 from .placement import parse_mode
 from .ranks import local_rank
 from .records import record
-from .text import decimal
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 
 #: ``NUMAPIN_PATCH`` names and what each installs.
 PATCHES: dict[str, Callable[[], PatchReport]] = {"tensorrt_llm": tensorrt_llm.install}
-
-_POLICIES = ("respect", "override")
 
 
 @record
@@ -107,21 +108,16 @@ def autopin_request(env: Mapping[str, str]) -> ExecRequest:
     def option(name: str, default: str) -> str:
         return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
 
-    policy = option("policy", "respect")
-    if policy not in _POLICIES:
-        raise UsageError(f"{AUTOPIN_OPTIONS['policy']}={quoted(policy)}: expected one of {', '.join(_POLICIES)}")
-    reserve_text = option("reserve", "0")
-    reserve = decimal(reserve_text)
-    if reserve is None or reserve < 0:
-        raise UsageError(f"{AUTOPIN_OPTIONS['reserve']}={quoted(reserve_text)} is not a non-negative integer")
-    mode, memory, threads = option("mode", "node"), option("memory", "preferred"), option("threads", "auto")
-    checks = (("mode", parse_mode, mode), ("memory", parse_memory_mode, memory), ("threads", parse_threads, threads))
-    for name, check, value in checks:
+    def parsed(name: str, parse: Callable[[str], Any], default: str) -> Any:
         try:
-            check(value)
-        except UsageError as exc:
-            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}") from None
-    return ExecRequest(program=(), mode=mode, memory=memory, policy=policy, reserve=reserve, threads=threads)
+            return parse(option(name, default))
+        except UsageError as exc:  # the same parsers as numapin exec's options, the variable named
+            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}", value=exc.value) from None
+
+    return ExecRequest(program=(), mode=parsed("mode", parse_mode, "node"),
+                       memory=parsed("memory", parse_memory_mode, "preferred"),
+                       policy=parsed("policy", parse_exec_policy, "respect"),
+                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"))
 
 
 def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:

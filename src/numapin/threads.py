@@ -8,12 +8,12 @@ by the real kernel (:class:`LinuxThreads`) or, in tests, by a model of it.
 
 from __future__ import annotations
 
-import enum
 import errno
 import functools
 import os
 import threading
 
+from .choices import Choice
 from .cpuset import MAX_ID, CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -32,7 +32,7 @@ else:
 __all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "process_environ", "walk_calls"]
 
 
-class Outcome(str, enum.Enum):
+class Outcome(Choice):
     """What happened to one thread."""
 
     PINNED = "pinned"
@@ -40,9 +40,6 @@ class Outcome(str, enum.Enum):
     KEPT = "kept"
     VANISHED = "vanished"
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ThreadKernel(Protocol):
