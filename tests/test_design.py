@@ -159,3 +159,24 @@ def test_a_mask_is_numapins_only_while_it_is_in_the_record() -> None:
     kept = decide(CpuSet("0-3"), BASELINE, [], ExternalMaskPolicy.RESPECT, CpuSet("4-7"))
     assert kept.action is PinAction.KEPT_EXTERNAL
     assert decide(CpuSet("0-3"), BASELINE, OWN, ExternalMaskPolicy.RESPECT, CpuSet("4-7")).target == CpuSet("4-7")
+
+
+def test_every_usage_error_raised_names_the_input_at_fault() -> None:
+    # Callers match the field, not the message text: each raise of a usage error fills `value`.
+    usage = {"UsageError", "UnknownGpu"}
+    bare = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+                called = node.exc.func
+                if isinstance(called, ast.Name) and called.id in usage \
+                        and not any(k.arg == "value" for k in node.exc.keywords):
+                    bare.append(f"{name}:{node.lineno}")
+    assert bare == []
+
+
+def test_every_kernel_refusal_carries_its_errno_name() -> None:
+    from numapin.memory import MemoryPolicyError, _refused
+
+    refusal = _refused("set_mempolicy(BIND, nodes 9)", OSError(22, "Invalid argument"))
+    assert isinstance(refusal, MemoryPolicyError) and refusal.errno == "EINVAL" and "EINVAL" in str(refusal)

@@ -103,7 +103,8 @@ class Audit:
     def check(self, max_remote_percent: float) -> int:
         """0 when every thread is inside and remote memory is within bounds, else 1."""
         if self.placement is None:
-            raise UsageError("--check needs a placement: --gpu, --cpus, or a process started by numapin exec")
+            raise UsageError("--check needs a placement: --gpu, --cpus, or a process started by numapin exec",
+                             value=self.pid)
         share = self.remote_share() or 0.0
         return 1 if self.outside or 100 * share > max_remote_percent else 0
 
@@ -125,16 +126,17 @@ def audit(
     """Read every thread of ``pid`` (default: this process) and its memory by node."""
     target = os.getpid() if pid is None else pid
     if not os.path.isdir(f"/proc/{target}"):
-        raise UsageError(f"process {target} does not exist")
+        raise UsageError(f"process {target} does not exist", value=target)
     if exited(target):
         raise UsageError(f"process {target} has exited (a zombie its parent has not reaped yet)", value=target)
     kernel = LinuxThreads(target)
     try:
         tids = sorted(kernel.list_threads())
     except PermissionError:
-        raise UsageError(f"process {target}: permission denied (it belongs to another user)") from None
+        raise UsageError(f"process {target}: permission denied (it belongs to another user)",
+                         value=target) from None
     except FileNotFoundError:
-        raise UsageError(f"process {target} does not exist") from None
+        raise UsageError(f"process {target} does not exist", value=target) from None
     memory: Residency | None = None
     try:
         memory = residency(target)

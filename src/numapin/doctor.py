@@ -86,9 +86,9 @@ def read_environ(pid: int) -> dict[str, str]:
     try:
         return process_environ(pid)
     except FileNotFoundError:
-        raise UsageError(f"no process {pid}") from None
+        raise UsageError(f"no process {pid}", value=pid) from None
     except OSError as exc:
-        raise UsageError(f"cannot read the environment of process {pid} ({exc.strerror})") from None
+        raise UsageError(f"cannot read the environment of process {pid} ({exc.strerror})", value=pid) from None
 
 
 def _status(pid: int) -> dict[str, str]:

@@ -132,13 +132,13 @@ def _which(program: str, environ: Mapping[str, str]) -> str:
     if "/" in program:
         if os.path.isfile(program) and os.access(program, os.X_OK):
             return program
-        raise UsageError(f"{program!r} is not an executable file")
+        raise UsageError(f"{program!r} is not an executable file", value=program)
     # As execvp searches (shutil.which would do, but importing shutil costs more than the search).
     for folder in environ.get("PATH", os.defpath).split(os.pathsep):
         candidate = os.path.join(folder or ".", program)
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    raise UsageError(f"program {program!r} not found on PATH")
+    raise UsageError(f"program {program!r} not found on PATH", value=program)
 
 
 def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | None:
@@ -188,7 +188,7 @@ def parse_threads(threads: str) -> str:
         return threads
     value = decimal(threads)
     if value is None or value < 1:
-        raise UsageError(f"--threads {threads[:40]!r}: keep, auto, or a positive number of threads")
+        raise UsageError(f"--threads {quoted(threads)}: keep, auto, or a positive number of threads", value=threads)
     return str(value)
 
 
@@ -235,14 +235,14 @@ def apply_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None)
 def exec_program(prepared: PreparedExec, env: Mapping[str, str]) -> int:
     """Replace this process with the program. Returns only on failure (raising UsageError)."""
     if not prepared.request.program:
-        raise UsageError("no program to run")
+        raise UsageError("no program to run", value=prepared.request.program)
     sys.stdout.flush()
     sys.stderr.flush()
     _undo_python_start()
     try:
         os.execve(prepared.executable, list(prepared.request.program), _without_coerced_locale(env))
     except OSError as exc:
-        raise UsageError(f"cannot run {prepared.executable!r}: {exc.strerror}") from exc
+        raise UsageError(f"cannot run {prepared.executable!r}: {exc.strerror}", value=prepared.executable) from exc
     return 2  # pragma: no cover - execve does not return
 
 

@@ -368,7 +368,7 @@ def _match_uuid(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
     if len(matches) > 1:
         raise UnknownGpu(
             f"CUDA_VISIBLE_DEVICES entry {entry!r} is ambiguous: it matches "
-            + ", ".join(f"{g.uuid} ({g.pci})" for g in matches)
+            + ", ".join(f"{g.uuid} ({g.pci})" for g in matches), value=entry
         )
     return matches[0] if matches else None
 
@@ -393,8 +393,9 @@ def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
         parent = next((g for g in gpus if g.pci == bus), None)
         if parent is not None:
             return parent
-        raise UnknownGpu(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory")
-    raise UnknownGpu(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])")
+        raise UnknownGpu(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory", value=entry)
+    raise UnknownGpu(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])",
+                     value=entry)
 
 
 def resolve_visible(
@@ -448,7 +449,7 @@ def select_gpu(visible: Sequence[VisibleGpu], index: int) -> VisibleGpu:
         raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(visible):
         listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
-        raise UnknownGpu(f"GPU {index!r} is not visible; visible GPUs are {listing}")
+        raise UnknownGpu(f"GPU {index!r} is not visible; visible GPUs are {listing}", value=index)
     return visible[index]
 
 

@@ -156,7 +156,7 @@ def set_mempolicy(
     wanted = CpuSet(nodes)
     needs_nodes = mode in (KernelMemoryPolicy.BIND, KernelMemoryPolicy.INTERLEAVE, KernelMemoryPolicy.PREFERRED_MANY)
     if needs_nodes and not wanted:
-        raise UsageError(f"set_mempolicy({mode.name}) needs at least one node")
+        raise UsageError(f"set_mempolicy({mode.name}) needs at least one node", value=wanted)
     if mode in (KernelMemoryPolicy.DEFAULT, KernelMemoryPolicy.LOCAL) and wanted:
         raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}", value=wanted)
     _limits(limits, root).check(wanted, f"set_mempolicy({mode.name})")
@@ -210,7 +210,7 @@ def migrate(
     """Move a process's pages (default: this one's) from ``from_nodes`` (default: all others) to ``to_nodes``."""
     target = CpuSet(to_nodes)
     if not target:
-        raise UsageError("migrate needs at least one target node")
+        raise UsageError("migrate needs at least one target node", value=target)
     known = _limits(limits, root)
     known.check(target, "migrate_pages")
     source = known.exist if from_nodes is None else CpuSet(from_nodes)

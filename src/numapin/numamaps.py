@@ -98,9 +98,9 @@ def residency(pid: int | None = None) -> Residency:
         with open(f"/proc/{target}/numa_maps") as f:
             text = f.read()
     except FileNotFoundError:
-        raise UsageError(f"process {target} does not exist (or has no numa_maps)") from None
+        raise UsageError(f"process {target} does not exist (or has no numa_maps)", value=target) from None
     except PermissionError:
         raise UsageError(
-            f"process {target}: permission denied reading its numa_maps (another user's process?)"
+            f"process {target}: permission denied reading its numa_maps (another user's process?)", value=target
         ) from None
     return parse_numa_maps(text, target)

@@ -413,7 +413,7 @@ def pinned(
         others = [tid for tid in pins.lease_holders if tid != me]
         if others:
             raise UsageError(f"thread {others[0]} holds a numapin lease: leases nest within one thread "
-                             "but may not overlap across threads")
+                             "but may not overlap across threads", value=others[0])
         saved: dict[int, CpuSet] = {}
         for tid in ops.list_threads():
             with contextlib.suppress(OSError):

@@ -135,7 +135,8 @@ def _exclusive(topology: Topology, inventory: Inventory, gpu: Gpu, domain: CpuSe
     cores = _cores(topology, domain)
     if len(cores) < len(peers):
         raise UsageError(
-            f"exclusive: {where} has {len(cores)} allowed cores for {len(peers)} GPUs; every GPU needs one"
+            f"exclusive: {where} has {len(cores)} allowed cores for {len(peers)} GPUs; every GPU needs one",
+            value=PlacementMode.EXCLUSIVE,
         )
     share, extra = divmod(len(cores), len(peers))
     rank = peers.index(gpu)
@@ -166,13 +167,14 @@ def _mems(topology: Topology, cpus: CpuSet) -> CpuSet:
 
 def _reserve(topology: Topology, cpus: CpuSet, reserve: int) -> CpuSet:
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
-        raise UsageError(f"reserve must be a non-negative number of cores, not {reserve!r}")
+        raise UsageError(f"reserve must be a non-negative number of cores, not {reserve!r}", value=reserve)
     if reserve == 0:
         return CpuSet()
     cores = _cores(topology, cpus)
     if reserve >= len(cores):
         raise UsageError(
-            f"reserve={reserve} leaves no core for the other threads: the placement {cpus} has {len(cores)} cores"
+            f"reserve={reserve} leaves no core for the other threads: the placement {cpus} has {len(cores)} cores",
+            value=reserve,
         )
     # The highest cores: low-numbered CPUs tend to carry interrupts and
     # housekeeping, which a latency-critical loop should not share.
@@ -186,10 +188,10 @@ def explicit_cpus(topology: Topology, cpus: CpuSpec) -> CpuSet:
     except (TypeError, ValueError) as exc:
         raise UsageError(f"bad CPU list: {exc}", value=cpus) from None
     if not wanted:
-        raise UsageError("the explicit CPU list is empty")
+        raise UsageError("the explicit CPU list is empty", value=cpus)
     outside = wanted - topology.allowed
     if outside:
-        raise UsageError(f"CPUs {outside} of {wanted} are outside the allowed CPUs {topology.allowed}")
+        raise UsageError(f"CPUs {outside} of {wanted} are outside the allowed CPUs {topology.allowed}", value=cpus)
     return wanted
 
 
@@ -219,7 +221,7 @@ def place(
         )
     chosen_mode = parse_choice(PlacementMode, mode, "mode")
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
-        raise UsageError("a placement needs a GPU and a mode, or explicit cpus")
+        raise UsageError("a placement needs a GPU and a mode, or explicit cpus", value=mode)
     physical = gpu.gpu
     domain, where = _domain(topology, physical)
     if not domain:

@@ -66,16 +66,17 @@ def requested_rank(value: str, environ: Mapping[str, str]) -> LocalRank | None:
 def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None = None) -> int:
     """The logical GPU that local rank ``rank`` drives among ``visible`` GPUs."""
     if visible <= 0:
-        raise UsageError("no GPU is visible, so no local rank can be given one")
+        raise UsageError("no GPU is visible, so no local rank can be given one", value=rank)
     if isinstance(rank_map, str) and not rank_map.strip():
         rank_map = None  # an empty map, like an empty launcher variable, counts as unset
     if rank_map is not None:
         mapping = ([rank_number(RANK_MAP, v) for v in rank_map.split(",")] if isinstance(rank_map, str)
                    else list(rank_map))
         if rank >= len(mapping):
-            raise UsageError(f"{RANK_MAP} has {len(mapping)} entries; local rank {rank} has none")
+            raise UsageError(f"{RANK_MAP} has {len(mapping)} entries; local rank {rank} has none", value=rank_map)
         gpu = mapping[rank]
         if not 0 <= gpu < visible:
-            raise UsageError(f"{RANK_MAP} maps local rank {rank} to GPU {gpu}, but {visible} GPUs are visible")
+            raise UsageError(f"{RANK_MAP} maps local rank {rank} to GPU {gpu}, but {visible} GPUs are visible",
+                             value=rank_map)
         return gpu
     return rank % visible

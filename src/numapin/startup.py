@@ -125,7 +125,7 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
     if value in ("", "0"):
         return None, None
     if value != "1":
-        raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)")
+        raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)", value=value)
     request = autopin_request(env)
     if local_rank(env) is None:
         visible = len(cached_facts(None, env).visible)
