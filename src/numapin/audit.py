@@ -6,13 +6,13 @@ import os
 
 from .cpuset import CpuSet
 from .errors import UsageError
+from .facts import cached as cached_facts
 from .numamaps import Residency, residency
 from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
 from .text import table
 from .threads import LinuxThreads, exited, process_environ
-from .topology import read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def audit(
     elif marker is not None:
         placement = marker
     if placement is not None and nodes is None:
-        nodes = read_topology(root).nodes_of(placement)
+        nodes = cached_facts(root).topology.nodes_of(placement)
     own: set[CpuSet] = state().thread_masks() if target == os.getpid() else set()
     if marker is not None:
         own.add(marker)

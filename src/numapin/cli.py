@@ -263,9 +263,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     with _root(args) as root:
         plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
         if args.svg or args.html:
-            from .facts import gather
+            from .facts import cached
 
-            facts = gather(root)
+            facts = cached(root)  # the facts plan_ranks() just read
             what = f"mode {plans[0].mode}" + (f" · reserve {args.reserve}" if args.reserve else "")
             where = args.machine or facts.topology.root
             title = f"numapin plan · {what} · {where}" + (f" · {plans[0].reason}" if len(plans) == 1 else "")

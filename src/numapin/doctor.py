@@ -145,8 +145,7 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
     gpus = [v.gpu for v in facts.visible]
     # The firmware's answer itself: numapin infers a node from the local CPUs when it says -1.
-    unknown = [g for g in gpus if g.node is None
-               or (decimal(host.read(f"sys/bus/pci/devices/{g.pci}/numa_node")) or 0) < 0]
+    unknown = [g for g in gpus if g.node is None or (g.firmware_node or 0) < 0]
     if unknown:
         guessed = ", ".join(f"{g.pci} (taken as node {g.node}, from its local CPUs)" if g.node is not None
                             else f"{g.pci} (no node)" for g in unknown)

@@ -93,7 +93,9 @@ class Gpu:
     ``node`` is the CPU NUMA node the GPU hangs under (None when unknown),
     ``cpus`` its local online CPUs, ``memory_nodes`` the host-memory nodes to
     allocate on for it, ``gpu_memory_nodes`` CPU-less nodes that hold the
-    GPU's own memory (Grace, POWER9): never CPU nodes.
+    GPU's own memory (Grace, POWER9): never CPU nodes. ``firmware_node`` is
+    the node the firmware itself reports (``numa_node``; -1 when it does not
+    know, and ``node`` was then inferred from the local CPUs), None when unread.
     """
 
     pci: str
@@ -106,6 +108,7 @@ class Gpu:
     minor: int | None = None
     source: str = "sysfs"
     disagreement: str | None = None
+    firmware_node: int | None = None
 
     def __str__(self) -> str:
         name = self.model or "NVIDIA GPU"
@@ -206,8 +209,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
         if not is_nvidia or pci_class is None or pci_class >> 8 not in _DISPLAY_CLASSES:
             continue
         cpus = _local_cpus(host, folder, warnings)
-        node_text = (host.read(f"{folder}/numa_node") or "").strip()
-        node = decimal(node_text)
+        firmware_node = node = decimal(host.read(f"{folder}/numa_node"))
         if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
             node = None
         if node is None:
@@ -234,6 +236,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
                 model=info.get("Model") or None,
                 uuid=info.get("GPU UUID") or None,
                 minor=minor if minor is not None and minor >= 0 else None,
+                firmware_node=firmware_node,
             )
         )
     return found

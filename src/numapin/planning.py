@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from .cpuset import CpuSpec
 from .environment import RANK_MAP
-from .facts import gather
+from .facts import cached
 from .gpus import select_gpu
 from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank
@@ -30,7 +30,7 @@ def plan(
     :func:`numapin.pin` would act on.
     """
     env = os.environ if environ is None else environ
-    return resolve(gather(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
+    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
 
 
 def plan_ranks(
@@ -45,7 +45,7 @@ def plan_ranks(
     """One placement per local rank: rank i drives ``gpus[i]`` when given; else as a launcher's
     ranks would, one per visible GPU (rank r drives GPU r, or entry r of ``NUMAPIN_RANK_MAP``)."""
     env = os.environ if environ is None else environ
-    facts = gather(root, env)
+    facts = cached(root, env)
     if gpus is None:
         rank_map = env.get(RANK_MAP, "")
         count = len(rank_map.split(",")) if rank_map else len(facts.visible)
