@@ -157,3 +157,14 @@ def test_facts_placements_and_reports_pickle_equal_under_every_protocol(pair_roo
         for protocol in PROTOCOLS:
             back = pickle.loads(pickle.dumps(obj, protocol))
             assert back == obj, f"{type(obj).__name__} under protocol {protocol}"
+
+
+def test_the_errors_travel_script_finds_every_error_the_same_after_the_trip() -> None:
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "errors_travel.py")], capture_output=True,
+                          text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "NUMAPIN_FSROOT"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("the same") == 3 and "DIFFERENT" not in proc.stdout
+    for kind in ("UsageError", "UnknownGpu", "PinError"):
+        assert f"{kind}: " in proc.stdout
