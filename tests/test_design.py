@@ -180,3 +180,12 @@ def test_every_kernel_refusal_carries_its_errno_name() -> None:
 
     refusal = _refused("set_mempolicy(BIND, nodes 9)", OSError(22, "Invalid argument"))
     assert isinstance(refusal, MemoryPolicyError) and refusal.errno == "EINVAL" and "EINVAL" in str(refusal)
+
+
+def test_a_lease_takes_exactly_pins_parameters() -> None:
+    # pinned() spells out pin()'s parameters (so that help() and type checkers show them): they must not drift.
+    import inspect
+
+    import numapin
+
+    assert inspect.signature(numapin.pinned).parameters == inspect.signature(numapin.pin).parameters
