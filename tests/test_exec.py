@@ -290,3 +290,18 @@ def test_exec_reports_the_decision_it_applied_as_a_library_pin_does(machine_root
     assert line == library.stderr.splitlines(), (proc.stderr, library.stderr)
     assert "for GPU 1 (0000:28:00.0, node 1)" in line[0]
     assert library.stdout.strip() == "node"
+
+
+@needs_two
+def test_strict_exec_under_a_conflicting_outside_mask_exits_2_naming_the_fix(env: dict[str, str]) -> None:
+    # taskset's mask is someone else's: respect keeps it, and strict refuses to run the program on it.
+    first = min(NODE0)
+    outside = ["taskset", "-c", str(first), *NUMAPIN, "exec", "--gpu", "1"]
+    strict = subprocess.run([*outside, "--strict", "--", "true"], env=env, capture_output=True, text=True, timeout=60)
+    assert strict.returncode == 2
+    lines = strict.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--policy override" in lines[0], strict.stderr
+    relaxed = subprocess.run([*outside, "--", sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert relaxed.returncode == 0 and json.loads(relaxed.stdout) == [first]
+    assert "--policy override" in relaxed.stderr

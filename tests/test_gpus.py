@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import Snapshots
+import numapin
+from conftest import Snapshots, use_root
 from numapin import CpuSet, UsageError, read_topology
 from numapin.environment import LOCAL_RANK_VARIABLES
 from numapin.gpus import Inventory, NoGpuVisible, UnknownGpu, read_gpus, resolve_visible, select_gpu
@@ -395,3 +396,13 @@ def test_rank_map_values_are_decimals_or_a_usage_error(text: str) -> None:
         return
     entries = text.split(",") if text.strip() else []
     assert 0 <= gpu < 4 and (not entries or gpu == int(entries[1]))
+
+
+@pytest.mark.parametrize("gpu", ["0", True, 1.0])
+def test_a_gpu_index_of_another_type_is_a_usage_error_saying_so(gpu: object, machine_root: Callable[[str], Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    use_root(machine_root("pair"), monkeypatch)
+    for call in (lambda: numapin.pin(gpu), lambda: numapin.plan(gpu)):  # type: ignore[arg-type]
+        with pytest.raises(numapin.UsageError, match="an int") as caught:
+            call()
+        assert "not visible" not in str(caught.value) and caught.value.value == gpu

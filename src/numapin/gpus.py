@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from .cpuset import CpuSet, hex_word
 from .deprecation import moved
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
-from .errors import EnvironmentProblem, UsageError
+from .errors import EnvironmentProblem, UsageError, quoted
 from .host import Host
 from .logger import log
 from .records import field, record, replace
@@ -448,9 +448,12 @@ def visible_gpus(
 
 def select_gpu(visible: Sequence[VisibleGpu], index: int) -> VisibleGpu:
     """The visible GPU ``index``; an UnknownGpu listing the visible GPUs otherwise."""
+    if isinstance(index, bool) or not isinstance(index, int):  # "0" or True: the caller's mistake, whatever is visible
+        raise UnknownGpu(f"a GPU is named by its index, an int (CUDA's logical index), not {quoted(index)}",
+                         value=index)
     if not visible:
         raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(visible):
+    if not 0 <= index < len(visible):
         listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
         raise UnknownGpu(f"GPU {index!r} is not visible; visible GPUs are {listing}", value=index)
     return visible[index]

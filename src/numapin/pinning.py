@@ -246,10 +246,14 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
     wanted, ownership = decision.target, decision.ownership
     if decision.action is PinAction.KEPT_EXTERNAL:
         message = (f"the process mask {previous} was set by someone else and does not meet the "
-                   f"placement {placement.cpus}; left as it is (policy respect)")
-        pins.warn_once(f"numapin: {message}")
-        return PinResult(PinAction.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
+                   f"placement {placement.cpus}; left as it is (policy respect; policy override pins over it: "
+                   "--policy override, NUMAPIN_POLICY=override)")
+        kept = PinResult(PinAction.KEPT_EXTERNAL, placement=placement, policy=policy, ownership=ownership,
                          previous=previous, message=message)
+        if options.strict:  # the pin asked for did not happen: strict says so instead of running on
+            raise PinError(message, kept)
+        pins.warn_once(f"numapin: {message}")
+        return kept
     walk = Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
     # Interruption (KeyboardInterrupt, a signal handler's exception) may land anywhere below. Until
     # the record is written the pin is undone: the walk's changes rolled back, the process as it was.
