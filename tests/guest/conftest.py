@@ -52,7 +52,7 @@ def _script(shape: str) -> str:
 def _report(shape: str) -> GuestReport:
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": "/root",
            "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
-    run = runner.boot(runner.SHAPES[shape], _script(shape), env=env, timeout=540)
+    run = runner.boot(runner.SHAPES[shape], _script(shape), env=env, timeout=900)
     files = run.files
     checks = json.loads(files["checks.json"]) if "checks.json" in files else {}
     suite_rc = int(files["suite.rc"].decode().strip()) if "suite.rc" in files else None
