@@ -105,8 +105,8 @@ class Walk:
         if before == cpus:
             self.results[tid] = ThreadResult(tid, Outcome.ALREADY, before, before)
             return
+        self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, cpus)  # before the call, as in run()
         self.ops.set_affinity(tid, cpus)
-        self.results[tid] = ThreadResult(tid, Outcome.PINNED, before, cpus)
 
     def rollback(self) -> None:
         """Give every thread the walk moved its mask from before.
