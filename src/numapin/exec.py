@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 
-
 #: The policies ``numapin exec`` (and ``NUMAPIN_AUTOPIN``) take: it never resets or ignores a launcher's mask.
 EXEC_POLICIES = (ExternalMaskPolicy.RESPECT, ExternalMaskPolicy.OVERRIDE)
 

@@ -105,7 +105,7 @@ class MemoryNodes:
 
     @classmethod
     def read(cls, root: str | os.PathLike[str] | None = None) -> MemoryNodes:
-        """Read from the machine under ``root`` (a pin hands its facts' instead: see :func:`from_topology`)."""
+        """Read from the machine under ``root`` (a pin hands its facts' instead: see :meth:`of`)."""
         return cls(system_nodes(root), allowed_nodes(root))
 
     @classmethod

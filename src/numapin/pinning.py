@@ -214,7 +214,7 @@ def pin(
         except (EnvironmentProblem, OSError) as exc:
             return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)))
         return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
-                                                            migrate, env, root, threadpools))
+                                                            migrate, env, threadpools))
 
 
 @record
@@ -225,7 +225,6 @@ class _Options:
     memory: MemoryMode
     migrate: bool
     environ: Mapping[str, str]
-    root: str | os.PathLike[str] | None
     threadpools: bool = False
 
 

@@ -115,7 +115,8 @@ class Walk:
         it, resuming where it was, and raises that exception afterwards.
         """
         todo = [(r.tid, r.before) for r in self.results.values() if r.outcome is Outcome.PINNED and r.before]
-        self.settled = finish(todo, lambda item: self.ops.set_affinity(*item))
+        finish(todo, lambda item: self.ops.set_affinity(*item))
+        self.settled = True
 
     def abandon(self, previous: CpuSet) -> None:
         """Undo an interrupted walk: :meth:`rollback`, and threads born since the last listing from a
@@ -133,9 +134,9 @@ class Walk:
         finish(born, settle)
 
 
-def finish(items: list[Any], act: Callable[[Any], None]) -> bool:
+def finish(items: list[Any], act: Callable[[Any], None]) -> None:
     """``act`` on each item, last first, ignoring OSError (a thread gone); resumed after any other exception,
-    which is raised once every item is done. Returns True."""
+    which is raised once every item is done."""
     pending: BaseException | None = None
     while items:
         try:
@@ -147,4 +148,3 @@ def finish(items: list[Any], act: Callable[[Any], None]) -> bool:
             pending = pending or exc
     if pending is not None:
         raise pending
-    return True
