@@ -200,7 +200,7 @@ def test_refused_memory_policy_steps_down_unless_strict(refusing_env: dict[str, 
     assert proc.returncode == 0
     report = json.loads(proc.stdout)
     assert report["mask"] == sorted(NODE1) and report["policy"] == "DEFAULT"
-    assert proc.stderr.count("memory placement") == 1
+    assert proc.stderr.count("memory not placed") == 1
     flag = tmp_path / "ran"
     strict = run(["exec", "--gpu", "1", "--memory", "bind", "--strict", "--", "touch", str(flag)], env)
     assert strict.returncode == 2 and not flag.exists()
@@ -253,7 +253,7 @@ def test_exec_reports_the_decision_it_applied_as_a_library_pin_does(machine_root
     env = {**without_inputs(dict(os.environ)), "NUMAPIN_FSROOT": str(root)}
     proc = run(["-v", "exec", "--gpu", "1", "--memory", "none", "--", "true"], env)
     library = subprocess.run([sys.executable, "-c", "import logging, numapin\n"
-                              "logging.basicConfig(level=logging.INFO, format='%(message)s')\n"
+                              "logging.basicConfig(level=logging.INFO, format='%(name)s: %(message)s')\n"
                               "print(numapin.pin(1).placement.mode)"],
                              env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and library.returncode == 0, proc.stderr + library.stderr

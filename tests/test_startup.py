@@ -86,7 +86,7 @@ def test_a_bad_value_is_one_warning_and_python_starts(python: Python, env: dict[
     result = python("-c", "print('started')", **env)
     assert result.returncode == 0 and result.stdout == "started\n"
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("numapin start-up: ") and repr(bad) in lines[0], result.stderr
+    assert len(lines) == 1 and lines[0].startswith("numapin: start-up: ") and repr(bad) in lines[0], result.stderr
 
 
 def test_a_spawned_child_is_patched_through_the_variable_only(python: Python, tmp_path: Path) -> None:
@@ -173,4 +173,4 @@ def test_a_bad_value_of_any_size_is_one_short_warning(python: Python, env: dict[
     assert (result.returncode, result.stdout) == (0, "ran\n")
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and len(lines[0]) < 300, lines[:3]
-    assert "numapin start-up" in lines[0]
+    assert "numapin: start-up" in lines[0]

@@ -207,6 +207,9 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
                      f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}")
     else:
         lines.append("GPUs: none found on this machine")
+        if facts.topology.root == "/":
+            lines.append(f"      to see numapin on a GPU host, try a synthetic one: numapin show --machine dgx-h100 "
+                         f"(or {', '.join(n for n in MACHINE_NAMES if n != 'dgx-h100')})")
     for warning in (*t.warnings, *facts.notes):
         lines.append(f"note: {warning}")
     return "\n".join(lines)
@@ -257,15 +260,16 @@ def _pictures(args: argparse.Namespace, facts: Facts, plans: Sequence[Placement]
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
+    from .facts import cached
     from .planning import plan_ranks
     from .text import table
 
     with _root(args) as root:
         plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
+        facts = cached(root)  # the facts plan_ranks() just read
+        for note in facts.notes:  # an entry of CUDA_VISIBLE_DEVICES that ends the list, mixed models...
+            print(f"numapin plan: note: {note}", file=sys.stderr)
         if args.svg or args.html:
-            from .facts import cached
-
-            facts = cached(root)  # the facts plan_ranks() just read
             what = f"mode {plans[0].mode}" + (f" · reserve {args.reserve}" if args.reserve else "")
             where = args.machine or facts.topology.root
             title = f"numapin plan · {what} · {where}" + (f" · {plans[0].reason}" if len(plans) == 1 else "")
@@ -580,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.verbose:
         import logging
 
-        logging.basicConfig(level=logging.INFO, format="%(message)s")
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     # Without -v, logging stays unconfigured (and unimported until numapin warns): warnings then
     # reach stderr as the bare message through logging's last-resort handler, as they did with
     # basicConfig(level=WARNING, format="%(message)s").
@@ -594,8 +598,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (CliError, HostError, NumapinError, OSError) as exc:
-        print(f"numapin {args.command}: {exc}", file=sys.stderr)
+        print(f"numapin {args.command}: {_one_line(exc)}{_hint(args, exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The error as one line; a file error as the system says it, without Python's "[Errno 13]"."""
+    if isinstance(exc, OSError) and not isinstance(exc, (HostError, NumapinError)) and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}" if exc.filename is not None else exc.strerror
+    return str(exc)
+
+
+def _hint(args: argparse.Namespace, exc: BaseException) -> str:
+    """Where one exists, the next step: a machine with no GPU can still show what numapin does."""
+    from .gpus import NoGpuVisible
+
+    if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and not (
+            getattr(args, "machine", None) or getattr(args, "root", None)):
+        return f"; to try numapin as on a GPU host: numapin {args.command} --machine dgx-h100"
+    return ""
 
 
 if __name__ == "__main__":  # pragma: no cover

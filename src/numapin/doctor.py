@@ -22,7 +22,7 @@ from .pinning import MaskOwner, classify, exec_marker
 from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record
-from .text import decimal
+from .text import counted, decimal, plural
 from .threads import exited, process_environ
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -73,9 +73,9 @@ class Diagnosis:
         lines = [f"numapin doctor: {who}"]
         if self.placement is not None:
             p = self.placement
-            lines.append(f"placement: {p.workers} for GPU {p.gpu} ({p.reason})")
+            lines.append(f"placement: {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")
         lines.extend(f.text() for f in self.findings)
-        lines.append(f"{len(self.findings)} finding(s)" if self.findings else "no findings")
+        lines.append(counted(len(self.findings), "finding") if self.findings else "no findings")
         return "\n".join(lines)
 
 
@@ -119,8 +119,11 @@ def diagnose(
         placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
     except EnvironmentProblem as exc:
         placement = None
-        findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to",
-                                "check CUDA_VISIBLE_DEVICES and the launcher's local rank"))
+        fix = ("list GPUs of this machine in CUDA_VISIBLE_DEVICES (or unset it)" if facts.cut else
+               "check the launcher's local rank and NUMAPIN_RANK_MAP" if facts.visible else
+               "to try numapin as on a GPU host: numapin doctor --machine dgx-h100" if not facts.inventory.gpus else
+               "check CUDA_VISIBLE_DEVICES and the launcher's local rank")
+        findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to", fix))
     findings += _machine(facts, Host(facts.topology.root), placement, env, mode)
     if placement is not None:
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
@@ -144,6 +147,12 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "the kernel moves pages and tasks between nodes behind numapin's memory policy and pins",
             "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
     gpus = [v.gpu for v in facts.visible]
+    if facts.cut and gpus:  # with none visible, no-placement says it
+        found.append(Finding(
+            "cuda-visible-devices", "warning", facts.cut,
+            f"CUDA shows this process {counted(len(gpus), 'GPU')} of the {len(facts.inventory.gpus)} found: "
+            "the entries after it are ignored, by CUDA as by numapin",
+            "correct or remove that entry of CUDA_VISIBLE_DEVICES"))
     # The firmware's answer itself: numapin infers a node from the local CPUs when it says -1.
     unknown = [g for g in gpus if g.node is None or (g.firmware_node or 0) < 0]
     if unknown:

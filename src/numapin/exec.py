@@ -207,8 +207,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     env = dict(os.environ if environ is None else environ)
     request = prepared.request
     if prepared.placement is None:
-        who, what = ("numapin exec", "running the program") if request.program else ("numapin", "this process runs")
-        log.warning("%s: %s; %s unpinned", who, prepared.unpinned or "no placement", what)
+        what = "the program runs" if request.program else "this process runs"
+        log.warning("%s; %s unpinned", prepared.unpinned or "no placement", what)
         return None, env
     p = prepared.placement
     # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
@@ -222,7 +222,7 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         env[RESERVED] = str(p.reserved)
     env.update(prepared.pools)
     if prepared.kept_pools:
-        log.info("numapin: thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
+        log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env
 
 

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Mapping
 
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
-from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible
+from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .records import record
 from .topology import Topology, read_topology
@@ -29,6 +29,12 @@ class Facts:
     visible: tuple[VisibleGpu, ...]
     """The GPUs this process sees, in CUDA's order (``CUDA_VISIBLE_DEVICES``): ``visible[i].index == i``."""
     notes: tuple[str, ...] = ()
+    cut: str | None = None
+    """Why ``CUDA_VISIBLE_DEVICES`` shows fewer GPUs than it lists, or none (also among the notes)."""
+
+    def gpu(self, index: int) -> VisibleGpu:
+        """The visible GPU ``index``; when there is none, the error names the exact cause."""
+        return select_gpu(self.visible, index, found=len(self.inventory.gpus), cut=self.cut)
 
 
 def gather(
@@ -46,7 +52,7 @@ def gather(
     if nvml is None and "MIG-" in env.get(CUDA_VISIBLE_DEVICES, "").upper() and Host(topology.root).is_live:
         module = load_nvml()
     resolution = resolve_visible(inventory, env, nvml=module)
-    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings)
+    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings, resolution.cut)
 
 
 # -- the process's facts, read once -----------------------------------------------

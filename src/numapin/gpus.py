@@ -27,7 +27,7 @@ from .errors import EnvironmentProblem, UsageError, quoted
 from .host import Host
 from .logger import log
 from .records import field, record, replace
-from .text import decimal
+from .text import decimal, plural
 from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -353,6 +353,8 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
 class _Resolution:
     visible: tuple[VisibleGpu, ...]
     notes: tuple[str, ...] = field(default=())
+    cut: str | None = None
+    """Why CUDA_VISIBLE_DEVICES shows fewer GPUs than it lists (or none): the entry that ended it, or its emptiness."""
 
 
 def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
@@ -410,6 +412,7 @@ def resolve_visible(
     if value is None:
         return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes))
     chosen: list[Gpu] = []
+    cut = f"CUDA_VISIBLE_DEVICES is empty: it hides every GPU ({len(gpus)} found)" if not value.strip() else None
     for raw in value.split(","):
         entry = raw.strip()
         gpu: Gpu | None = None
@@ -426,10 +429,14 @@ def resolve_visible(
         if gpu is None or gpu in chosen:
             why = "names a GPU already listed" if gpu is not None else "names no GPU of this machine"
             if entry:
-                notes.append(f"CUDA_VISIBLE_DEVICES entry {entry!r} {why}: the list ends before it")
+                cut = f"CUDA_VISIBLE_DEVICES entry {quoted(entry)} {why}: the list ends before it"
+                if gpus:
+                    cut += f" (this machine's GPUs: 0-{len(gpus) - 1}, or GPU-<uuid>)" if len(gpus) > 1 \
+                        else " (this machine's GPU: 0, or GPU-<uuid>)"
+                notes.append(cut)
             break
         chosen.append(gpu)
-    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes))
+    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes), cut)
 
 
 def visible_gpus(
@@ -446,16 +453,27 @@ def visible_gpus(
     return resolution.visible
 
 
-def select_gpu(visible: Sequence[VisibleGpu], index: int) -> VisibleGpu:
-    """The visible GPU ``index``; an UnknownGpu listing the visible GPUs otherwise."""
+def select_gpu(visible: Sequence[VisibleGpu], index: int, *, found: int | None = None,
+               cut: str | None = None) -> VisibleGpu:
+    """The visible GPU ``index``; an UnknownGpu listing the visible GPUs otherwise.
+
+    ``found`` (the GPUs of the machine) and ``cut`` (why CUDA_VISIBLE_DEVICES
+    shows fewer) let the error name the exact cause rather than a general one.
+    """
     if isinstance(index, bool) or not isinstance(index, int):  # "0" or True: the caller's mistake, whatever is visible
         raise UnknownGpu(f"a GPU is named by its index, an int (CUDA's logical index), not {quoted(index)}",
                          value=index)
     if not visible:
+        if cut:
+            raise NoGpuVisible(f"no GPU is visible to this process: {cut}")
+        if found == 0:
+            raise NoGpuVisible("no GPU is visible to this process: none found on this machine (numapin looks for "
+                               "NVIDIA GPUs on the PCI bus, under sys/bus/pci)")
         raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
     if not 0 <= index < len(visible):
         listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
-        raise UnknownGpu(f"GPU {index!r} is not visible; visible GPUs are {listing}", value=index)
+        raise UnknownGpu(f"GPU {index!r} is not visible; visible {plural(len(visible), 'GPU is', 'GPUs are')} "
+                         f"{listing}" + (f" ({cut})" if cut else ""), value=index)
     return visible[index]
 
 

@@ -7,6 +7,11 @@ INFO and DEBUG records would be dropped, and only WARNING and above reach
 anyone (through logging's last-resort handler, to stderr). So below WARNING
 this proxy checks ``sys.modules`` and returns; otherwise it hands the record
 to the real logger, exactly as a direct call would.
+
+Messages carry no "numapin:" of their own: a formatter with ``%(name)s`` adds
+it. Where nobody configured logging (no handler anywhere up the tree), logging's
+last-resort handler would print the bare message, so there the proxy puts the
+name in front itself: a warning on stderr always says whose it is, once.
 """
 
 from __future__ import annotations
@@ -30,8 +35,11 @@ class _Log:
             return
         import logging
 
+        logger = logging.getLogger(NAME)
+        if not logger.hasHandlers():  # logging's last resort prints "%(message)s" alone
+            message = f"{NAME}: {message}"
         # stacklevel 3: the record names numapin's caller of log.info(), not this proxy.
-        logging.getLogger(NAME).log(level, message, *args, stacklevel=3)
+        logger.log(level, message, *args, stacklevel=3)
 
     def debug(self, message: str, *args: object) -> None:
         self._log(10, message, args)

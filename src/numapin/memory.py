@@ -24,6 +24,7 @@ from .errors import EnvironmentProblem, UsageError, errno_name, quoted
 from .host import Host
 from .numa import KernelMemoryPolicy, LinuxMemory, MemoryKernel
 from .records import record
+from .text import plural
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -260,15 +261,25 @@ class MemoryResult:
     migration: MigrateResult | None = None
     problems: tuple[str, ...] = ()
     """The refusals met on the way down, each as the kernel worded it."""
+    kernel_nodes: CpuSet | None = None
+    """After a refusal: the memory nodes of the running kernel (which may not be the machine the facts describe)."""
 
     @property
     def warning(self) -> str | None:
         """One line on what went wrong and what is in force instead; None when nothing did."""
         if not self.problems:
             return None
-        where = f"node{'s' if len(self.nodes) > 1 else ''} {self.nodes}"
-        problems = "; ".join(self.problems)
-        return f"numapin: memory placement on {where}: {problems}; continuing with memory {self.applied}"
+        where = f"{plural(len(self.nodes), 'node')} {self.nodes}"
+        absent = self.nodes - self.kernel_nodes if self.kernel_nodes is not None else CpuSet()
+        if absent:
+            # The usual case: facts read from a folder standing in for / (--machine, NUMAPIN_FSROOT)
+            # name nodes this kernel does not have, and the kernel refuses them. Say that, not EINVAL.
+            cause = (f"this kernel has no memory on {plural(len(absent), 'node')} {absent} (its memory "
+                     f"{plural(len(self.kernel_nodes or ()), 'node')}: {self.kernel_nodes}), as when the machine is "
+                     "read from a folder standing in for / (--machine, --root, NUMAPIN_FSROOT)")
+        else:
+            cause = "; ".join(self.problems)
+        return f"memory not placed on {where}: {cause}; continuing with memory {self.applied}"
 
     def __str__(self) -> str:
         text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \
@@ -336,7 +347,9 @@ def place_memory(
                 raise _as_environment(exc) from exc
             problems.append(str(exc))
     # No warning here: the caller says it once per process and problem (a worker pins again and again).
-    return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems))
+    # After a refusal, the kernel's own nodes (not the facts', which may describe another machine) tell why.
+    return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems),
+                        system_nodes("/") if problems and kernel is None else None)
 
 
 def _as_environment(exc: MemoryPolicyError | UsageError) -> MemoryPolicyError:

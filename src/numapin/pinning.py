@@ -17,6 +17,7 @@ from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
 from .decision import Decision, ExternalMaskPolicy, MaskOwner, PinAction, classify, decide, parse_policy
 from .deprecation import moved
+from .environment import LOCAL_RANK_VARIABLES
 from .errors import EnvironmentProblem, NumapinError, UsageError, errno_name
 from .facts import Facts
 from .facts import cached as cached_facts
@@ -25,6 +26,7 @@ from .logger import log
 from .memory import MemoryMode
 from .ownership import PinState, Record, exec_marker, state
 from .placement import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
+from .ranks import local_rank
 from .records import record
 from .results import PinError, PinResult, ThreadResult
 from .threadpools import ThreadpoolsUnavailable
@@ -141,7 +143,7 @@ def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
         raise PinError(message, result)
     # Once per process and problem: a worker that pins in a loop (or a library
     # that calls pin() per request) must not repeat "no GPU" at every call.
-    state().warn_once(f"numapin: {message}; the process keeps its mask")
+    state().warn_once(f"{message}; the process keeps its mask")
     return result
 
 
@@ -205,8 +207,14 @@ def pin(
     with pins.lock:
         try:
             facts = cached_facts(root, env)
+            for note in facts.notes:  # CUDA_VISIBLE_DEVICES cut short, NVML disagreeing...: said once a process
+                pins.warn_once(note)
             if placement is None:
                 placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode or PlacementMode.NODE, reserve=reserve)
+                if gpu is None and cpus is None and len(facts.visible) > 1 and local_rank(env) is None:
+                    names = ", ".join(LOCAL_RANK_VARIABLES[:3])
+                    pins.warn_once(f"no launcher variable gives this process a local rank ({names}...): GPU 0 of "
+                                   f"the {len(facts.visible)} visible is assumed; name it with pin(gpu=N)")
             else:
                 explicit_cpus(facts.topology, placement.cpus)  # a placement made elsewhere must fit here
         except UsageError:
@@ -251,7 +259,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
                          previous=previous, message=message)
         if options.strict:  # the pin asked for did not happen: strict says so instead of running on
             raise PinError(message, kept)
-        pins.warn_once(f"numapin: {message}")
+        pins.warn_once(message)
         return kept
     walk = Walk(ops, wanted, {previous, baseline, *own}, options.all_threads, pins.deliberate)
     # Interruption (KeyboardInterrupt, a signal handler's exception) may land anywhere below. Until
@@ -313,7 +321,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
         try:
             pools = resize_pools(len(wanted))
         except ThreadpoolsUnavailable as exc:
-            pins.warn_once(f"numapin: {exc}; thread pools left as they are")
+            pins.warn_once(f"{exc}; thread pools left as they are")
     # Built once, now that the mask read back, the memory placement and the pools are known.
     result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
                        counts=counts, threadpools=pools)
@@ -324,11 +332,11 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     if placed is not None and placed.warning:
         pins.warn_once(placed.warning)
     if counts[Outcome.FAILED]:
-        log.warning("%s", result)
+        log.warning("%s", result.summary())
     elif result.changed:
-        log.info("%s", result)
+        log.info("%s", result.summary())
     else:
-        log.debug("%s", result)
+        log.debug("%s", result.summary())
     return result
 
 
@@ -443,7 +451,7 @@ def pinned(
                     facts = cached_facts(root, os.environ if environ is None else environ)
                     _memory.set_mempolicy(*policy_before, limits=_memory.MemoryNodes.of(facts.topology))
                 except (NumapinError, OSError) as exc:
-                    log.warning("numapin: could not restore the memory policy %s %s after the lease: %s",
+                    log.warning("could not restore the memory policy %s %s after the lease: %s",
                                 policy_before[0].name, policy_before[1], exc)
 
 

@@ -18,7 +18,7 @@ from .deprecation import moved
 from .environment import RANK_MAP
 from .errors import EnvironmentProblem, UsageError
 from .facts import Facts
-from .gpus import Gpu, Inventory, VisibleGpu, select_gpu
+from .gpus import Gpu, Inventory, VisibleGpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
 from .records import record
 from .topology import Core, Topology
@@ -285,7 +285,7 @@ def resolve(
     when the machine offers nothing (no GPU visible, no allowed CPU near it).
     """
     if cpus is not None:
-        named = select_gpu(facts.visible, gpu) if gpu is not None else None
+        named = facts.gpu(gpu) if gpu is not None else None
         return place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve,
                      rank=None if rank is None else rank.rank)
     parse_mode(mode)
@@ -295,7 +295,7 @@ def resolve(
         # With no GPU visible, selecting GPU 0 below reports that (an environment problem).
         gpu = gpu_for_rank(0 if rank is None else rank.rank, len(facts.visible), environ.get(RANK_MAP)) \
             if facts.visible else 0
-    return place(facts.topology, facts.inventory, select_gpu(facts.visible, gpu), mode=mode, reserve=reserve,
+    return place(facts.topology, facts.inventory, facts.gpu(gpu), mode=mode, reserve=reserve,
                  rank=None if rank is None else rank.rank)
 
 

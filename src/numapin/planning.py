@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from .cpuset import CpuSpec
 from .environment import RANK_MAP
 from .facts import cached
-from .gpus import select_gpu
 from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank
 
@@ -50,7 +49,7 @@ def plan_ranks(
         rank_map = env.get(RANK_MAP, "")
         count = len(rank_map.split(",")) if rank_map else len(facts.visible)
         if not count:
-            select_gpu(facts.visible, 0)  # raises the "no GPU visible" error
+            facts.gpu(0)  # raises the "no GPU visible" error
         return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve)
                      for r in range(count))
     return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve)

@@ -9,7 +9,7 @@ from .cpuset import CpuSet
 from .decision import ExternalMaskPolicy, MaskOwner, PinAction
 from .errors import NumapinError
 from .memory import MemoryResult
-from .placement import Placement
+from .placement import Placement, PlacementMode
 from .records import field, record
 from .threads import Outcome
 
@@ -83,6 +83,10 @@ class PinResult:
         return landed > 0 and self.count(Outcome.FAILED) == 0
 
     def __str__(self) -> str:
+        return f"numapin: {self.summary()}"
+
+    def summary(self) -> str:
+        """What :func:`str` says, without the leading ``numapin:`` (log records carry the logger's name)."""
         parts = [self.action.value]
         if self.ownership is MaskOwner.EXTERNAL and self.previous is not None:
             parts[0] += f" {self.previous}"
@@ -93,7 +97,10 @@ class PinResult:
             # actor sees "GPU 0"): name the physical device as well.
             where = [w for w in (self.placement.pci, None if self.placement.node is None
                                  else f"node {self.placement.node}") if w]
-            parts.append(f"for GPU {self.placement.gpu}" + (f" ({', '.join(where)})" if where else ""))
+            gpu = f"GPU {self.placement.gpu}" + (f" ({', '.join(where)})" if where else "")
+            # cpus= with gpu=: the CPUs are the caller's, the GPU only named; say so rather than "for GPU 0".
+            explicit = self.placement.mode is PlacementMode.EXPLICIT
+            parts.append(f"explicit CPUs, named for {gpu}" if explicit else f"for {gpu}")
         counts = ", ".join(f"{n} {o}" for o in Outcome if (n := self.count(o)))
         if counts:
             parts.append(f"threads: {counts}")
@@ -103,7 +110,7 @@ class PinResult:
             parts.append("thread pools: " + ", ".join(self.threadpools))
         if self.message:
             parts.append(self.message)
-        return "numapin: " + "; ".join(parts)
+        return "; ".join(parts)
 
 
 class PinError(NumapinError):

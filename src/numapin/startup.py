@@ -85,7 +85,7 @@ def activate(environ: Mapping[str, str] | None = None) -> Activation:
         patches = _patch(env)
         pinned, left_alone = _autopin(env)
     except Exception as exc:  # a start-up hook never breaks the interpreter
-        log.warning("numapin start-up: %s; this process runs unpinned", exc)
+        log.warning("start-up: %s; this process runs unpinned", exc)
         return Activation(patches, left_alone=str(exc))
     return Activation(patches, pinned, left_alone)
 
@@ -97,7 +97,7 @@ def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
         # One line however long the list: every interpreter of a job prints it.
         shown = ", ".join(quoted(name) for name in unknown[:3]) + (f" and {len(unknown) - 3} more"
                                                                   if len(unknown) > 3 else "")
-        log.warning("numapin start-up: %s: unknown name%s %s (known: %s); ignored",
+        log.warning("start-up: %s: unknown name%s %s (known: %s); ignored",
                     PATCH, "s" if len(unknown) > 1 else "", shown, ", ".join(PATCHES))
     return tuple(PATCHES[name]() for name in dict.fromkeys(names) if name in PATCHES)
 
@@ -131,7 +131,7 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
         visible = len(cached_facts(None, env).visible)
         if visible != 1:
             why = f"not a worker: no local rank and {visible} GPUs visible"
-            log.debug("numapin start-up: %s; left alone", why)
+            log.debug("start-up: %s; left alone", why)
             return None, why
     result, bound = bind(prepare_exec(request, env), env)
     # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec;

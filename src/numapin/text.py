@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["decimal", "format_size", "table"]
+__all__ = ["counted", "decimal", "format_size", "plural", "table"]
 
 
 _DIGITS = frozenset("0123456789")
@@ -22,6 +22,16 @@ def decimal(text: str | None) -> int | None:
     text = text.strip()
     digits = text[1:] if text.startswith("-") else text
     return int(text) if 0 < len(digits) <= 9 and _DIGITS.issuperset(digits) else None
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``word`` for one, ``words`` (or ``word`` + "s") for any other count: "node 1", "nodes 0-1"."""
+    return word if count == 1 else (words or f"{word}s")
+
+
+def counted(count: int, word: str, words: str | None = None) -> str:
+    """The count and its noun: "1 thread", "2 threads", "0 CPUs"."""
+    return f"{count} {plural(count, word, words)}"
 
 
 def format_size(value: int | None) -> str:

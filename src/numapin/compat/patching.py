@@ -48,14 +48,18 @@ class PatchReport:
     """Why the function was left alone (it is not the shape numapin knows)."""
 
     def __str__(self) -> str:
+        return f"numapin: {self.summary()}"
+
+    def summary(self) -> str:
+        """What :func:`str` says, without the leading ``numapin:`` (log records carry the logger's name)."""
         if self.refused:
-            return f"numapin: {self.target} left alone: {self.refused}"
+            return f"{self.target} left alone: {self.refused}"
         parts = [f"replaced {', '.join(self.replaced)}"] if self.replaced else []
         if self.restored:
             parts.append(f"restored {', '.join(self.restored)}")
         if self.pending:
             parts.append("will be patched when imported")
-        return f"numapin: {self.target}: " + ("; ".join(parts) or "nothing to change")
+        return f"{self.target}: " + ("; ".join(parts) or "nothing to change")
 
 
 def _bindings(value: object, modules: Sequence[tuple[str, object]]) -> list[tuple[str, object, str]]:
@@ -133,7 +137,7 @@ class FunctionPatch:
                 restored.extend(self._rebind(replacement, original, all_or_nothing=False))
             report = PatchReport(self.target, restored=tuple(restored))
             if restored:
-                log.info("%s", report)
+                log.info("%s", report.summary())
             return report
 
     def _watch(self) -> None:
@@ -170,7 +174,7 @@ class FunctionPatch:
                 self._made.append((original, replacement))
             report = PatchReport(self.target, replaced=tuple(replaced))
             if replaced:
-                log.info("%s", report)
+                log.info("%s", report.summary())
             return report
 
     def _rebind(self, old: object, new: object, *, all_or_nothing: bool) -> list[str]:
@@ -190,7 +194,7 @@ class FunctionPatch:
                         with contextlib.suppress(Exception):
                             setattr(done, done_name, old)
                     raise _Unbindable(f"cannot rebind {key}.{name} ({type(exc).__name__}: {exc})") from None
-                log.warning("numapin: %s: cannot restore %s.%s (%s)", self.target, key, name, exc)
+                log.warning("%s: cannot restore %s.%s (%s)", self.target, key, name, exc)
                 continue
             changed.append((key, module, name))
         return [f"{key}.{name}" for key, _, name in changed]
@@ -199,7 +203,7 @@ class FunctionPatch:
         report = PatchReport(self.target, refused=why)
         if not self._warned:
             self._warned = True
-            log.warning("%s", report)
+            log.warning("%s", report.summary())
         return report
 
 

@@ -60,16 +60,16 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
             return pin(device_id, policy="override", kernel=kernel)
         found = constraint(kernel=kernel)
         if found.ownership is MaskOwner.EXTERNAL:
-            log.info("numapin: process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
+            log.info("process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
             log.warning(
-                "numapin: process %d has constrained CPU affinity but `%s` is not set. "
+                "process %d has constrained CPU affinity but `%s` is not set. "
                 "Removing CPU affinity constraints (back to %s).",
                 os.getpid(), ENV, found.baseline,
             )
             return pin(cpus=found.baseline, policy="reset", kernel=kernel)
         return pin(device_id, policy="respect", kernel=kernel)
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
-        log.warning("numapin: configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
+        log.warning("configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
         return None
 
 

@@ -1,0 +1,158 @@
+"""Issue 28: what a newcomer meets in the first hour — messages that name the cause, options that do what they say."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import numapin
+from conftest import in_child
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+
+
+def _numapin(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+# -- logging: one "numapin:" however logging is configured ---------------------------------
+
+
+def test_a_name_formatter_prints_numapin_once(pair_root: Path) -> None:
+    code = ("import logging, numapin\n"
+            "logging.basicConfig(level=logging.DEBUG, format='%(name)s: %(message)s')\n"
+            "numapin.pin(1, memory='bind'); numapin.pin(1, memory='bind')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"NUMAPIN_FSROOT": str(pair_root), "PATH": "/usr/bin:/bin"})
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 0 and lines, proc.stderr
+    assert all(line.startswith("numapin: ") and not line.startswith("numapin: numapin") for line in lines), lines
+
+
+def test_unconfigured_logging_still_names_numapin(pair_root: Path) -> None:
+    # Nobody configured logging: the last-resort handler would print the bare message.
+    code = "import numapin\nnumapin.pin(cpus=[99999])\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={"NUMAPIN_FSROOT": str(pair_root), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1 and "UsageError" in proc.stderr  # a caller's mistake raises, never logs
+    # No GPU visible: one warning, on any host, the second pin quiet.
+    warn = "import numapin\nnumapin.pin(); numapin.pin()\n"
+    proc = subprocess.run([sys.executable, "-c", warn], capture_output=True, text=True, timeout=60,
+                          env={"NUMAPIN_FSROOT": str(pair_root), "PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0
+    assert proc.stderr.startswith("numapin: no GPU is visible") and proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_records_carry_the_message_without_the_name(pair_root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    def child() -> list[str]:
+        with caplog.at_level(logging.DEBUG, logger="numapin"):
+            numapin.pin(0)
+        return [r.getMessage() for r in caplog.records if r.name == "numapin"]
+
+    messages = in_child(child)
+    assert messages and not any(m.startswith("numapin") for m in messages), messages
+
+
+# -- CUDA_VISIBLE_DEVICES: the exact cause, from every command ------------------------------
+
+
+@pytest.mark.parametrize("value, entry", [("a,b", "'a'"), ("2", "'2'"), ("GPU-zzz", "'GPU-zzz'"), ("0x1", "'0x1'"),
+                                          ("", None)])
+@pytest.mark.parametrize("command", [["plan"], ["exec", "--strict", "--", "true"], ["doctor"]])
+def test_a_bad_cuda_visible_devices_is_named_by_every_command(command: list[str], value: str,
+                                                               entry: str | None) -> None:
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": value}
+    proc = _numapin(command[0], "--machine", "pair", *command[1:], env=env)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode in (1, 2) and "Traceback" not in said, said
+    expected = f"CUDA_VISIBLE_DEVICES entry {entry} names no GPU" if entry else "CUDA_VISIBLE_DEVICES is empty"
+    assert expected in said, said
+    assert "none found, or" not in said  # the general guess is gone where the cause is known
+
+
+def test_an_entry_that_cuts_the_list_short_is_said_where_some_gpus_stay_visible(
+        pair_root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    env = {"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "1,7,0"}
+    plan = _numapin("plan", "--machine", "pair", env=env)
+    assert plan.returncode == 0 and plan.stdout.count("\n0 ") == 1  # one rank: GPU 1 alone is visible
+    assert "entry '7' names no GPU of this machine" in plan.stderr
+    doctor = _numapin("doctor", "--machine", "pair", "--json", env=env)
+    import json
+
+    ids = [f["id"] for f in json.loads(doctor.stdout)["findings"]]
+    assert "cuda-visible-devices" in ids and doctor.returncode == 1
+
+    def child() -> tuple[int, str]:
+        import os
+
+        os.environ["CUDA_VISIBLE_DEVICES"] = "1,7,0"
+        with caplog.at_level(logging.WARNING, logger="numapin"):
+            first = numapin.pin()
+            numapin.pin()
+        return first.placement.gpu if first.placement else -1, "\n".join(r.getMessage() for r in caplog.records)
+
+    gpu, said = in_child(child)
+    assert gpu == 0 and said.count("entry '7' names no GPU") == 1, said
+
+
+def test_a_machine_without_gpus_points_at_the_synthetic_ones(tmp_path: Path) -> None:
+    from numapin import machines
+
+    root = machines.write(machines.shape_named("laptop"), tmp_path / "root")
+    # The laptop without its GPU: the PCI tree emptied of NVIDIA devices.
+    import shutil
+
+    for device in (root / "sys" / "bus" / "pci" / "devices").iterdir():
+        if (device / "vendor").exists() and (device / "vendor").read_text().strip() == "0x10de":
+            shutil.rmtree(device.resolve(), ignore_errors=True)
+            device.unlink()
+    env = {"PATH": "/usr/bin:/bin", "NUMAPIN_FSROOT": str(root)}
+    plan = _numapin("plan", env=env)
+    assert plan.returncode == 2 and plan.stderr.count("\n") == 1
+    assert "none found on this machine" in plan.stderr and "--machine dgx-h100" in plan.stderr
+    doctor = _numapin("doctor", env=env)
+    assert "--machine dgx-h100" in doctor.stdout
+
+
+def test_show_on_a_machine_without_gpus_suggests_a_synthetic_one() -> None:
+    from numapin.facts import gather
+
+    facts = gather("/", {})
+    proc = _numapin("show")
+    if facts.inventory.gpus:
+        assert "--machine dgx-h100" not in proc.stdout
+    else:
+        assert "try a synthetic one: numapin show --machine dgx-h100" in proc.stdout
+
+
+# -- the library says what it assumed --------------------------------------------------------
+
+
+def test_pin_without_a_rank_on_several_gpus_says_it_assumed_gpu_0(pair_root: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    def child() -> tuple[int | None, list[str]]:
+        with caplog.at_level(logging.WARNING, logger="numapin"):
+            result = numapin.pin()
+            numapin.pin()
+            numapin.pin(1)
+        return result.placement.gpu if result.placement else None, [r.getMessage() for r in caplog.records]
+
+    gpu, messages = in_child(child)
+    assert gpu == 0
+    assert len(messages) == 1 and "GPU 0 of the 2 visible is assumed" in messages[0] and "pin(gpu=N)" in messages[0]
+
+
+def test_explicit_cpus_with_a_gpu_are_reported_as_the_callers(pair_root: Path) -> None:
+    from live import ALL
+
+    cpu = max(ALL)
+
+    def child() -> str:
+        return str(numapin.pin(0, cpus=[cpu]))
+
+    said = in_child(child)
+    assert f"target {cpu}; explicit CPUs, named for GPU 0" in said and "; for GPU 0" not in said
