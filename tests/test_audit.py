@@ -61,8 +61,9 @@ def launch() -> Iterator[Callable[..., tuple[int, dict[str, int]]]]:
 
 
 def threads_json(*args: str) -> tuple[int, list[dict]]:  # type: ignore[type-arg]
+    """The exit code and the thread rows of ``numapin threads ARGS`` (its JSON object's "threads")."""
     proc = subprocess.run([*NUMAPIN, "threads", *args], capture_output=True, text=True, timeout=60)
-    return proc.returncode, (json.loads(proc.stdout) if proc.stdout.strip().startswith("[") else [])
+    return proc.returncode, (json.loads(proc.stdout)["threads"] if proc.stdout.strip().startswith("{") else [])
 
 
 @needs_two
@@ -91,7 +92,12 @@ def test_threads_reports_each_way_of_pinning(pair_root: Path,
     code, _ = threads_json(str(pid), "--gpu", "0", "--check")
     assert code == 1, "two threads are outside"
     text = subprocess.run([*NUMAPIN, "threads", str(pid), "--gpu", "0"], capture_output=True, text=True).stdout
-    assert f"2 of 4 threads outside {cpus(NODE0)}" in text and "memory: pid" in text
+    assert f"2 of 4 threads outside CPUs {cpus(NODE0)}" in text and "memory: pid" in text
+    # --json is the whole report: the placement compared with, the count outside, memory own and all.
+    proc = subprocess.run([*NUMAPIN, "threads", str(pid), "--gpu", "0", "--json"], capture_output=True, text=True)
+    whole = json.loads(proc.stdout)
+    assert (whole["placement"], whole["outside"], len(whole["threads"])) == (cpus(NODE0), 2, 4)
+    assert set(whole["memory"]) == {"bytes", "own_bytes", "remote_share"}
 
 
 @needs_two
@@ -115,8 +121,9 @@ def test_missing_process_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NUMAPIN_APPLIED", raising=False)
-    assert main(["threads", "--check"]) == 2
-    assert "needs a placement" in capsys.readouterr().err
+    assert main(["threads", str(os.getpid()), "--check"]) == 2
+    out, err = capsys.readouterr()
+    assert "needs a placement" in err and out == ""  # refused before any table is printed
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")

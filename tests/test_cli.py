@@ -95,8 +95,11 @@ def test_plan_table_and_json(capsys: pytest.CaptureFixture[str], machine_root: C
     code, out, _ = run(capsys, "plan", "--root", str(machine_root("dgx-h100")), "--mode", "exclusive",
                        "--reserve", "1")
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "cpus", "mems", "reserved"]
-    assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-13,112-125", "0", "13,125"]
+    # The workers' CPUs (what exec pins every thread to) apart from the reserved ones.
+    assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "workers", "mems", "reserved"]
+    assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-12,112-124", "0", "13,125"]
+    assert lines[-1] == "mode exclusive, 8 ranks; numapin exec exports each rank's reserved CPUs to it as " \
+                        "NUMAPIN_RESERVED"
     code, out, _ = run(capsys, "plan", "--root", str(machine_root("epyc-nps4")), "--gpus", "7,0", "--json")
     data = json.loads(out)
     assert [(p["rank"], p["gpu"], p["cpus"], p["mems"]) for p in data] == [
@@ -163,9 +166,12 @@ def test_machine_writes_a_root_that_show_reads(tmp_path: Path, capsys: pytest.Ca
     assert data["root"] == str(dest) and data["cpus"]["online"] == "0-223" and len(data["gpus"]) == 8
     # Never over something that is there already.
     code, _, err = run(capsys, "machine", "pair", str(dest))
-    assert code == 2 and "not an empty folder" in err
+    assert code == 2 and "holds synthetic machine dgx-h100" in err
     code, _, err = run(capsys, "machine", "pair", str(dest / "sys" / "devices" / "system" / "cpu" / "online"))
-    assert code == 2 and "not an empty folder" in err
+    assert code == 2 and "holds other files" in err
+    # The same machine again is harmless: README's `numapin machine pair DIR && ...` runs twice.
+    code, out, _ = run(capsys, "machine", "dgx-h100", str(dest))
+    assert code == 0 and f"--root {dest}" in out
 
 
 def test_show_json_of_a_synthetic_machine_names_no_vanished_folder(capsys: pytest.CaptureFixture[str]) -> None:
@@ -179,8 +185,8 @@ def test_show_json_of_a_synthetic_machine_names_no_vanished_folder(capsys: pytes
 def test_machine_option_for_exec_threads_and_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "exec", "--machine", "dgx-h100", "--gpu", "5", "--dry-run", "--json", "--", "true")
     assert code == 0 and json.loads(out)["placement"]["cpus"] == "56-111,168-223"
-    code, out, _ = run(capsys, "threads", "--machine", "pair", "--cpus", "0")
-    assert code == 0 and "threads outside 0" in out
+    code, out, _ = run(capsys, "threads", str(os.getpid()), "--machine", "pair", "--cpus", "0")
+    assert code == 0 and " outside CPUs 0" in out
     code, out, _ = run(capsys, "snapshot", str(tmp_path / "s.tar.gz"), "--machine", "epyc-nps4")
     assert code == 0 and (tmp_path / "s.tar.gz").is_file()
     with pytest.raises(SystemExit) as exit_:

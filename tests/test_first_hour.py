@@ -156,3 +156,77 @@ def test_explicit_cpus_with_a_gpu_are_reported_as_the_callers(pair_root: Path) -
 
     said = in_child(child)
     assert f"target {cpu}; explicit CPUs, named for GPU 0" in said and "; for GPU 0" not in said
+
+
+# -- options that do what their help says, or are refused in one line ----------------------
+
+
+def test_verbose_is_taken_after_the_sub_command_too() -> None:
+    for words in (["-v", "plan", "--machine", "pair"], ["plan", "-v", "--machine", "pair"]):
+        assert _numapin(*words).returncode == 0, words
+    # -v after `--` belongs to the program.
+    proc = _numapin("exec", "--cpus", "0", "--memory", "none", "--", sys.executable, "-c",
+                    "import sys; print(sys.argv[1:])", "-v")
+    assert proc.stdout == "['-v']\n"
+
+
+@pytest.mark.parametrize("words", [["exec", "--bogus", "--", "true"], ["exec", "--mode", "nearest", "--", "true"],
+                                   ["plan", "--reserve"], ["threads"], ["snapshot"]])
+def test_a_usage_error_is_one_line_that_points_at_help(words: list[str]) -> None:
+    proc = _numapin(*words)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--help" in proc.stderr, proc.stderr
+    assert "usage:" not in proc.stderr
+
+
+def test_a_picture_to_standard_output(tmp_path: Path) -> None:
+    proc = subprocess.run([*NUMAPIN, "plan", "--machine", "pair", "--svg", "-"], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.startswith("<svg") and proc.stdout.rstrip().endswith("</svg>")
+    assert not (tmp_path / "-").exists()
+    both = _numapin("show", "--svg", "-", "--html", "-")
+    assert both.returncode == 2 and "standard output" in both.stderr
+
+
+@pytest.mark.parametrize(("words", "says"), [
+    (["exec", "--cpus", "0", "--json", "--", "true"], "add --dry-run"),
+    (["threads", "1", "--cpus", "0", "--max-remote-memory", "5"], "add --check"),
+    (["snapshot", "out.zip"], "gzip-compressed tar"),
+])
+def test_an_option_that_would_be_ignored_is_refused(words: list[str], says: str, tmp_path: Path) -> None:
+    proc = subprocess.run([*NUMAPIN, *words], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_snapshot_to_standard_output_is_the_archive(tmp_path: Path) -> None:
+    import tarfile
+
+    out = tmp_path / "s.tar.gz"
+    with out.open("wb") as f:
+        proc = subprocess.run([*NUMAPIN, "snapshot", "-", "--machine", "pair"], stdout=f, stderr=subprocess.PIPE,
+                              text=True, timeout=60)
+    assert proc.returncode == 0 and "standard output" in proc.stderr
+    with tarfile.open(out) as archive:
+        assert "numapin-snapshot/sys/devices/system/cpu/online" in archive.getnames()
+
+
+def test_file_errors_are_said_as_the_system_says_them(tmp_path: Path) -> None:
+    proc = _numapin("plan", "--machine", "pair", "--svg", str(tmp_path / "no" / "such" / "x.svg"))
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("x.svg: No such file or directory")
+    assert "[Errno" not in proc.stderr
+
+
+def test_plan_says_the_same_footer_for_one_gpu_as_for_several() -> None:
+    one = _numapin("plan", "--machine", "pair", "--gpus", "1").stdout.splitlines()
+    two = _numapin("plan", "--machine", "pair").stdout.splitlines()
+    assert one[-1] == "mode node, 1 rank" and two[-1] == "mode node, 2 ranks"
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from numapin.text import counted
+
+    assert [counted(n, "thread") for n in (0, 1, 2)] == ["0 threads", "1 thread", "2 threads"]
+    proc = _numapin("plan", "--machine", "pair", "--reserve", "1")
+    assert "has 1 core" in proc.stderr and "1 cores" not in proc.stderr
+    proc = _numapin("plan", "--machine", "pair", "--cpus", "99")
+    assert "CPU 99 is outside" in proc.stderr

@@ -11,7 +11,7 @@ from .numamaps import Residency, residency
 from .pinning import exec_marker, state
 from .planning import plan
 from .records import record
-from .text import table
+from .text import counted, plural, table
 from .threads import LinuxThreads, exited, process_environ
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -66,14 +66,15 @@ class Audit:
     def summary(self) -> str:
         parts = []
         if self.placement is not None:
-            parts.append(f"{len(self.outside)} of {len(self.rows)} threads outside {self.placement}")
+            parts.append(f"{len(self.outside)} of {counted(len(self.rows), 'thread')} outside CPUs {self.placement}")
         else:
-            parts.append(f"{len(self.rows)} threads (no placement to compare with)")
+            parts.append(f"{counted(len(self.rows), 'thread')} (no placement to compare with)")
         parts.append(f"memory: {self.memory}" if self.memory is not None
                      else "memory: unreadable (only its owner or root may read its numa_maps)")
         share = self.remote_share()
         if share is not None:
-            parts.append(f"{100 * share:.1f}% of its own memory outside node(s) {self.nodes}")
+            parts.append(f"{100 * share:.1f}% of its own memory outside {plural(len(self.nodes or ()), 'node')} "
+                         f"{self.nodes}")
         return "; ".join(parts)
 
     def table(self) -> str:

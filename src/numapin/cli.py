@@ -22,7 +22,7 @@ from .version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
     from .facts import Facts
     from .placement import Placement
@@ -232,9 +232,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     from .facts import gather
 
+    quiet = _picture_to_stdout(args)
     with _root(args) as root:
         facts = gather(root)
-        if args.json:
+        if quiet:
+            pass
+        elif args.json:
             print(json.dumps(_show_json(facts, args.machine), indent=2))
         else:
             print(_show_text(facts, args.machine))
@@ -243,15 +246,24 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _pictures(args: argparse.Namespace, facts: Facts, plans: Sequence[Placement], title: str) -> None:
-    """Write the --svg and --html pictures asked for."""
+    """Write the --svg and --html pictures asked for (``-``: to standard output)."""
     if not (args.svg or args.html):
         return
     from . import picture
 
     for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
-        if path:
+        if path == "-":
+            sys.stdout.write(make(facts, plans, title))
+        elif path:
             with open(path, "w", encoding="utf-8") as f:
                 f.write(make(facts, plans, title))
+
+
+def _picture_to_stdout(args: argparse.Namespace) -> bool:
+    """True when --svg or --html is ``-``: the picture is then the whole of standard output."""
+    if args.svg == "-" and args.html == "-":
+        raise CliError("--svg - and --html - would both write to standard output: give one of them a file")
+    return "-" in (args.svg, args.html)
 
 
 # -- plan -----------------------------------------------------------------
@@ -262,8 +274,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     from .facts import cached
     from .planning import plan_ranks
-    from .text import table
+    from .text import counted, table
 
+    quiet = _picture_to_stdout(args)
     with _root(args) as root:
         plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
         facts = cached(root)  # the facts plan_ranks() just read
@@ -274,14 +287,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
             where = args.machine or facts.topology.root
             title = f"numapin plan · {what} · {where}" + (f" · {plans[0].reason}" if len(plans) == 1 else "")
             _pictures(args, facts, plans, title)
+    if quiet:
+        return 0
     if args.json:
         print(json.dumps([p.as_dict() for p in plans], indent=2))
         return 0
-    header = ["rank", "gpu", "pci", "node", "cpus", "mems"] + (["reserved"] if args.reserve else [])
-    rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.cpus), str(p.mems)]
-            + ([str(p.reserved)] if args.reserve else []) for p in plans]
+    # With --reserve, the workers' CPUs (what exec pins every thread to) and the reserved ones apart.
+    reserving = any(p.reserved for p in plans)
+    header = ["rank", "gpu", "pci", "node", "workers" if reserving else "cpus", "mems"] + (
+        ["reserved"] if reserving else [])
+    rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.workers), str(p.mems)]
+            + ([str(p.reserved)] if reserving else []) for p in plans]
     print("\n".join(table(header, rows)))
-    print(f"mode {plans[0].mode}" + (f": {plans[0].reason}" if len(plans) == 1 else ""))
+    footer = f"mode {plans[0].mode}, {counted(len(plans), 'rank')}"
+    if reserving:
+        footer += "; numapin exec exports each rank's reserved CPUs to it as NUMAPIN_RESERVED"
+    print(footer)
     return 0
 
 
@@ -302,6 +323,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         program = program[1:]
     if not program:
         raise CliError("no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
+    if args.json and not args.dry_run:
+        raise CliError("--json formats the --dry-run report: add --dry-run (a real exec prints nothing of its own)")
     # Everything that reads the machine happens inside _root(): a synthetic
     # machine's folder is removed before the program replaces this process.
     with _root(args) as root:
@@ -356,13 +379,17 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
     from .audit import audit
 
+    if args.max_remote_memory is not None and not args.check:
+        raise CliError("--max-remote-memory is a bound for --check: add --check")
     with _root(args) as root:
         report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=root)
+    bound = 100.0 if args.max_remote_memory is None else args.max_remote_memory
+    verdict = report.check(bound) if args.check else 0  # no placement to check against: the error, before any table
     if args.json:
-        print(json.dumps([row.as_dict() for row in report.rows], indent=2))
+        print(json.dumps(report.as_dict(), indent=2))
     else:
         print(report.table())
-    return report.check(args.max_remote_memory) if args.check else 0
+    return verdict
 
 
 # -- snapshot -------------------------------------------------------------
@@ -371,10 +398,15 @@ def cmd_threads(args: argparse.Namespace) -> int:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from .snapshot import TOP, capture
 
+    to_stdout = args.out == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise CliError("standard output is a terminal: redirect it (numapin snapshot - > machine.tar.gz)")
     with _root(args) as root:
-        files = capture(args.out, root, force=args.force)
-    print(f"wrote {args.out}: {len(files)} files under {TOP}/ — attach it to a bug report; "
-          f"`numapin show --root {TOP}` on the unpacked archive shows this machine")
+        files = capture(sys.stdout.buffer if to_stdout else args.out, root, force=args.force)
+    # With the archive on standard output, the report goes to stderr.
+    print(f"wrote {'the archive to standard output' if to_stdout else args.out}: {len(files)} files under {TOP}/ "
+          f"— attach it to a bug report; `numapin show --root {TOP}` on the unpacked archive shows this machine",
+          file=sys.stderr if to_stdout else sys.stdout)
     return 0
 
 
@@ -388,8 +420,11 @@ def cmd_machine(args: argparse.Namespace) -> int:
 
     spec = machines.shape_named(args.name)
     dest = Path(args.dir)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise CliError(f"{dest} exists and is not an empty folder")
+    there = machines.written(dest)
+    # Writing the same machine again is harmless (its files are written anew); anything else there is not ours.
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())) and there != spec.name:
+        held = f"synthetic machine {there}" if there else "other files"
+        raise CliError(f"{dest} holds {held}: give a new or empty folder (or one numapin machine {spec.name} wrote)")
     root = machines.write(spec, dest)
     about = f"{spec.cpus} CPUs, {spec.cpu_nodes} CPU nodes, {spec.gpus} GPUs" + (
         f": {spec.arch_note}" if spec.arch_note else "")
@@ -422,11 +457,20 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, **options)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line (the usage block is what --help is for)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``command``, only that sub-command's arguments (the others are listed, empty)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="numapin",
         description="Put each GPU worker process, every thread and its memory, near its GPU.",
+        epilog="No GPU here? Every command takes --machine NAME, a synthetic machine: "
+               "numapin plan --machine dgx-h100. Guides: docs/ in the repository.",
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"numapin {__version__}")
@@ -434,6 +478,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (helptext, fill) in _COMMANDS.items():
         p = sub.add_parser(name, help=helptext, formatter_class=_Formatter)
+        # -v after the sub-command too; SUPPRESS keeps an absent one from resetting `numapin -v exec`.
+        p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="log what numapin does")
         if command is None or command == name:
             fill(p)
     return parser
@@ -470,9 +517,9 @@ def _file_name(text: str) -> str:
 def _add_picture(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--svg", metavar="FILE", type=_file_name,
                         help="also draw the picture (packages, nodes, caches, cores, GPUs, each rank's CPUs) as SVG "
-                             "into FILE")
+                             "into FILE (- for standard output, instead of the text)")
     parser.add_argument("--html", metavar="FILE", type=_file_name,
-                        help="the same picture in a self-contained HTML page, with hover text per CPU")
+                        help="the same picture in a self-contained HTML page, with hover text per CPU (- as for --svg)")
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
@@ -528,21 +575,21 @@ def _doctor_args(doc: argparse.ArgumentParser) -> None:
 def _threads_args(th: argparse.ArgumentParser) -> None:
     th.description = ("One row per thread: tid, name, mask, last CPU, inside the placement, pinned by numapin; "
                       "then memory by node.")
-    th.add_argument("pid", nargs="?", type=_count, default=None, help="process id (default: numapin itself)")
+    th.add_argument("pid", type=_count, metavar="PID", help="the process to inspect")
     which = th.add_mutually_exclusive_group()
     which.add_argument("--gpu", type=_count, metavar="N", help="compare with GPU N's node placement")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
     th.add_argument("--json", action="store_true", help="a JSON list, one object per thread")
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
-    th.add_argument("--max-remote-memory", type=_percent, default=100.0, metavar="PCT",
-                    help="with --check: the largest share of memory allowed on other nodes (default 100)")
+    th.add_argument("--max-remote-memory", type=_percent, metavar="PCT",
+                    help="with --check: the largest share of its own memory allowed on other nodes (default 100)")
     _add_root(th)
     th.set_defaults(func=cmd_threads)
 
 
 def _snapshot_args(snap: argparse.ArgumentParser) -> None:
-    snap.description = "Write OUT.tar.gz with exactly the files numapin reads."
+    snap.description = "Write OUT.tar.gz (or .tgz; - for standard output) with exactly the files numapin reads."
     snap.add_argument("out", metavar="OUT.tar.gz")
     snap.add_argument("--force", action="store_true", help="replace OUT.tar.gz when it exists")
     _add_root(snap)
@@ -552,8 +599,8 @@ def _snapshot_args(snap: argparse.ArgumentParser) -> None:
 def _machine_args(mach: argparse.ArgumentParser) -> None:
     from .machines import SHAPES
 
-    mach.description = ("Write the sys/ and proc/ files of a synthetic machine under DIR (new or empty), as the "
-                        "kernel and the NVIDIA driver would show them.")
+    mach.description = ("Write the sys/ and proc/ files of a synthetic machine under DIR (new, empty, or holding "
+                        "the same machine), as the kernel and the NVIDIA driver would show them.")
     mach.add_argument("name", metavar="NAME", choices=sorted(SHAPES), help="one of: " + ", ".join(sorted(SHAPES)))
     mach.add_argument("dir", metavar="DIR", help="the folder to write (it stands in for /)")
     mach.set_defaults(func=cmd_machine)

@@ -25,7 +25,7 @@ from .pinning import PinResult, pin
 from .placement import Placement, PlacementMode, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record, replace
-from .text import decimal
+from .text import decimal, plural
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -112,11 +112,11 @@ class PreparedExec:
             lines.append("would run unpinned" + (f": {self.unpinned}" if self.unpinned else ""))
         else:
             p = self.placement
-            lines.append(f"would pin every thread to {p.workers} ({p.reason})")
+            lines.append(f"would pin every thread to {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")
             if p.reserved:
                 lines.append(f"would export {RESERVED}={p.reserved} for the latency-critical thread")
             if self.request.memory is not MemoryMode.NONE:
-                lines.append(f"would set memory policy {self.request.memory} on node(s) {p.mems}")
+                lines.append(f"would set memory policy {self.request.memory} on {plural(len(p.mems), 'node')} {p.mems}")
         if self.pools:
             lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.pools) + " (thread pools)")
         if self.kept_pools:

@@ -15,7 +15,10 @@ from pathlib import Path
 from .cpuset import CpuSet
 from .records import record
 
-__all__ = ["SHAPES", "MachineSpec", "shape_named", "synthetic", "write"]
+__all__ = ["MARKER", "SHAPES", "MachineSpec", "shape_named", "synthetic", "write", "written"]
+
+#: The file under a synthetic root that names the machine written there (so that writing it again is harmless).
+MARKER = "numapin-machine"
 
 _NVIDIA = "0x10de"
 _GIB = 1 << 30
@@ -105,6 +108,14 @@ def shape_named(name: str) -> MachineSpec:
         raise ValueError(f"unknown machine {name!r} (known: {', '.join(SHAPES)})") from None
 
 
+def written(dest: str | os.PathLike[str]) -> str | None:
+    """The name of the synthetic machine written under ``dest``, None when there is none."""
+    try:
+        return (Path(dest) / MARKER).read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _put(root: Path, rel: str, text: str) -> None:
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,6 +141,7 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
     """
     spec = shape_named(shape) if isinstance(shape, str) else shape
     root = Path(dest)
+    _put(root, MARKER, spec.name)
     cpu_dir = "sys/devices/system/cpu"
     every = CpuSet(range(spec.cpus))
     _put(root, f"{cpu_dir}/online", str(every))

@@ -21,6 +21,7 @@ from .facts import Facts
 from .gpus import Gpu, Inventory, VisibleGpu
 from .ranks import LocalRank, gpu_for_rank, local_rank
 from .records import record
+from .text import counted, plural
 from .topology import Core, Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -135,7 +136,7 @@ def _exclusive(topology: Topology, inventory: Inventory, gpu: Gpu, domain: CpuSe
     cores = _cores(topology, domain)
     if len(cores) < len(peers):
         raise UsageError(
-            f"exclusive: {where} has {len(cores)} allowed cores for {len(peers)} GPUs; every GPU needs one",
+            f"exclusive: {where} has {counted(len(cores), 'allowed core')} for {len(peers)} GPUs; every GPU needs one",
             value=PlacementMode.EXCLUSIVE,
         )
     share, extra = divmod(len(cores), len(peers))
@@ -173,7 +174,8 @@ def _reserve(topology: Topology, cpus: CpuSet, reserve: int) -> CpuSet:
     cores = _cores(topology, cpus)
     if reserve >= len(cores):
         raise UsageError(
-            f"reserve={reserve} leaves no core for the other threads: the placement {cpus} has {len(cores)} cores",
+            f"reserve={reserve} leaves no core for the other threads: the placement (CPUs {cpus}) has "
+            f"{counted(len(cores), 'core')}",
             value=reserve,
         )
     # The highest cores: low-numbered CPUs tend to carry interrupts and
@@ -191,7 +193,10 @@ def explicit_cpus(topology: Topology, cpus: CpuSpec) -> CpuSet:
         raise UsageError("the explicit CPU list is empty", value=cpus)
     outside = wanted - topology.allowed
     if outside:
-        raise UsageError(f"CPUs {outside} of {wanted} are outside the allowed CPUs {topology.allowed}", value=cpus)
+        which = f"{plural(len(outside), 'CPU')} {outside}" if outside != wanted or len(wanted) == 1 \
+            else f"all {len(wanted)} CPUs {wanted}"
+        raise UsageError(f"{which} {plural(len(outside), 'is', 'are')} outside the allowed CPUs {topology.allowed}",
+                         value=cpus)
     return wanted
 
 

@@ -15,12 +15,16 @@ import tarfile
 import time
 from pathlib import Path
 
-from .errors import UsageError
+from .errors import UsageError, quoted
 from .gpus import read_gpus
 from .host import Host
 from .topology import read_topology
 
-__all__ = ["TOP", "capture"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import BinaryIO
+
+__all__ = ["SUFFIXES", "TOP", "capture"]
 
 #: The folder inside the archive that stands in for ``/``.
 TOP = "numapin-snapshot"
@@ -49,14 +53,28 @@ def _filtered(rel: str, text: str) -> str:
     return text
 
 
-def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = None, *,
-            force: bool = False) -> list[str]:
-    """Write ``out`` (a .tar.gz) holding the files numapin reads under ``root``; returns their paths.
+#: The names an archive may have: numapin writes gzip-compressed tar, and says so in the name.
+SUFFIXES = (".tar.gz", ".tgz")
 
-    An existing ``out`` is a :class:`UsageError` unless ``force``.
+
+def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str] | None = None, *,
+            force: bool = False) -> list[str]:
+    """Write ``out`` (a .tar.gz, or a binary stream) holding the files numapin reads under ``root``;
+    returns their paths.
+
+    An existing ``out`` is a :class:`UsageError` unless ``force``; so is a name
+    that promises another format (``out.zip``).
     """
-    if not force and os.path.lexists(out):
-        raise UsageError(f"{os.fspath(out)!r} exists; use --force to replace it", value=os.fspath(out))
+    stream: BinaryIO | None = None
+    if not isinstance(out, (str, os.PathLike)):
+        stream = out
+    else:
+        name = os.fspath(out)
+        if not name.endswith(SUFFIXES):
+            raise UsageError(f"{quoted(name)}: a snapshot is a gzip-compressed tar archive; name it "
+                             f"{' or '.join('NAME' + s for s in SUFFIXES)} (or - for standard output)", value=name)
+        if not force and os.path.lexists(out):
+            raise UsageError(f"{quoted(name)} exists; use --force to replace it", value=name)
     journal: list[str] = []
     topology = read_topology(root, journal=journal)
     read_gpus(topology, nvml=False, journal=journal)
@@ -64,7 +82,9 @@ def capture(out: str | os.PathLike[str], root: str | os.PathLike[str] | None = N
     wanted = list(dict.fromkeys([*journal, "proc/self/status"]))
     captured: list[str] = []
     stamp = time.time()
-    with tarfile.open(Path(out), "w:gz") as archive:
+    # A stream is written as one (w|gz): standard output cannot seek.
+    with (tarfile.open(fileobj=stream, mode="w|gz") if stream is not None
+          else tarfile.open(Path(name), "w:gz")) as archive:
         # Folders the readers list must exist even when empty of files we keep.
         for folder in ("sys/devices/system/cpu", "sys/devices/system/node"):
             if os.path.isdir(host.path(folder)):
