@@ -94,3 +94,54 @@ def test_readmes_picture_is_the_commands_own(tmp_path: Path) -> None:
     subprocess.run([*NUMAPIN, *README_COMMAND, "--svg", str(out)], capture_output=True, check=True)
     assert README_PICTURE.read_text() == out.read_text(), (
         f"docs/ is stale: numapin {' '.join(README_COMMAND)} --svg docs/plan-dgx-h100.svg")
+
+
+def fill(e: ET.Element) -> str:
+    """The fill colour in an element's style."""
+    return e.get("style", "").split("fill:")[1].split(";")[0]
+
+
+def test_eight_ranks_have_eight_distinct_colours(tmp_path: Path) -> None:
+    plans, root = draw(tmp_path, *README_COMMAND)
+    assert len(plans) == 8
+    colours = {e.get("data-rank"): fill(e) for e in root.iter(f"{SVG}rect") if e.get("class") == "swatch"}
+    assert sorted(colours) == [str(r) for r in range(8)] and len(set(colours.values())) == 8, colours
+    cells = cpu_cells(root)
+    for plan in plans:  # every rank's cells in its own colour
+        rank = str(plan["rank"])
+        assert {fill(e) for e in cells.values() if e.get("data-ranks") == rank} == {colours[rank]}, rank
+
+
+def test_the_node_picture_marks_each_nodes_ranks(tmp_path: Path) -> None:
+    _, root = draw(tmp_path, "plan", "--machine", "dgx-h100")  # mode node: four ranks share each node
+    texts = ["".join(e.itertext()) for e in root.iter(f"{SVG}text")]
+    for node, ranks in ((0, "0-3"), (1, "4-7")):
+        assert any(t.startswith(f"node {node} · ") and t.endswith(f" · ranks {ranks}") for t in texts), texts
+    for gpu in range(8):  # each GPU carries its rank's swatch and number
+        group = next(e for e in root.iter(f"{SVG}g") if e.get("id") == f"gpu-{gpu}")
+        assert [e.get("data-rank") for e in group.iter(f"{SVG}rect") if e.get("data-rank")] == [str(gpu)]
+        assert f"GPU {gpu} · rank {gpu} · " in "".join(group.itertext())
+    # A shared CPU is drawn in bands of its ranks' colours, no longer one grey.
+    swatch = {e.get("data-rank"): fill(e) for e in root.iter(f"{SVG}rect") if e.get("class") == "swatch"}
+    gradient = fill(cpu_cells(root)[0]).removeprefix("url(#").removesuffix(")")
+    stops = next(e for e in root.iter(f"{SVG}linearGradient") if e.get("id") == gradient)
+    assert {s.get("stop-color") for s in stops} == {swatch[str(r)] for r in range(4)}
+
+
+@pytest.mark.parametrize(("args", "shared", "reserved"), [
+    (["--mode", "exclusive"], False, False), (["--mode", "exclusive", "--reserve", "1"], False, True),
+    ([], True, False)])
+def test_the_legend_lists_only_what_is_drawn(tmp_path: Path, args: list[str], shared: bool, reserved: bool) -> None:
+    _, root = draw(tmp_path, "plan", "--machine", "dgx-h100", *args)
+    texts = ["".join(e.itertext()) for e in root.iter(f"{SVG}text")]
+    assert any("several ranks share" in t for t in texts) is shared
+    assert any(t.startswith("thick border") for t in texts) is reserved
+
+
+def test_a_label_wider_than_the_picture_may_grow_is_shortened() -> None:
+    from numapin.picture import _fit, _text_width
+
+    long = "node 0 · CPUs " + ",".join(str(c) for c in range(0, 2000, 2))
+    cut = _fit(long, 12, 500)
+    assert cut.endswith("…") and long.startswith(cut[:-1]) and _text_width(cut, 12) <= 500
+    assert _fit("node 0", 12, 500) == "node 0"

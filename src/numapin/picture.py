@@ -10,11 +10,17 @@ Every CPU is one ``rect`` with ``id="cpu-N"`` and ``data-cpu``, ``data-core``,
 ``data-node`` and ``data-ranks`` (the ranks whose placement holds it, comma
 separated; ``data-reserved`` when it is set aside for a rank's hot thread),
 and a ``title`` that browsers show on hover. Every GPU is one ``g`` with
-``id="gpu-N"`` (CUDA's index). A rank's colour comes from the Okabe–Ito
-palette, which people with the common colour-vision deficiencies tell apart,
-and is never the only label: cells carry the rank's number when they are big
-enough, the legend spells each rank's CPUs out, and a CPU shared by several
-ranks is grey with their numbers.
+``id="gpu-N"`` (CUDA's index). A rank's colour comes from Paul Tol's "muted"
+palette (nine colours that people with the common colour-vision deficiencies
+tell apart) and is never the only label: cells carry the rank's number when
+they are big enough, each GPU and node names its ranks, the legend spells
+each rank's CPUs out, and a CPU several ranks share (mode node) shows a band
+of each one's colour.
+
+Every label fits its box: boxes grow to their label's width, measured with
+DejaVu Sans's advance widths (the widest of the usual sans-serif faces and
+Debian's default, so narrower faces fit too), and a label wider than the
+picture may grow is shortened with an ellipsis.
 """
 
 from __future__ import annotations
@@ -25,22 +31,54 @@ from html import escape
 from .cpuset import CpuSet
 from .facts import Facts
 from .placement import Placement
-from .text import format_size
+from .text import format_size, plural
 from .topology import Core, Node
 
 __all__ = ["PALETTE", "html", "svg"]
 
-#: Okabe & Ito's palette for colour-blind readers (black left out: it is the text colour).
-PALETTE = ("#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7")
-SHARED = "#9E9E9E"
+#: Paul Tol's "muted" palette: nine colours for qualitative data that colour-blind readers tell apart
+#: (his pale grey for "no data" is left out: free CPUs are drawn in a grey of their own).
+PALETTE = ("#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
+#: The palette's dark colours, on which a rank's number is written in white.
+_DARK = frozenset({"#332288", "#117733", "#882255", "#AA4499"})
 FREE = "#F2F2F2"
 _FONT = "font-family:sans-serif"
-_MAX_WIDTH = 1400  # cache groups wrap to the next row past this width
+_MAX_WIDTH = 1400  # cache groups wrap to the next row past this width; labels are cut to it
 _PAD = 6
+
+#: DejaVu Sans's advance widths in ems (from its hmtx table), by the characters that share one.
+_EMS = {chars: width for width, chars in (
+    (0.278, "ijl'"), (0.318, " ,.·"), (0.337, ":;/|\\"), (0.352, "f"), (0.361, "-"), (0.39, "()[]"),
+    (0.392, "t"), (0.411, "r"), (0.5, "*_"), (0.521, "s"), (0.525, "z"), (0.55, "c"), (0.557, "L"),
+    (0.579, "k"), (0.592, "vxy"), (0.603, "P"), (0.611, "TY"), (0.613, "a"), (0.615, "e"), (0.612, "o"),
+    (0.632, "E"), (0.575, "F"), (0.634, "hnu"), (0.635, "bdgpqS"), (0.636, "0123456789$"), (0.656, "K"),
+    (0.684, "AV"), (0.685, "XZ"), (0.686, "B"), (0.695, "R"), (0.698, "C"), (0.732, "U"), (0.748, "N"),
+    (0.752, "H"), (0.77, "D"), (0.775, "G"), (0.787, "OQ"), (0.818, "w"), (0.838, "→+=<>#"), (0.863, "M"),
+    (0.974, "m"), (0.989, "W"), (0.295, "IJ"))}
+_WIDTH = {ch: width for chars, width in _EMS.items() for ch in chars}
+
+
+def _text_width(words: str, size: float, bold: bool = False) -> float:
+    """How wide ``words`` is drawn at ``size`` px (DejaVu Sans; bold about 9% wider; 0.7 em for the unknown)."""
+    return sum(_WIDTH.get(ch, 0.7) for ch in words) * size * (1.09 if bold else 1.0)
+
+
+def _fit(words: str, size: float, room: float) -> str:
+    """``words``, shortened with an ellipsis when wider than ``room``."""
+    if _text_width(words, size) <= room:
+        return words
+    while words and _text_width(words + "…", size) > room:
+        words = words[:-1]
+    return words.rstrip(" ·,") + "…"
 
 
 def _colour(rank: int) -> str:
     return PALETTE[rank % len(PALETTE)]
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """Ranks as a list with runs: "0-3", "0,2", "5"."""
+    return str(CpuSet(ranks))
 
 
 class _Canvas:
@@ -57,17 +95,55 @@ class _Canvas:
 
 
 class _Plan:
-    """Which ranks hold each CPU, which CPUs are reserved, from the placements."""
+    """Which ranks hold each CPU, GPU and node, which CPUs are reserved, from the placements."""
 
     def __init__(self, plans: Sequence[Placement]) -> None:
         self.plans = plans
         self.ranks: dict[int, list[int]] = {}
         self.reserved: set[int] = set()
+        self.of_gpu: dict[int, list[int]] = {}
         for i, p in enumerate(plans):
-            rank = i if p.rank is None else p.rank
+            rank = self.rank(i)
             for cpu in p.cpus:
                 self.ranks.setdefault(cpu, []).append(rank)
             self.reserved.update(p.reserved)
+            if p.gpu is not None:
+                self.of_gpu.setdefault(p.gpu, []).append(rank)
+        #: Each set of ranks that shares a CPU: drawn as bands of their colours (an SVG gradient).
+        self.shared = sorted({tuple(r) for r in self.ranks.values() if len(r) > 1})
+
+    def rank(self, i: int) -> int:
+        p = self.plans[i]
+        return i if p.rank is None else p.rank
+
+    def on(self, cpus: CpuSet) -> list[int]:
+        """The ranks whose placement holds any of ``cpus``."""
+        return sorted({r for cpu in cpus for r in self.ranks.get(cpu, ())})
+
+
+def _bands_id(ranks: Sequence[int]) -> str:
+    return "bands-" + "-".join(map(str, ranks))
+
+
+def _bands(c: _Canvas, plan: _Plan) -> None:
+    """One gradient per set of sharing ranks: equal vertical bands, one in each rank's colour."""
+    if not plan.shared:
+        return
+    c.parts.append("<defs>")
+    for ranks in plan.shared:
+        stops = []
+        for i, rank in enumerate(ranks):
+            for at in (i / len(ranks), (i + 1) / len(ranks)):
+                stops.append(f'<stop offset="{at:.4g}" stop-color="{_colour(rank)}"/>')
+        c.parts.append(f'<linearGradient id="{_bands_id(ranks)}">{"".join(stops)}</linearGradient>')
+    c.parts.append("</defs>")
+
+
+def _label(c: _Canvas, x: float, y: float, words: str, size: int = 12) -> float:
+    """Write a label cut to the picture's width; return the width it takes."""
+    words = _fit(words, size, _MAX_WIDTH - x)
+    c.text(x, y, words, size)
+    return _text_width(words, size)
 
 
 def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, int, int]:
@@ -75,13 +151,18 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
     plan = _Plan(plans)
     cell = 14 if len(t.online) <= 256 else 9
     c = _Canvas()
+    _bands(c, plan)
     y = 40.0
+    title = _fit(title, 16 * 1.09, _MAX_WIDTH)
     c.text(_PAD, 24, title, 16, ' font-weight="bold"')
-    width = 0.0
+    width = _PAD + _text_width(title, 16, bold=True)
     gpus_by_node: dict[int | None, list[tuple[int, str]]] = {}
     for v in facts.visible:
         g = v.gpu
-        gpus_by_node.setdefault(g.node, []).append((v.index, f"GPU {v.index} · {g.pci} · {g.model or 'NVIDIA GPU'}"))
+        ranks = plan.of_gpu.get(v.index, [])
+        who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+        label = f"GPU {v.index}{who} · {g.pci} · {g.model or 'NVIDIA GPU'}"
+        gpus_by_node.setdefault(g.node, []).append((v.index, label))
     node_of_package: dict[int | None, list[Node]] = {}
     for node in t.cpu_nodes:
         first = node.cpus.first() if node.cpus else None
@@ -98,9 +179,9 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
             w, h = _node(c, facts, plan, node.id, node.cpus, gpus_by_node.get(node.id, []), _PAD * 3, y, cell)
             inner_width = max(inner_width, w)
             y += h + _PAD
-        box = inner_width + _PAD * 4
+        label_width = _label(c, _PAD * 2, top + 15, label, 13)
+        box = max(inner_width + _PAD * 4, label_width + _PAD * 2)
         c.rect(_PAD, top, box, y - top, "fill:none;stroke:#333;stroke-width:1.5")
-        c.text(_PAD * 2, top + 15, label, 13)
         width = max(width, box + _PAD)
         y += _PAD * 2
     memory = t.memory_only_nodes
@@ -111,7 +192,8 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
             label = f"memory-only node {node.id} · {_size(node.memory_bytes)}"
             if node.id in owners:
                 label += f" · memory of GPU {owners[node.id]}"
-            w = 6.5 * len(label) + 2 * _PAD
+            label = _fit(label, 12, _MAX_WIDTH - 2 * _PAD)
+            w = _text_width(label, 12) + 2 * _PAD
             if x + w > _MAX_WIDTH and x > _PAD:  # wrap, as cache groups do
                 x, y = float(_PAD), y + 28 + _PAD
             c.rect(x, y, w, 28, "fill:#FFFFFF;stroke:#333;stroke-dasharray:4 2",
@@ -120,9 +202,9 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
             x += w + _PAD
             width = max(width, x)
         y += 28 + _PAD * 2
-    y = _legend(c, plan, y, cell)
-    width = max(width, 620)
-    return "\n".join(c.parts), int(width) + _PAD, int(y) + _PAD
+    y, legend_width = _legend(c, plan, y)
+    width = max(width, legend_width)
+    return "\n".join(c.parts), int(width + 1) + _PAD, int(y) + _PAD
 
 
 def _size(value: int | None) -> str:
@@ -135,18 +217,25 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
     top = y
     node = t.node(node_id)
     y += 20
-    gx = x + _PAD
+    gx, gpus_right = x + _PAD, x + _PAD
     for index, label in gpus:
-        w = 7.0 * len(label) + 2 * _PAD
+        label = _fit(label, 12, _MAX_WIDTH - x - 24 - 3 * _PAD)
+        w = _text_width(label, 12) + 24 + 2 * _PAD
+        if gx + w > x + _MAX_WIDTH and gx > x + _PAD:  # the next row, as cache groups wrap
+            gx, y = x + _PAD, y + 22 + _PAD
         c.parts.append(f'<g id="gpu-{index}" data-gpu="{index}">')
         c.rect(gx, y, w, 22, "fill:#FFFFFF;stroke:#000;stroke-width:1.5", inner=f"<title>{escape(label)}</title>")
-        c.text(gx + _PAD, y + 15, label, 12)
+        ranks = plan.of_gpu.get(index, [])
+        if ranks:  # the GPU's swatch: its rank's colour (the first one's, when several ranks drive it)
+            c.rect(gx + 4, y + 4, 14, 14, f"fill:{_colour(ranks[0])};stroke:#333", f' data-rank="{ranks[0]}"')
+        c.text(gx + 24, y + 15, label, 12)
         c.parts.append("</g>")
         gx += w + _PAD
+        gpus_right = max(gpus_right, gx)
     if gpus:
         y += 22 + _PAD
     groups = _cache_groups(facts, cpus)
-    row_x, row_y, row_h, widest = x + _PAD, y, 0.0, gx - x
+    row_x, row_y, row_h, widest = x + _PAD, y, 0.0, gpus_right - x
     for group in groups:
         w, h = _group_size(group, cell)
         if row_x + w > x + _MAX_WIDTH and row_x > x + _PAD:
@@ -157,8 +246,11 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
         row_h = max(row_h, h)
         widest = max(widest, row_x - x)
     y = row_y + row_h + _PAD
+    ranks = plan.on(cpus)
+    who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+    label_width = _label(c, x + _PAD, top + 14, f"node {node_id} · CPUs {cpus} · {_size(node.memory_bytes)}{who}")
+    widest = max(widest, label_width + _PAD)
     c.rect(x, top, widest + _PAD, y - top, "fill:none;stroke:#555;stroke-width:1", f' id="node-{node_id}"')
-    c.text(x + _PAD, top + 14, f"node {node_id} · CPUs {cpus} · {_size(node.memory_bytes)}", 12)
     return widest + _PAD, y - top
 
 
@@ -201,7 +293,7 @@ def _group(c: _Canvas, facts: Facts, plan: _Plan, cores: list[CpuSet], x: float,
 def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int, x: float, y: float,
          cell: int) -> None:
     ranks = plan.ranks.get(cpu, [])
-    fill = FREE if not ranks else _colour(ranks[0]) if len(ranks) == 1 else SHARED
+    fill = FREE if not ranks else _colour(ranks[0]) if len(ranks) == 1 else f"url(#{_bands_id(ranks)})"
     reserved = cpu in plan.reserved
     core_id = "?" if core is None else core.id
     node_id = "?" if node is None else node.id
@@ -211,30 +303,43 @@ def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int
     extra = (f' id="cpu-{cpu}" class="cpu" data-cpu="{cpu}" data-core="{core_id}" data-node="{node_id}"'
              f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else ""))
     c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{escape(hover)}</title>")
-    if ranks and cell >= 14:
-        label = "R" if reserved else (str(ranks[0]) if len(ranks) == 1 else "*")
-        c.text(x + cell / 2, y + cell - 3.5, label, 9, ' text-anchor="middle" pointer-events="none"')
+    # A number for one rank (R when reserved); the bands of a shared CPU say its ranks, and the hover lists them.
+    if len(ranks) == 1 and cell >= 14:
+        label = "R" if reserved else str(ranks[0])
+        label = label if _text_width(label, 9) <= cell - 2 else "…"
+        ink = ";fill:#FFFFFF" if _colour(ranks[0]) in _DARK else ""
+        c.parts.append(f'<text x="{x + cell / 2:g}" y="{y + cell - 3.5:g}" style="{_FONT};font-size:9px{ink}" '
+                       f'text-anchor="middle" pointer-events="none">{escape(label)}</text>')
 
 
-def _legend(c: _Canvas, plan: _Plan, y: float, cell: int) -> float:
+def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
+    """The legend, listing only what the picture holds; returns its bottom and its width."""
     if not plan.plans:
-        return y
+        return y, 0.0
     c.text(_PAD, y + 14, "legend", 13, ' font-weight="bold"')
     y += 22
+    width = 0.0
+    x = _PAD + 20
     for i, p in enumerate(plan.plans):
-        rank = i if p.rank is None else p.rank
+        rank = plan.rank(i)
         c.rect(_PAD, y, 14, 14, f"fill:{_colour(rank)};stroke:#333", f' class="swatch" data-rank="{rank}"')
-        words = f"rank {rank} → GPU {p.gpu} ({p.pci}) · CPUs {p.cpus} · memory node(s) {p.mems}"
+        words = (f"rank {rank} → GPU {p.gpu} ({p.pci}) · CPUs {p.workers} · memory "
+                 f"{plural(len(p.mems), 'node')} {p.mems}")
         if p.reserved:
             words += f" · reserved {p.reserved}"
-        c.text(_PAD + 20, y + 12, words, 12)
+        width = max(width, x + _label(c, x, y + 12, words))
         y += 20
-    c.rect(_PAD, y, 14, 14, f"fill:{SHARED};stroke:#333")
-    c.text(_PAD + 20, y + 12, "a CPU in several ranks' placements (* in the cell)", 12)
-    y += 20
-    c.rect(_PAD, y, 14, 14, f"fill:{FREE};stroke:#000;stroke-width:2.5")
-    c.text(_PAD + 20, y + 12, "thick border (R): reserved for the rank's latency-critical thread", 12)
-    return y + 22
+    if plan.shared:
+        ranks = plan.shared[0]
+        c.rect(_PAD, y, 14, 14, f"fill:url(#{_bands_id(ranks)});stroke:#333")
+        width = max(width, x + _label(c, x, y + 12, "a CPU several ranks share: a band of each one's colour"))
+        y += 20
+    if plan.reserved:
+        c.rect(_PAD, y, 14, 14, f"fill:{FREE};stroke:#000;stroke-width:2.5")
+        words = "thick border (R): reserved for the rank's latency-critical thread"
+        width = max(width, x + _label(c, x, y + 12, words))
+        y += 20
+    return y + 2, width
 
 
 def svg(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin") -> str:

@@ -47,7 +47,70 @@ def test_the_plans_page_shows_every_ranks_colour(tmp_path: Path) -> None:
     counts = Counter(found)
     white = counts[(255, 255, 255)]
     assert white < 0.97 * len(found), "the page rendered blank"
-    # Eight ranks cycle through the palette's seven colours: every one of them is on the screen,
+    # Eight ranks, eight of the palette's nine colours: every one of them is on the screen,
     # each over many pixels (a cell's inside, not an edge's anti-aliasing).
-    for colour in PALETTE:
+    for colour in PALETTE[:8]:
         assert counts[rgb(colour)] > 200, f"{colour} missing from the rendered plan"
+
+
+#: Measures every label in the browser's own font against the box it sits in (the smallest rectangle
+#: holding its start), and writes what overflows into the page, which --dump-dom then prints.
+MEASURE = """<script>
+addEventListener("load", () => {
+  const boxes = [...document.querySelectorAll("svg rect")].map(r => r.getBBox());
+  const over = [];
+  for (const t of document.querySelectorAll("svg text")) {
+    const b = t.getBBox();
+    const inside = boxes.filter(r => r.x <= b.x && b.x <= r.x + r.width && r.y <= b.y + b.height / 2
+                                     && b.y + b.height / 2 <= r.y + r.height);
+    if (!inside.length) { over.push(t.textContent + " (in no box)"); continue; }
+    const box = inside.reduce((a, r) => (r.width * r.height < a.width * a.height ? r : a));
+    if (b.x + b.width > box.x + box.width + 0.5) over.push(t.textContent + " by " + (b.x + b.width - box.x - box.width).toFixed(1) + " px");
+  }
+  document.body.setAttribute("data-texts", document.querySelectorAll("svg text").length);
+  document.body.setAttribute("data-overflow", JSON.stringify(over));
+});
+</script>"""
+
+
+def overflowing(chromium: str, tmp_path: Path, *args: str) -> tuple[int, list[str]]:
+    """The number of labels on the picture of ``numapin ARGS --html``, and those wider than their box."""
+    import html
+    import json
+    import re
+
+    page = tmp_path / "page.html"
+    subprocess.run([*NUMAPIN, *args, "--html", str(page)], check=True, capture_output=True)
+    page.write_text(page.read_text().replace("</body>", MEASURE + "</body>"))
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom",
+                          page.as_uri()], check=True, capture_output=True, text=True, timeout=120).stdout
+    texts = re.search(r'data-texts="(\d+)"', dom)
+    over = re.search(r'data-overflow="([^"]*)"', dom)
+    assert texts and over, "the measuring script did not run"
+    return int(texts.group(1)), json.loads(html.unescape(over.group(1)))
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--machine", "pair"],  # a small host: short boxes, labels longer than their contents
+    ["plan", "--machine", "gb300"],  # memory-only nodes
+    ["plan", "--machine", "dgx-h100"],  # mode node: every node's ranks in its label
+    ["plan", "--machine", "dgx-h100", "--mode", "exclusive", "--reserve", "1"],
+    ["show", "--machine", "epyc-nps4"],
+])
+def test_every_label_fits_its_box_in_a_real_browser(tmp_path: Path, args: list[str]) -> None:
+    texts, over = overflowing(browser(), tmp_path, *args)
+    assert texts > 5 and over == [], over
+
+
+def test_node_mode_shows_every_ranks_colour_in_a_real_browser(tmp_path: Path) -> None:
+    chromium = browser()
+    page = tmp_path / "plan.html"
+    subprocess.run([*NUMAPIN, "plan", "--machine", "dgx-h100", "--html", str(page)], check=True, capture_output=True)
+    shot = tmp_path / "plan.png"
+    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1500,1100",
+                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
+    _, _, found = png.pixels(shot.read_bytes())
+    counts = Counter(found)
+    # Shared CPUs in bands, GPUs' swatches, the legend: each of the 8 ranks' colours over many pixels.
+    for colour in PALETTE[:8]:
+        assert counts[rgb(colour)] > 300, f"{colour} missing from the node picture"
