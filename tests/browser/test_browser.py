@@ -65,7 +65,8 @@ addEventListener("load", () => {
                                      && b.y + b.height / 2 <= r.y + r.height);
     if (!inside.length) { over.push(t.textContent + " (in no box)"); continue; }
     const box = inside.reduce((a, r) => (r.width * r.height < a.width * a.height ? r : a));
-    if (b.x + b.width > box.x + box.width + 0.5) over.push(t.textContent + " by " + (b.x + b.width - box.x - box.width).toFixed(1) + " px");
+    const past = b.x + b.width - (box.x + box.width);
+    if (past > 0.5) over.push(t.textContent + " by " + past.toFixed(1) + " px");
   }
   document.body.setAttribute("data-texts", document.querySelectorAll("svg text").length);
   document.body.setAttribute("data-overflow", JSON.stringify(over));
