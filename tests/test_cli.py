@@ -221,10 +221,10 @@ def test_dry_run_without_a_gpu_says_so_once(monkeypatch: pytest.MonkeyPatch) -> 
     assert (proc.stdout + proc.stderr).count("no GPU is visible") == 1 and "would run unpinned" in proc.stdout
 
 
-def test_plan_help_states_the_rank_rule_as_the_readme_does() -> None:
+def test_plan_help_states_the_rank_rule_as_the_guide_does() -> None:
     proc = subprocess.run([*NUMAPIN, "plan", "--help"], capture_output=True, text=True)
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert "r % visible GPUs" in readme and "r % N" in " ".join(proc.stdout.split())
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "library.md").read_text()
+    assert "r % visible GPUs" in guide and "r % N" in " ".join(proc.stdout.split())
 
 
 @pytest.mark.parametrize("args", [

@@ -52,6 +52,9 @@ def test_quickstart_is_two_commands_that_ci_runs() -> None:
     assert len(commands) == 2 and commands[0].endswith("numapin show") and "pytest" in commands[1]
     ci = (README.parent / ".ci" / "run").read_text()
     assert "quickstart" in ci
+    # The test command's time, stated where CI reads it and prints it beside its own measure.
+    stated = re.search(r"about <!-- quick-seconds -->(\d+)<!-- /quick-seconds --> s", README.read_text())
+    assert stated and 10 <= int(stated.group(1)) <= 600 and "quick-seconds" in ci
 
 
 def test_show_into_a_closed_pipe_is_quiet() -> None:

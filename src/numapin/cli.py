@@ -579,7 +579,9 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
     which = th.add_mutually_exclusive_group()
     which.add_argument("--gpu", type=_count, metavar="N", help="compare with GPU N's node placement")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
-    th.add_argument("--json", action="store_true", help="a JSON list, one object per thread")
+    th.add_argument("--json", action="store_true",
+                    help="one JSON object: the placement compared with, every thread, the count outside, "
+                         "memory by node (all and own bytes, remote share)")
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
     th.add_argument("--max-remote-memory", type=_percent, metavar="PCT",
