@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tarfile
 import tempfile
 import traceback
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 import live
+import numapin
 from live import INPUTS
 from numapin import environment, machines
 
@@ -68,12 +71,44 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and shm.is_dir() and os.access(shm, os.W_OK):
         config.option.basetemp = tempfile.mkdtemp(prefix="numapin-tests-", dir=shm)
         config.stash[_OWN_BASETEMP] = config.option.basetemp
+    # The pins of the tests (and of the processes they start) are recorded in a folder of the
+    # session's, not in the host's /run/numapin where a real worker's would be.
+    if environment.RUNTIME_DIR not in os.environ:
+        os.environ[environment.RUNTIME_DIR] = tempfile.mkdtemp(prefix="numapin-records-",
+                                                              dir=config.option.basetemp or None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     own = config.stash.get(_OWN_BASETEMP, None)
     if own:
         shutil.rmtree(own, ignore_errors=True)
+
+
+#: The start-up file this checkout ships (pip puts it at the top of site-packages).
+STARTUP = REPO / "src" / "numapin-startup.pth"
+
+Python = Callable[..., "subprocess.CompletedProcess[str]"]
+
+
+@pytest.fixture(scope="session")
+def python(tmp_path_factory: pytest.TempPathFactory) -> Python:
+    """Run an interpreter whose site-packages has the start-up file; env: only what the test gives."""
+    home = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(subprocess.run([home / "bin" / "python", "-c", where], check=True, capture_output=True,
+                               text=True).stdout.strip())
+    # "_" sorts before "n": the path entry is in place when the start-up line runs.
+    (site / "_numapin_under_test.pth").write_text(str(Path(numapin.__file__).parents[1]) + "\n")
+    (site / STARTUP.name).write_bytes(STARTUP.read_bytes())
+    base = live.without_inputs(dict(os.environ))
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(home / "bin" / "python"), *args], env={**base, **env}, capture_output=True,
+                              text=True, timeout=60)
+
+    return run
+
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,9 @@ from numapin.memory import system_nodes
 _GIB = 1 << 30
 
 #: Every variable numapin reads: tests start from none of them set.
-INPUTS = (*environment.OWNED, *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
+#: (NUMAPIN_RUNTIME_DIR is no input: conftest points it at the session's own folder of pin records.)
+INPUTS = (*(n for n in environment.OWNED if n != environment.RUNTIME_DIR),
+          *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
           environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY, *environment.THREAD_POOLS,
           *environment.OPENMP_BINDING, *environment.LAUNCHER_BINDING)
 

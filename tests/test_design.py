@@ -27,13 +27,15 @@ LAYERS: list[set[str]] = [
     {"ranks"},
     {"placement"},  # pure: facts -> Placement
     {"planning"},  # reads facts, then placement
-    {"threads", "numa", "numamaps", "threadpools"},  # the kernel interfaces, and the pools of loaded libraries
+    # the kernel interfaces, the pools of loaded libraries, and the host's ledger of pins (files under /run)
+    {"threads", "numa", "numamaps", "threadpools", "ledger"},
     {"memory"},
     {"decision", "ownership"},  # the pure decision; the only state (numapin's record and what else it remembers)
     {"results"},  # what a pin did
     {"walk"},  # every thread to one target
     {"pinning"},  # pin, leases: read facts, decide, walk, record
-    {"exec", "audit", "snapshot", "doctor", "picture"},
+    {"exec", "audit", "snapshot", "doctor", "picture", "workers"},
+    {"metrics"},  # the workers in Prometheus text
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat", "compat.tensorrt_llm"},
     {"startup"},  # what the start-up file runs when the environment asks

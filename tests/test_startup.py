@@ -10,46 +10,17 @@ start-up file). That the installed wheel carries the file is checked separately.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import sysconfig
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 import live
-import numapin
 import trtllm_like
-from conftest import REPO
-from live import without_inputs
+from conftest import REPO, STARTUP, Python
 from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
-
-STARTUP = REPO / "src" / "numapin-startup.pth"
-
-Python = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="session")
-def python(tmp_path_factory: pytest.TempPathFactory) -> Python:
-    """Run an interpreter whose site-packages has the start-up file; env: only what the test gives."""
-    home = tmp_path_factory.mktemp("venv")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
-    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
-    site = Path(subprocess.run([home / "bin" / "python", "-c", where], check=True, capture_output=True,
-                               text=True).stdout.strip())
-    # "_" sorts before "n": the path entry is in place when the start-up line runs.
-    (site / "_numapin_under_test.pth").write_text(str(Path(numapin.__file__).parents[1]) + "\n")
-    (site / STARTUP.name).write_bytes(STARTUP.read_bytes())
-    base = without_inputs(dict(os.environ))
-
-    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(home / "bin" / "python"), *args], env={**base, **env}, capture_output=True,
-                              text=True, timeout=60)
-
-    return run
 
 
 def _imported(result: subprocess.CompletedProcess[str]) -> list[str]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
+from . import ledger
 from .cpuset import CpuSet
 from .errors import UsageError
 from .facts import cached as cached_facts
+from .ledger import Entry
 from .numamaps import Residency, residency
 from .pinning import exec_marker, state
 from .planning import plan
@@ -52,6 +54,8 @@ class Audit:
     memory: Residency | None
     """None when its numa_maps cannot be read (another user's process)."""
     marker: CpuSet | None
+    entry: Entry | None = None
+    """What numapin applied to it, from the host's ledger (pins made inside the process included)."""
 
     @property
     def outside(self) -> tuple[ThreadRow, ...]:
@@ -65,6 +69,9 @@ class Audit:
 
     def summary(self) -> str:
         parts = []
+        if self.entry is not None:
+            e = self.entry
+            parts.append(f"placed by numapin ({e.how}" + (f", GPU {e.gpu}" if e.gpu is not None else "") + ")")
         if self.placement is not None:
             parts.append(f"{len(self.outside)} of {counted(len(self.rows), 'thread')} outside CPUs {self.placement}")
         else:
@@ -93,6 +100,7 @@ class Audit:
             "pid": self.pid,
             "placement": None if self.placement is None else str(self.placement),
             "marker": None if self.marker is None else str(self.marker),
+            "record": None if self.entry is None else self.entry.as_dict(),
             "threads": [r.as_dict() for r in self.rows],
             "outside": len(self.outside),
             "memory": None if self.memory is None else {
@@ -104,7 +112,7 @@ class Audit:
     def check(self, max_remote_percent: float) -> int:
         """0 when every thread is inside and remote memory is within bounds, else 1."""
         if self.placement is None:
-            raise UsageError("--check needs a placement: --gpu, --cpus, or a process started by numapin exec",
+            raise UsageError("--check needs a placement: --gpu, --cpus, or a process numapin placed",
                              value=self.pid)
         share = self.remote_share() or 0.0
         return 1 if self.outside or 100 * share > max_remote_percent else 0
@@ -148,18 +156,22 @@ def audit(
         else:
             raise
     marker = _marker(target)
+    # What numapin applied, however it did (exec, the start-up hook, pin() inside the process), comes
+    # first; the exec marker in its environment is only what it was started with.
+    entry = ledger.lookup(target)
     placement: CpuSet | None = None
     nodes: CpuSet | None = None
     if gpu is not None or cpus is not None:
         chosen = plan(gpu, cpus=cpus, root=root)
         placement, nodes = chosen.cpus, chosen.mems
+    elif entry is not None:
+        placement, nodes = entry.target, entry.mems
     elif marker is not None:
         placement = marker
     if placement is not None and nodes is None:
         nodes = cached_facts(root).topology.nodes_of(placement)
     own: set[CpuSet] = state().thread_masks() if target == os.getpid() else set()
-    if marker is not None:
-        own.add(marker)
+    own |= {m for m in (marker, None if entry is None else entry.mask) if m is not None}
     rows = []
     for tid in tids:
         try:
@@ -174,4 +186,4 @@ def audit(
             inside=None if placement is None or mask is None else mask <= placement,
             numapin=mask is not None and mask in own,
         ))
-    return Audit(target, placement, nodes, tuple(rows), memory, marker)
+    return Audit(target, placement, nodes, tuple(rows), memory, marker, entry)

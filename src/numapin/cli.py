@@ -1,4 +1,4 @@
-"""The ``numapin`` command: show, plan, exec, threads, doctor, snapshot, machine.
+"""The ``numapin`` command: show, plan, exec, threads, doctor, ps, snapshot, machine.
 
 A thin front end: every decision is made by the library; this module parses
 arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
@@ -392,6 +392,41 @@ def cmd_threads(args: argparse.Namespace) -> int:
     return verdict
 
 
+# -- ps -------------------------------------------------------------------
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    from .text import counted, table
+    from .workers import survey
+
+    if args.json and args.prometheus:
+        raise CliError("--json and --prometheus are two formats of the same listing: give one")
+    with _root(args) as root:
+        found = survey(args.pids or None, root=root)
+    if args.prometheus:
+        from .metrics import exposition
+
+        sys.stdout.write(exposition(found))
+    elif args.json:
+        import json
+
+        print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced)},
+                         indent=2))
+    else:
+        header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
+                  "verdict"]
+        rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.pci or "-", w.placed_by,
+                 "-" if w.expected is None else str(w.expected.workers), str(w.threads), str(w.outside),
+                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", str(w.verdict)] for w in found.workers]
+        print("\n".join(table(header, rows)))
+        for w in found.workers:
+            if w.note:
+                print(f"note: {w.pid}: {w.note}")
+        print(f"{counted(len(found.workers), 'GPU worker')}" + (f", {len(found.misplaced)} misplaced"
+                                                                if found.misplaced else ", none misplaced"))
+    return found.exit_code
+
+
 # -- snapshot -------------------------------------------------------------
 
 
@@ -522,13 +557,14 @@ def _add_picture(parser: argparse.ArgumentParser) -> None:
                         help="the same picture in a self-contained HTML page, with hover text per CPU (- as for --svg)")
 
 
-def _add_target(parser: argparse.ArgumentParser) -> None:
+def _add_target(parser: argparse.ArgumentParser, mode_default: str | None = "node") -> None:
     """--gpu or --local-rank, and --mode: which GPU's placement (exec and doctor)."""
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
     target.add_argument("--local-rank", default="auto", metavar="auto|N",
                         help="the launcher's local rank (default auto: read it from the environment)")
-    parser.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
+    parser.add_argument("--mode", choices=_modes(), default=mode_default,
+                        help="placement mode (default: " + (mode_default or "the process's record's, else node") + ")")
 
 
 def _exec_args(ex: argparse.ArgumentParser) -> None:
@@ -565,8 +601,10 @@ def _doctor_args(doc: argparse.ArgumentParser) -> None:
                        "a cgroup that cuts the GPU's node, GPUs sharing a node, mixed GPU models. Each finding has "
                        "a stable id, a severity, what is seen, why it matters and the fix. Exit 0: no warning or "
                        "error; 1: findings; 2: bad input.")
-    _add_target(doc)
-    doc.add_argument("--pid", type=_count, metavar="PID", help="check that process's environment and mask")
+    _add_target(doc, mode_default=None)
+    doc.add_argument("--pid", type=_count, metavar="PID",
+                     help="check that process: its record of numapin's (a pin made inside it too), else its "
+                          "environment's launcher rank and CUDA_VISIBLE_DEVICES; its mask and thread count")
     doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
     _add_root(doc)
     doc.set_defaults(func=cmd_doctor)
@@ -588,6 +626,19 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
                     help="with --check: the largest share of its own memory allowed on other nodes (default 100)")
     _add_root(th)
     th.set_defaults(func=cmd_threads)
+
+
+def _ps_args(ps: argparse.ArgumentParser) -> None:
+    ps.description = ("Every process of this host that numapin placed or that looks like a GPU worker (a /dev/nvidiaN "
+                      "open, NVML's process list, a launcher rank or CUDA_VISIBLE_DEVICES in its environment), with "
+                      "its GPU, expected placement, threads outside it, remote share of its own memory, and what "
+                      "placed it. Exit 1 when a worker is misplaced.")
+    ps.add_argument("pids", nargs="*", type=_count, metavar="PID", help="only these processes (default: all)")
+    ps.add_argument("--json", action="store_true", help="one JSON object: every worker and the count misplaced")
+    ps.add_argument("--prometheus", action="store_true",
+                    help="Prometheus text exposition format, for node_exporter's textfile collector")
+    _add_root(ps)
+    ps.set_defaults(func=cmd_ps)
 
 
 def _snapshot_args(snap: argparse.ArgumentParser) -> None:
@@ -614,6 +665,7 @@ _COMMANDS = {
     "exec": ("pin, then replace this process with PROGRAM (bind at birth)", _exec_args),
     "threads": ("where every thread of a process runs", _threads_args),
     "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
+    "ps": ("every GPU worker of this host: where it runs, where it should, who placed it", _ps_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
     "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),
 }

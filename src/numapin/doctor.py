@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from . import ledger
 from .cpuset import CpuSet, hex_word
 from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
@@ -58,6 +59,8 @@ class Diagnosis:
     placement: Placement | None
     findings: tuple[Finding, ...]
     pid: int | None = None
+    basis: str | None = None
+    """What the placement was judged by: the process's record, its launcher's rank, an option, or an assumption."""
 
     @property
     def exit_code(self) -> int:
@@ -66,7 +69,7 @@ class Diagnosis:
 
     def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "placement": None if self.placement is None else self.placement.as_dict(),
-                "findings": [f.as_dict() for f in self.findings]}
+                "basis": self.basis, "findings": [f.as_dict() for f in self.findings]}
 
     def text(self) -> str:
         who = "this process" if self.pid is None else f"process {self.pid}"
@@ -74,6 +77,8 @@ class Diagnosis:
         if self.placement is not None:
             p = self.placement
             lines.append(f"placement: {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")
+        if self.basis:
+            lines.append(f"judged by: {self.basis}")
         lines.extend(f.text() for f in self.findings)
         lines.append(counted(len(self.findings), "finding") if self.findings else "no findings")
         return "\n".join(lines)
@@ -104,17 +109,34 @@ def diagnose(
     *,
     gpu: int | None = None,
     rank: str = "auto",
-    mode: str | PlacementMode = PlacementMode.NODE,
+    mode: str | PlacementMode | None = None,
     root: str | os.PathLike[str] | None = None,
     pid: int | None = None,
 ) -> Diagnosis:
-    """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement."""
+    """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
+
+    The GPU is ``gpu``, else ``rank``'s; with neither (``rank="auto"``), the one
+    numapin's record of the process names (the host's ledger: a pin made inside
+    the process is there too), else its launcher's local rank. The mode is
+    ``mode``, else the record's, else ``node``. What was used is the
+    diagnosis's ``basis``, an assumption said as one.
+    """
     if pid is not None and environ is None:
         environ = read_environ(pid)
     env = dict(os.environ if environ is None else environ)
+    entry = ledger.lookup(os.getpid() if pid is None else pid)
+    if entry is not None:
+        for name, value in entry.pools:  # set inside the process: its environ at start does not show them
+            env.setdefault(name, value)
     facts = gather(root, env)
     findings: list[Finding] = []
     chosen = None if gpu is not None else requested_rank(rank, env)
+    by_record = entry is not None and entry.gpu is not None and gpu is None and rank == "auto"
+    if by_record and entry is not None:
+        gpu, chosen = entry.gpu, None if entry.rank is None else LocalRank(entry.rank, "its record")
+    if mode is None:
+        mode = entry.mode if entry is not None and entry.mode in _MODES else PlacementMode.NODE
+    basis = _basis(gpu if not by_record else None, chosen, entry if by_record else None, facts)
     try:
         placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
     except EnvironmentProblem as exc:
@@ -127,10 +149,27 @@ def diagnose(
     findings += _machine(facts, Host(facts.topology.root), placement, env, mode)
     if placement is not None:
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
-        findings += _launcher(env, facts, placement, chosen, status)
+        findings += _launcher(env, facts, placement, chosen, status, entry)
         findings += _thread_pools(env, facts, placement, pid, status)
     findings += _openmp(env)
-    return Diagnosis(placement, tuple(findings), pid)
+    return Diagnosis(placement, tuple(findings), pid, basis)
+
+
+_MODES = {m.value for m in PlacementMode}
+
+
+def _basis(gpu: int | None, rank: LocalRank | None, entry: ledger.Entry | None, facts: Facts) -> str:
+    """What the placement is judged by, in words; an assumption is said as one."""
+    if entry is not None:
+        return f"numapin's record of the process ({entry.how}: GPU {entry.gpu}, mode {entry.mode})"
+    if gpu is not None:
+        return f"GPU {gpu}, as asked"
+    if rank is not None:
+        return str(rank)
+    if len(facts.visible) > 1:
+        return (f"assumed local rank 0 (GPU 0 of {len(facts.visible)} visible): no record of numapin's and no "
+                "launcher variable; name it with --gpu or --local-rank")
+    return "its one visible GPU (no record of numapin's, no launcher variable)"
 
 
 # -- the checks ---------------------------------------------------------------
@@ -217,7 +256,7 @@ def _slurm_cpus(env: Mapping[str, str], rank: int) -> CpuSet | None:
 
 
 def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
-              status: dict[str, str] | None) -> list[Finding]:
+              status: dict[str, str] | None, entry: ledger.Entry | None) -> list[Finding]:
     found = []
     target = placement.workers
     bind = env.get("SLURM_CPU_BIND", "")
@@ -243,7 +282,7 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
             "mpirun --bind-to none, and let numapin place each rank"))
     mask = _process_mask(facts, status)
     if mask is not None:
-        own = [m for m in (exec_marker(env),) if m is not None]
+        own = [m for m in (exec_marker(env), None if entry is None else entry.mask) if m is not None]
         if classify(mask, facts.topology.allowed, own) is MaskOwner.EXTERNAL and not target <= mask:
             found.append(Finding(
                 "external-mask", "error" if not mask & target else "warning",

@@ -20,6 +20,7 @@ __all__ = [
     "PATCH",
     "RANK_MAP",
     "RESERVED",
+    "RUNTIME_DIR",
     "THREAD_POOLS",
     "TLLM_AFFINITY",
 ]
@@ -32,6 +33,8 @@ APPLIED = "NUMAPIN_APPLIED"
 RESERVED = "NUMAPIN_RESERVED"
 #: ``r0,r1,...``: local rank i drives logical GPU r_i.
 RANK_MAP = "NUMAPIN_RANK_MAP"
+#: The folder of the host's pin records (numapin.ledger), before the runtime folders it would choose.
+RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 
 #: Read at interpreter start (the start-up file): ``tensorrt_llm`` (comma-separated) patches those projects.
 PATCH = "NUMAPIN_PATCH"
@@ -47,7 +50,7 @@ AUTOPIN_OPTIONS = {
 }
 
 #: The variables numapin itself owns.
-OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, RUNTIME_DIR, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
 
 #: Launchers' local-rank variables, in the order they are consulted (first set wins).
 LOCAL_RANK_VARIABLES: tuple[str, ...] = (

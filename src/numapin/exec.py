@@ -21,6 +21,7 @@ from .errors import EnvironmentProblem, UsageError, quoted
 from .facts import cached as cached_facts
 from .logger import log
 from .memory import MemoryMode
+from .ownership import acting
 from .pinning import PinResult, pin
 from .placement import Placement, PlacementMode, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
@@ -214,8 +215,10 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
     # program's to take (NUMAPIN_RESERVED below): this process and every thread run on the rest.
     whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
-    result = pin(placement=whole, policy=request.policy, strict=request.strict, memory=request.memory,
-                 root=request.root, environ=env)
+    # The host's ledger records who pinned: numapin exec, or the start-up hook (the same request, no program).
+    with acting("exec" if request.program else "autopin", prepared.pools):
+        result = pin(placement=whole, policy=request.policy, strict=request.strict, memory=request.memory,
+                     root=request.root, environ=env)
     if result.mask is not None and result.on_target:
         env[APPLIED] = str(result.mask)
     if p.reserved:

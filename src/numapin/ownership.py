@@ -8,12 +8,14 @@ lock (:class:`PinState`, one per process: a forked child gets its own).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from .cpuset import CpuSet
 from .environment import APPLIED
+from .ledger import Entry
 from .logger import log
 from .records import record, replace
 
@@ -21,7 +23,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from .threads import ThreadKernel
 
-__all__ = ["PinState", "Record", "Saved", "exec_marker", "state"]
+__all__ = ["Acting", "PinState", "Record", "Saved", "acting", "exec_marker", "state"]
 
 
 @record
@@ -33,6 +35,28 @@ class Record:
     target: CpuSet
     gpu: int | None = None
     source: str = "pin"
+
+
+@record
+class Acting:
+    """Who is pinning (for the ledger): ``exec``, ``autopin``, ``lease`` or ``compat``, and what else it set."""
+
+    how: str
+    pools: tuple[tuple[str, str], ...] = ()
+    """Thread-pool variables set for the process (exec and the start-up hook set them)."""
+
+
+@contextlib.contextmanager
+def acting(how: str, pools: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
+    """Pins made inside are recorded as ``how``'s (the outermost caller's, when these nest)."""
+    pins = state()
+    with pins.lock:
+        before = pins.acting
+        pins.acting = before or Acting(how, pools)
+        try:
+            yield
+        finally:
+            pins.acting = before
 
 
 def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
@@ -67,6 +91,10 @@ class PinState:
         self.lease_holders: list[int] = []
         #: The target of a pin whose walk is under way (another thread may fork meanwhile).
         self.in_flight: CpuSet | None = None
+        #: Who is pinning now (exec, the start-up hook, a lease, a compatibility function), when not pin().
+        self.acting: Acting | None = None
+        #: What this process last wrote to the host's ledger (numapin.ledger), None when nothing.
+        self.published: Entry | None = None
 
     def forked(self, forking_tid: int) -> PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.
@@ -139,7 +167,7 @@ class PinState:
         return record.mask if record is not None else self.before_deliberate.get(tid, mask)
 
     def saved(self) -> Saved:
-        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate))
+        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate), self.published)
 
     def applied_since(self, saved: Saved) -> set[CpuSet]:
         """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
@@ -155,6 +183,8 @@ class PinState:
             record = replace(record, pid=os.getpid(), source="inherited")
         self.record, self.deliberate, self.before_deliberate = (record, dict(saved.deliberate),
                                                                 dict(saved.before_deliberate))
+        # What the ledger says goes back too: a record saved in the parent before a fork is not this child's.
+        self.published = saved.published if record is saved.record else None
 
 
 @record
@@ -164,6 +194,7 @@ class Saved:
     record: Record | None
     deliberate: Mapping[int, CpuSet]
     before_deliberate: Mapping[int, CpuSet]
+    published: Entry | None = None
 
 
 _STATE = PinState()

@@ -9,10 +9,12 @@ happened to each thread (:mod:`numapin.results`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
 
+from . import ledger
 from . import memory as _memory
 from .cpuset import CpuSet, CpuSpec
 from .decision import Decision, ExternalMaskPolicy, MaskOwner, PinAction, classify, decide, parse_policy
@@ -24,7 +26,7 @@ from .facts import cached as cached_facts
 from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
-from .ownership import PinState, Record, exec_marker, state
+from .ownership import PinState, Record, acting, exec_marker, state
 from .placement import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
 from .ranks import local_rank
 from .records import record
@@ -76,11 +78,14 @@ class Current:
     live: CpuSet
     matches: bool
     marker: CpuSet | None
+    entry: ledger.Entry | None = None
+    """The host's ledger's record of this process, when this process's own memory has none (``numapin exec``)."""
 
     def __str__(self) -> str:
-        if self.record is None and self.marker is None:
+        applied = self.record.mask if self.record is not None else self.entry.mask if self.entry is not None \
+            else self.marker
+        if applied is None:
             return f"numapin has not pinned this process; live mask {self.live}"
-        applied = self.record.mask if self.record is not None else self.marker
         state = "matches" if self.matches else "differs from"
         return f"numapin applied {applied}; live mask {self.live} {state} it"
 
@@ -98,8 +103,10 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
             # mask is what the other threads carry.
             live = _other_thread_mask(ops, me, pins.deliberate, live)
     marker = exec_marker(os.environ)
-    applied = record.mask if record is not None else marker
-    return Current(record, live, applied == live, marker)
+    # Before the marker: the ledger's record, which says how (exec at birth, the start-up hook) and for which GPU.
+    entry = ledger.lookup(os.getpid()) if record is None else None
+    applied = record.mask if record is not None else entry.mask if entry is not None else marker
+    return Current(record, live, applied == live, marker, entry)
 
 
 def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuSet], fallback: CpuSet) -> CpuSet:
@@ -329,6 +336,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     walk.settled = True  # from here on the pin stands: an interruption below leaves it complete
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
+    _publish(pins, result, options)
     if placed is not None and placed.warning:
         pins.warn_once(placed.warning)
     if counts[Outcome.FAILED]:
@@ -338,6 +346,52 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     else:
         log.debug("%s", result.summary())
     return result
+
+
+def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
+    """Write the pin to the host's ledger, for numapin's tools outside this process (when it differs)."""
+    placement, pid = result.placement, os.getpid()
+    start = _start_time()
+    if placement is None or result.mask is None or start is None:
+        return
+    how = pins.acting.how if pins.acting is not None else "pin"
+    memory = result.memory
+    entry = ledger.Entry(
+        pid, start, how, result.mask, result.target or placement.workers, placement.gpu, placement.pci,
+        placement.node, str(placement.mode), placement.rank,
+        None if memory is None else str(memory.applied), None if memory is None else placement.mems,
+        str(options.policy), pins.acting.pools if pins.acting is not None else ())
+    if entry.same_pin(pins.published):
+        return
+    if ledger.publish(ledger.stamp(entry)) is not None:
+        if pins.published is None:
+            atexit.register(_withdraw_at_exit)
+        pins.published = entry
+
+
+_STARTS: dict[int, int | None] = {}
+
+
+def _start_time() -> int | None:
+    """This process's start time (read once per process: a forked child has its own)."""
+    pid = os.getpid()
+    if pid not in _STARTS:
+        _STARTS[pid] = ledger.start_time(pid)
+    return _STARTS[pid]
+
+
+def _withdraw_at_exit() -> None:
+    pins = state()
+    if pins.published is not None and pins.published.pid == os.getpid():
+        ledger.withdraw()
+
+
+def _republish(pins: PinState) -> None:
+    """After a lease: the ledger says again what the restored record says."""
+    if pins.published is None:
+        ledger.withdraw()
+    else:
+        ledger.publish(ledger.stamp(pins.published))
 
 
 def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: CpuSet) -> CpuSet:
@@ -432,9 +486,10 @@ def pinned(
         if me not in saved:
             saved[me] = ops.get_affinity(me)
         remembered = pins.saved()
-        result = pin(gpu, cpus=cpus, mode=mode, policy=policy, all_threads=all_threads, strict=strict,
-                     reserve=reserve, memory=memory, migrate=migrate, root=root, environ=environ, kernel=ops,
-                     threadpools=threadpools, placement=placement)
+        with acting("lease"):
+            result = pin(gpu, cpus=cpus, mode=mode, policy=policy, all_threads=all_threads, strict=strict,
+                         reserve=reserve, memory=memory, migrate=migrate, root=root, environ=environ, kernel=ops,
+                         threadpools=threadpools, placement=placement)
         pins.lease_holders.append(me)
     try:
         yield result
@@ -444,7 +499,10 @@ def pinned(
             if pins.lease_holders:
                 pins.lease_holders.pop()
             _restore(ops, me, saved, result, pins.applied_since(remembered))
+            published = pins.published
             pins.restore(remembered)
+            if pins.published is not published:
+                _republish(pins)
             if policy_before is not None and result.memory is not None \
                     and result.memory.applied is not MemoryMode.NONE:
                 try:

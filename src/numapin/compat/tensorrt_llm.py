@@ -29,6 +29,7 @@ from collections.abc import Callable
 
 from ..environment import TLLM_AFFINITY
 from ..logger import log
+from ..ownership import acting
 from ..pinning import MaskOwner, PinResult, constraint, pin
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
@@ -56,18 +57,19 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     if setting is not None and setting != "1":
         return None
     try:
-        if setting == "1":
-            return pin(device_id, policy="override", kernel=kernel)
-        found = constraint(kernel=kernel)
-        if found.ownership is MaskOwner.EXTERNAL:
-            log.info("process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
-            log.warning(
-                "process %d has constrained CPU affinity but `%s` is not set. "
-                "Removing CPU affinity constraints (back to %s).",
-                os.getpid(), ENV, found.baseline,
-            )
-            return pin(cpus=found.baseline, policy="reset", kernel=kernel)
-        return pin(device_id, policy="respect", kernel=kernel)
+        with acting("compat"):  # the host's ledger says the compatibility function pinned it
+            if setting == "1":
+                return pin(device_id, policy="override", kernel=kernel)
+            found = constraint(kernel=kernel)
+            if found.ownership is MaskOwner.EXTERNAL:
+                log.info("process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
+                log.warning(
+                    "process %d has constrained CPU affinity but `%s` is not set. "
+                    "Removing CPU affinity constraints (back to %s).",
+                    os.getpid(), ENV, found.baseline,
+                )
+                return pin(cpus=found.baseline, policy="reset", kernel=kernel)
+            return pin(device_id, policy="respect", kernel=kernel)
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
         log.warning("configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
         return None

@@ -1,0 +1,320 @@
+"""Issue 27: what numapin applied to a process, seen from outside it — the host's ledger, ``threads``,
+``doctor --pid``, ``current()``, and ``numapin ps`` over every worker of the host (with its Prometheus text)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import live
+import numapin
+from conftest import REPO, Python, in_child
+from numapin import CpuSet, ledger
+from numapin.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, RUNTIME_DIR
+from numapin.records import replace
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+#: A worker: start threads, say so, then wait to be looked at.
+WORKER = ("import sys, threading, time\n"
+          "for _ in range(2): threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
+          "print('ready', flush=True); time.sleep(120)\n")
+
+needs_two = pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own folder of pin records (for it and the processes it starts)."""
+    folder = tmp_path / "records"
+    monkeypatch.setenv(RUNTIME_DIR, str(folder))
+    return folder
+
+
+class Workers:
+    """Processes started for a test, each waited for until it says it is ready, all killed at the end."""
+
+    def __init__(self) -> None:
+        self.started: list[subprocess.Popen[str]] = []
+
+    def start(self, argv: list[str], **env: str) -> int:
+        base = {**live.without_inputs(dict(os.environ)), **env}
+        proc = subprocess.Popen(argv, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.started.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line == "ready\n", (line, proc.stderr.read() if proc.poll() is not None and proc.stderr else "")
+        return proc.pid
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    made = Workers()
+    yield made
+    for proc in made.started:
+        proc.kill()
+        proc.wait()
+
+
+def _numapin(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=120)
+
+
+# -- the ledger itself ---------------------------------------------------------------------
+
+
+def _entry(**changes: object) -> ledger.Entry:
+    base = ledger.Entry(os.getpid(), ledger.start_time(os.getpid()) or 0, "pin", CpuSet([0]), CpuSet([0]), gpu=1,
+                        pci="0000:28:00.0", node=1, mode="node", rank=1, memory="bind", mems=CpuSet([1]),
+                        policy="respect", pools=(("OMP_NUM_THREADS", "1"),), written=1.5)
+    return replace(base, **changes)
+
+
+def test_an_entry_reads_back_as_written() -> None:
+    entry = _entry()
+    assert ledger.Entry.from_dict(json.loads(json.dumps(entry.as_dict()))) == entry
+
+
+@given(st.dictionaries(st.sampled_from(["version", "pid", "start", "how", "mask", "target", "gpu", "mems", "pools",
+                                        "written", "rank"]),
+                       st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12), st.floats(),
+                                 st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3),
+                                                                                      st.text(max_size=3)))))
+def test_any_file_content_is_an_entry_or_none_never_an_error(data: dict[str, object]) -> None:
+    found = ledger.Entry.from_dict(data)
+    assert found is None or isinstance(found, ledger.Entry)
+
+
+def test_a_record_names_one_process_not_a_reused_id(records: Path) -> None:
+    # A record left by a process that died, whose id now names another process: its start time differs.
+    start = ledger.start_time(os.getpid())
+    assert start is not None
+    records.mkdir()
+    old = _entry(start=start - 1)
+    (records / f"{os.getpid()}-{start - 1}.json").write_text(json.dumps(old.as_dict()))
+    assert ledger.lookup(os.getpid()) is None
+    assert os.getpid() not in ledger.entries()
+    assert list(records.iterdir()) == [], "the stale record is removed"
+    path = ledger.publish(_entry())
+    assert path == str(records / f"{os.getpid()}-{start}.json") and ledger.lookup(os.getpid()) == _entry()
+    ledger.withdraw()
+    assert ledger.lookup(os.getpid()) is None
+
+
+def test_a_record_that_cannot_be_written_leaves_the_worker_pinned(pair_root: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(RUNTIME_DIR, str(blocker / "records"))  # under a file: no folder can be made
+
+    def child() -> tuple[str, bool, set[int]]:
+        result = numapin.pin(1)
+        return str(result.action), ledger.lookup(os.getpid()) is None, os.sched_getaffinity(0)
+
+    action, unrecorded, mask = in_child(child)
+    assert action == "pinned" and unrecorded and mask == live.NODE1
+
+
+def test_the_explicit_folder_is_the_only_one(tmp_path: Path) -> None:
+    assert ledger.folders(environ={RUNTIME_DIR: str(tmp_path)}) == [str(tmp_path)]
+    assert ledger.folders(0, environ={})[0] == "/run/numapin"
+    assert ledger.folders(1000, environ={})[0] == "/run/user/1000/numapin"
+
+
+# -- who pinned, as the ledger says ----------------------------------------------------------
+
+
+def test_each_way_in_is_recorded_as_itself(pair_root: Path, records: Path) -> None:
+    def child() -> list[tuple[str | None, str | None]]:
+        seen = []
+
+        def now() -> tuple[str | None, str | None]:
+            entry = ledger.lookup(os.getpid())
+            return (None, None) if entry is None else (entry.how, str(entry.target))
+
+        numapin.pin(0)
+        seen.append(now())
+        with numapin.pinned(1):
+            seen.append(now())
+        seen.append(now())
+        from numapin.compat import tensorrt_llm
+
+        tensorrt_llm.configure_cpu_affinity(1)
+        seen.append(now())
+        return seen
+
+    node0, node1 = live.cpus(live.NODE0), live.cpus(live.NODE1)
+    assert in_child(child) == [("pin", node0), ("lease", node1), ("pin", node0), ("compat", node1)]
+
+
+def test_a_lease_with_no_pin_before_leaves_no_record(pair_root: Path, records: Path) -> None:
+    def child() -> tuple[bool, bool]:
+        with numapin.pinned(1):
+            inside = ledger.lookup(os.getpid()) is not None
+        return inside, ledger.lookup(os.getpid()) is None
+
+    assert in_child(child) == (True, True)
+
+
+def test_a_record_is_removed_when_its_process_ends(pair_root: Path, records: Path) -> None:
+    code = "import numapin; numapin.pin(1); import os, sys; print(os.getpid())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, FSROOT: str(pair_root)})
+    assert proc.returncode == 0 and proc.stdout.strip().isdigit()
+    assert [p.name for p in records.iterdir()] == []
+
+
+def test_exec_records_the_program_it_becomes_and_current_reads_it(pair_root: Path, records: Path) -> None:
+    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.entry.how, c.entry.gpu, c.matches]))"
+    proc = subprocess.run([*NUMAPIN, "exec", "--gpu", "1", "--memory", "none", "--", sys.executable, "-c", code],
+                          capture_output=True, text=True, timeout=60,
+                          env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root)})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == ["exec", 1, True]
+
+
+# -- threads and doctor --pid judge by the record ------------------------------------------------
+
+
+@needs_two
+def test_an_autopinned_worker_is_seen_as_numapins(python: Python, pair_root: Path, records: Path,
+                                                  workers: Workers) -> None:
+    hooked = python("-c", "import sys; print(sys.executable)").stdout.strip()
+    pid = workers.start([hooked, "-c", WORKER], **{AUTOPIN: "1", "LOCAL_RANK": "1", FSROOT: str(pair_root),
+                                                   RUNTIME_DIR: str(records)})
+    threads = _numapin("threads", str(pid), "--root", str(pair_root), "--check")
+    assert threads.returncode == 0, threads.stdout + threads.stderr
+    rows = [line.split() for line in threads.stdout.splitlines()[1:] if line.split()[:1] and
+            line.split()[0].isdigit()]
+    assert len(rows) == 3 and all(row[-1] == "yes" for row in rows), threads.stdout
+    assert "placed by numapin (autopin, GPU 1)" in threads.stdout
+    doctor = _numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json")
+    report = json.loads(doctor.stdout)
+    assert report["placement"]["gpu"] == 1 and report["placement"]["cpus"] == live.cpus(live.NODE1)
+    assert "autopin" in report["basis"]
+    assert "thread-pool-default" not in [f["id"] for f in report["findings"]], "the hook set OMP_NUM_THREADS"
+
+
+@needs_two
+def test_doctor_judges_an_exec_worker_by_its_gpu(pair_root: Path, records: Path, workers: Workers) -> None:
+    pid = workers.start([*NUMAPIN, "exec", "--root", str(pair_root), "--gpu", "1", "--memory", "none", "--",
+                         sys.executable, "-c", WORKER])
+    report = json.loads(_numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json").stdout)
+    assert report["placement"]["gpu"] == 1 and "exec" in report["basis"]
+
+
+def test_doctor_says_what_it_assumed(pair_root: Path, records: Path, workers: Workers) -> None:
+    pid = workers.start([sys.executable, "-c", WORKER])  # no record, no rank, both GPUs visible
+    report = json.loads(_numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json").stdout)
+    assert report["placement"]["gpu"] == 0 and report["basis"].startswith("assumed local rank 0")
+    text = _numapin("doctor", "--pid", str(pid), "--root", str(pair_root)).stdout
+    assert "judged by: assumed local rank 0" in text
+
+
+# -- numapin ps ------------------------------------------------------------------------------
+
+
+@needs_two
+def test_ps_lists_every_worker_with_its_verdict(python: Python, pair_root: Path, records: Path,
+                                                workers: Workers) -> None:
+    hooked = python("-c", "import sys; print(sys.executable)").stdout.strip()
+    by_exec = workers.start([*NUMAPIN, "exec", "--root", str(pair_root), "--gpu", "1", "--memory", "none", "--",
+                             sys.executable, "-c", WORKER])
+    by_hook = workers.start([hooked, "-c", WORKER], **{AUTOPIN: "1", "LOCAL_RANK": "1", FSROOT: str(pair_root),
+                                                       RUNTIME_DIR: str(records)})
+    unpinned = workers.start([sys.executable, "-c", WORKER], **{CUDA_VISIBLE_DEVICES: "1"})
+    mine = [str(p) for p in (by_exec, by_hook, unpinned)]
+    listing = _numapin("ps", "--root", str(pair_root), "--json")
+    seen = {w["pid"]: w for w in json.loads(listing.stdout)["workers"]}
+    assert {by_exec, by_hook, unpinned} <= set(seen), listing.stdout
+    assert (seen[by_exec]["placed_by"], seen[by_exec]["verdict"], seen[by_exec]["gpu"]) == ("exec", "ok", 1)
+    assert (seen[by_hook]["placed_by"], seen[by_hook]["verdict"], seen[by_hook]["rank"]) == ("autopin", "ok", 1)
+    assert (seen[unpinned]["placed_by"], seen[unpinned]["verdict"]) == ("nobody", "misplaced")
+    assert seen[unpinned]["pci"] == seen[by_exec]["pci"], "CUDA_VISIBLE_DEVICES=1 is the same physical GPU"
+    assert seen[by_hook]["threads"] == 3 and seen[unpinned]["outside"] == 3
+    assert listing.returncode == 1, "a misplaced worker makes ps exit non-zero"
+    assert _numapin("ps", "--root", str(pair_root), *mine[:2]).returncode == 0
+    text = _numapin("ps", "--root", str(pair_root), *mine)
+    assert text.returncode == 1 and text.stdout.rstrip().endswith("3 GPU workers, 1 misplaced")
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    exposition = _numapin("ps", "--root", str(pair_root), "--prometheus", *mine)
+    families = {f.name: f for f in text_string_to_metric_families(exposition.stdout)}
+    assert exposition.returncode == 1
+    for name in ("numapin_worker", "numapin_worker_threads", "numapin_worker_threads_outside",
+                 "numapin_worker_misplaced"):
+        samples = families[name].samples
+        assert sorted(s.labels["pid"] for s in samples) == sorted(mine), name  # one series per process
+        assert all(set(s.labels) >= {"pid", "rank", "gpu", "pci"} for s in samples), name
+    verdicts = {s.labels["pid"]: s.labels["verdict"] for s in families["numapin_worker"].samples}
+    assert verdicts == {mine[0]: "ok", mine[1]: "ok", mine[2]: "misplaced"}
+    assert [s.value for s in families["numapin_workers_misplaced"].samples] == [1.0]
+
+
+def test_a_forked_child_of_a_worker_is_said_to_inherit(pair_root: Path, records: Path, workers: Workers) -> None:
+    code = ("import os, time, numapin\nnumapin.pin(1)\nif os.fork() == 0:\n"
+            "    print('ready', os.getpid(), sep='\\n', flush=True); time.sleep(120); os._exit(0)\ntime.sleep(120)\n")
+    parent = workers.start([sys.executable, "-c", code], **{FSROOT: str(pair_root), "LOCAL_RANK": "1"})
+    out = workers.started[-1].stdout
+    assert out is not None
+    child = int(out.readline())
+    assert _parent_of(child) == parent
+    found = json.loads(_numapin("ps", "--root", str(pair_root), "--json", str(child)).stdout)["workers"]
+    assert found[0]["placed_by"] == f"inherited from {parent} (pin)" and found[0]["verdict"] == "ok"
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_process_the_caller_may_not_read_is_listed_as_such(tmp_path: Path) -> None:
+    # Another user's process: as root, ps runs as nobody against this (root's) process; otherwise
+    # this user's ps against init's.
+    if os.geteuid() != 0:
+        proc = _numapin("ps", "1")
+    else:
+        python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+        readable = tempfile.mkdtemp(prefix="numapin-src-")  # a copy of the package that nobody may read
+        try:
+            os.chmod(readable, 0o755)
+            shutil.copytree(REPO / "src" / "numapin", Path(readable) / "numapin")
+            proc = subprocess.run([python, "-m", "numapin", "ps", str(os.getpid())], capture_output=True, text=True,
+                                  timeout=60, user=65534, group=65534, cwd="/",
+                                  env={"PYTHONPATH": readable, "PATH": "/usr/bin:/bin", RUNTIME_DIR: "/nonexistent"})
+        finally:
+            shutil.rmtree(readable, ignore_errors=True)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0 and " unreadable" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_ps_refuses_two_formats_at_once() -> None:
+    proc = _numapin("ps", "--json", "--prometheus")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+
+
+def test_a_killed_workers_record_is_not_taken_for_a_live_one(pair_root: Path, records: Path) -> None:
+    code = "import numapin, time; numapin.pin(1); print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, FSROOT: str(pair_root)})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    assert ledger.lookup(proc.pid) is not None
+    proc.send_signal(signal.SIGKILL)  # no exit handler runs: the record stays behind
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while ledger.start_time(proc.pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(list(records.iterdir())) == 1
+    assert proc.pid not in ledger.entries() and list(records.iterdir()) == [], "stale: ignored and removed"
