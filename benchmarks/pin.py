@@ -14,6 +14,10 @@ interleaved call by call so that the machine's noise falls on all of them:
 - PyTorch: the all-thread binder of ``torch/numa/binding.py``, when torch is
   installed (``pip install torch==2.13.0``), skipped with a message otherwise.
 
+numapin's time includes the record each changing pin writes for numapin's tools
+(numapin.ledger), in a folder on tmpfs as ``/run`` is on a host (this
+benchmark's own, on /dev/shm); the "record" column is that write alone.
+
 Each call alternates between two targets, so every call really moves every
 thread. A second table repeats numapin against PyTorch's binder with large
 masks (112 CPU ids each, as one socket of a DGX H100), numapin reading a
@@ -25,6 +29,7 @@ call. Run: python benchmarks/pin.py
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -34,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numapin
-from numapin import CpuSet, machines
+from numapin import CpuSet, ledger, machines
+from numapin.environment import RUNTIME_DIR
 from numapin.threads import Outcome
 
 ROUNDS = 41
@@ -119,13 +125,26 @@ def large_masks(allowed: list[int], rounds: int) -> None:
           f"numapin/pytorch {medians['numapin'] / medians['pytorch']:.2f}")
 
 
+def record(cpus: set[int]) -> None:
+    """The record a changing pin writes (numapin.ledger), alone."""
+    mask = CpuSet(cpus)
+    ledger.publish(ledger.stamp(ledger.Entry(os.getpid(), START, "pin", mask, mask)))
+
+
+START = ledger.start_time(os.getpid()) or 0
+
+
 def main() -> None:
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < 2:
         sys.exit("needs at least two CPUs to move threads between")
+    # The records go where a host keeps them: tmpfs (/run is one on a host, not always in a container).
+    os.environ[RUNTIME_DIR] = tempfile.mkdtemp(prefix="numapin-bench-records-",
+                                               dir="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
     targets = [{allowed[0]}, {allowed[1]}]
     methods: dict[str, Callable[[set[int]], None]] = {
-        "floor": floor, "converging": converging_floor, "confirming": confirming_floor, "numapin": with_numapin}
+        "floor": floor, "converging": converging_floor, "confirming": confirming_floor, "numapin": with_numapin,
+        "record": record}
     binder = torch_binder()
     if binder is None:
         print("PyTorch not installed: its binder is skipped (pip install torch==2.13.0)")
@@ -171,6 +190,8 @@ def main() -> None:
         for worker in workers:
             worker.join()
         floor(original)
+        ledger.withdraw()
+        shutil.rmtree(os.environ[RUNTIME_DIR], ignore_errors=True)
     print("ratios below 1 mean numapin is faster; numapin also reads and classifies every thread's mask")
 
 

@@ -208,7 +208,8 @@ def test_an_autopinned_worker_is_seen_as_numapins(python: Python, pair_root: Pat
 
 @needs_two
 def test_doctor_judges_an_exec_worker_by_its_gpu(pair_root: Path, records: Path, workers: Workers) -> None:
-    pid = workers.start([*NUMAPIN, "exec", "--root", str(pair_root), "--gpu", "1", "--memory", "none", "--",
+    # The synthetic machine exec read is gone once the program runs: its record still says GPU 1.
+    pid = workers.start([*NUMAPIN, "exec", "--machine", "pair", "--gpu", "1", "--memory", "none", "--",
                          sys.executable, "-c", WORKER])
     report = json.loads(_numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json").stdout)
     assert report["placement"]["gpu"] == 1 and "exec" in report["basis"]

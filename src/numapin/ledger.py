@@ -199,7 +199,9 @@ def publish(entry: Entry) -> str | None:
     data = json.dumps(entry.as_dict(), sort_keys=True).encode()
     for folder in folders():
         try:
-            _own_folder(folder)
+            first = _READY.get(folder) != os.getpid()
+            if first:
+                _own_folder(folder)
             path = os.path.join(folder, _name(entry.pid, entry.start))
             temporary = f"{path}.{os.getpid()}.tmp"
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
@@ -211,9 +213,15 @@ def publish(entry: Entry) -> str | None:
         except OSError as exc:
             log.debug("pin record not written in %s: %s", folder, exc)
             continue
-        _sweep(folder, keep=path)
+        if first:  # once a process: the folder checked, and what dead processes left there removed
+            _READY[folder] = os.getpid()
+            _sweep(folder, keep=path)
         return path
     return None
+
+
+#: The folders this process has checked (and swept) already, with the process id that did it.
+_READY: dict[str, int] = {}
 
 
 def _own_folder(folder: str) -> None:

@@ -340,11 +340,11 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     if placed is not None and placed.warning:
         pins.warn_once(placed.warning)
     if counts[Outcome.FAILED]:
-        log.warning("%s", result.summary())
+        log.warning("%s", result.said)
     elif result.changed:
-        log.info("%s", result.summary())
+        log.info("%s", result.said)
     else:
-        log.debug("%s", result.summary())
+        log.debug("%s", result.said)
     return result
 
 

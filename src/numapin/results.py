@@ -85,6 +85,11 @@ class PinResult:
     def __str__(self) -> str:
         return f"numapin: {self.summary()}"
 
+    @property
+    def said(self) -> _Said:
+        """The summary as a log argument: made only if a record is formatted (a pin at DEBUG usually is not)."""
+        return _Said(self)
+
     def summary(self) -> str:
         """What :func:`str` says, without the leading ``numapin:`` (log records carry the logger's name)."""
         parts = [self.action.value]
@@ -111,6 +116,16 @@ class PinResult:
         if self.message:
             parts.append(self.message)
         return "; ".join(parts)
+
+
+class _Said:
+    __slots__ = ("result",)
+
+    def __init__(self, result: PinResult) -> None:
+        self.result = result
+
+    def __str__(self) -> str:
+        return self.result.summary()
 
 
 class PinError(NumapinError):
