@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import live
 from live import NODE0, NODE1, without_inputs
@@ -180,3 +182,72 @@ def test_a_gpu_without_a_numa_node(tmp_path: Path) -> None:
     root = _edit(lambda d: machines.write(spec, d), edit, tmp_path)
     found = diagnose({"OMP_NUM_THREADS": "1"}, gpu=0, root=root)
     assert ids(found) == ["gpu-node-unknown"] and "taken as node 0" in found.findings[0].sees
+
+
+# -- Slurm's binding, read as srun writes it (issue 30) ------------------------------------------
+
+
+@pytest.mark.parametrize(("listing", "error"), [("0,1", False), ("1,0", True)])
+def test_a_map_cpu_list_is_read_whole_for_each_task(listing: str, error: bool) -> None:
+    # srun --cpu-bind=quiet,map_cpu:0,1 for task 1 (GPU 1 on CPU 1 of the pair machine): its entry is 1.
+    env = {**without_inputs(dict(os.environ)), "SLURM_CPU_BIND": f"quiet,map_cpu:{listing}",
+           "SLURM_CPU_BIND_LIST": listing, "SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_LOCALID": "1"}
+    proc = subprocess.run([*NUMAPIN, "doctor", "--local-rank", "auto", "--machine", "pair", "--json"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    found = [f for f in json.loads(proc.stdout)["findings"] if f["id"] == "launcher-binding"]
+    assert [f["severity"] for f in found] == (["error"] if error else []), found
+    if error:
+        assert "CPU 0 (map_cpu" in found[0]["sees"]
+
+
+@pytest.fixture(scope="module")
+def nps4(tmp_path_factory: pytest.TempPathFactory) -> object:
+    from numapin.topology import read_topology
+
+    return read_topology(str(machines.write("epyc-nps4", tmp_path_factory.mktemp("nps4") / "root")))
+
+
+@pytest.mark.parametrize(("env", "rank", "kind", "cpus"), [
+    ({"SLURM_CPU_BIND": "quiet,map_cpu:5,7"}, 1, "map_cpu", "7"),
+    ({"SLURM_CPU_BIND": "verbose,map_cpu:5,7"}, 2, "map_cpu", "5"),  # fewer entries than tasks: reused
+    ({"SLURM_CPU_BIND": "mask_cpu:0x3,C"}, 1, "mask_cpu", "2-3"),
+    ({"SLURM_CPU_BIND": "quiet,map_ldom:1,0"}, 0, "map_ldom", "16-31,144-159"),
+    ({"SLURM_CPU_BIND": "mask_ldom:0x1,0x6"}, 1, "mask_ldom", "16-47,144-175"),
+    ({"SLURM_CPU_BIND": "quiet,rank"}, 3, "rank", "3"),
+    ({"SLURM_CPU_BIND": "rank_ldom"}, 9, "rank_ldom", "16-31,144-159"),
+    ({"SLURM_CPU_BIND_TYPE": "map_cpu:", "SLURM_CPU_BIND_LIST": "4,6", "SLURM_CPU_BIND": "quiet,map_cpu:4,6"}, 1,
+     "map_cpu", "6"),
+    ({"SLURM_CPU_BIND": "quiet,cores"}, 0, "cores", None),
+    ({"SLURM_CPU_BIND": "quiet,none"}, 0, None, None),
+    ({"SLURM_CPU_BIND": "quiet"}, 0, None, None),
+    ({}, 0, None, None),
+])
+def test_every_slurm_binding_type(nps4: object, env: dict[str, str], rank: int, kind: str | None,
+                                  cpus: str | None) -> None:
+    from numapin.doctor import slurm_binding
+
+    found_kind, found = slurm_binding(env, rank, nps4)  # type: ignore[arg-type]
+    assert (found_kind, None if found is None else str(found)) == (kind, cpus)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="quietverbosmap_cpulkdnr:,0123456789xabcdefABCDEF ", max_size=40),
+       st.text(alphabet="0123456789xabcdef,", max_size=20), st.integers(0, 500))
+def test_any_slurm_value_is_read_without_error(nps4: object, bind: str, listing: str, rank: int) -> None:
+    from numapin.doctor import slurm_binding
+
+    kind, cpus = slurm_binding({"SLURM_CPU_BIND": bind, "SLURM_CPU_BIND_LIST": listing}, rank, nps4)  # type: ignore[arg-type]
+    assert kind is not None or cpus is None
+
+
+def test_the_live_mask_is_judged_under_a_synthetic_root(tmp_path: Path) -> None:
+    # taskset -c 0 numapin doctor --machine pair --gpu 1: the live mask (CPU 0) is someone else's and
+    # keeps the process off GPU 1's CPU, whatever the synthetic proc/self/status says.
+    if not NODE0 or not NODE1:
+        pytest.skip("needs two CPUs")
+    cpu = min(NODE0)
+    proc = subprocess.run(["taskset", "-c", str(cpu), *NUMAPIN, "doctor", "--machine", "pair", "--gpu", "1",
+                           "--json"], env=without_inputs(dict(os.environ)), capture_output=True, text=True,
+                          timeout=60)
+    found = [f["id"] for f in json.loads(proc.stdout)["findings"]]
+    assert "external-mask" in found

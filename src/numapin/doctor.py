@@ -25,6 +25,7 @@ from .ranks import LocalRank, requested_rank
 from .records import record
 from .text import counted, decimal, plural
 from .threads import exited, process_environ
+from .topology import Topology, read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -235,24 +236,57 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
     return found
 
 
-def _slurm_cpus(env: Mapping[str, str], rank: int) -> CpuSet | None:
-    """The CPUs Slurm binds this task to (map_cpu / mask_cpu), None when it does not say which."""
-    bind = env.get("SLURM_CPU_BIND", "")
-    listing = env.get("SLURM_CPU_BIND_LIST", "")
-    for part in bind.split(","):
-        kind, _, values = part.partition(":")
-        entries = [v for v in (values or listing).split(",") if v]
-        if kind in ("map_cpu", "mask_cpu") and entries:
-            entry = entries[rank % len(entries)]
-            try:
-                if kind == "map_cpu":
-                    cpu = decimal(entry)
-                    return None if cpu is None or cpu < 0 else CpuSet([cpu])
-                word = entry.lower().removeprefix("0x")
-                return CpuSet.from_bits(int(word, 16)) if hex_word(word, longest=len(word)) else None
-            except ValueError:  # an id or mask past CpuSet's limit
-                return None
-    return None
+#: Slurm's --cpu-bind types that name CPUs or nodes per task, and those that let Slurm choose.
+_SLURM_LISTS = ("map_cpu", "mask_cpu", "map_ldom", "mask_ldom")
+_SLURM_NONE = ("none", "no")
+
+
+def slurm_binding(env: Mapping[str, str], rank: int, topology: Topology) -> tuple[str | None, CpuSet | None]:
+    """Slurm's CPU binding of this task: its type (None when Slurm binds nothing) and its CPUs when the
+    type says which (``map_cpu``, ``mask_cpu``, ``map_ldom``, ``mask_ldom``, ``rank``, ``rank_ldom``).
+
+    Read as srun writes it: ``SLURM_CPU_BIND`` is ``[quiet|verbose,]TYPE[:LIST]``, whose LIST holds
+    commas of its own (``quiet,map_cpu:0,1``); ``SLURM_CPU_BIND_TYPE`` (``map_cpu:``) and
+    ``SLURM_CPU_BIND_LIST`` (``0,1``) say the same apart, and win where set. Task ``rank`` takes
+    entry ``rank`` of the list, which is reused from its start when there are fewer entries.
+    """
+    bind = env.get("SLURM_CPU_BIND", "").strip()
+    kind_text = env.get("SLURM_CPU_BIND_TYPE", "").strip().rstrip(":")
+    listing = env.get("SLURM_CPU_BIND_LIST", "").strip()
+    head, _, tail = bind.partition(":")  # the list after the first colon, commas and all
+    words = [w.strip().lower() for w in head.split(",") if w.strip()]
+    modifiers = {"quiet", "verbose"}
+    kind = kind_text.lower().split(",")[-1] if kind_text else next(
+        (w for w in reversed(words) if w not in modifiers), None)
+    if kind is None or kind in _SLURM_NONE:
+        return None, None
+    entries = [v.strip() for v in (listing or tail).split(",") if v.strip()]
+    try:
+        if kind == "rank":
+            return kind, CpuSet([rank]) if rank in topology.online else None
+        if kind == "rank_ldom":
+            nodes = topology.cpu_nodes
+            return kind, nodes[rank % len(nodes)].cpus if nodes else None
+        if kind not in _SLURM_LISTS or not entries:
+            return kind, None
+        entry = entries[rank % len(entries)]
+        if kind.startswith("map_"):
+            number = decimal(entry)
+            if number is None or number < 0:
+                return kind, None
+            return kind, CpuSet([number]) if kind == "map_cpu" else _nodes_cpus(topology, CpuSet([number]))
+        word = entry.lower().removeprefix("0x")
+        if not hex_word(word, longest=len(word)):
+            return kind, None
+        chosen = CpuSet.from_bits(int(word, 16))
+        return kind, chosen if kind == "mask_cpu" else _nodes_cpus(topology, chosen)
+    except ValueError:  # an id or mask past CpuSet's limit
+        return kind, None
+
+
+def _nodes_cpus(topology: Topology, nodes: CpuSet) -> CpuSet | None:
+    found = CpuSet.union(n.cpus for n in topology.nodes if n.id in nodes)
+    return found or None
 
 
 def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
@@ -260,13 +294,12 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
     found = []
     target = placement.workers
     bind = env.get("SLURM_CPU_BIND", "")
-    kinds = {p.partition(":")[0] for p in bind.split(",") if p} - {"quiet", "verbose"}
-    if kinds and not kinds <= {"none", "no"}:
-        cpus = _slurm_cpus(env, 0 if rank is None else rank.rank)
+    kind, cpus = slurm_binding(env, 0 if rank is None else rank.rank, facts.topology)
+    if kind is not None:
         if cpus is not None and not cpus <= target:
             found.append(Finding(
-                "launcher-binding", "error", f"Slurm binds this task to CPU(s) {cpus} (SLURM_CPU_BIND={bind}), "
-                f"not within GPU {placement.gpu}'s {target}",
+                "launcher-binding", "error", f"Slurm binds this task to {plural(len(cpus), 'CPU')} {cpus} "
+                f"({kind}; SLURM_CPU_BIND={bind}), not within GPU {placement.gpu}'s {target}",
                 "numapin respects a launcher's mask: the worker stays where Slurm put it, away from its GPU",
                 "srun --cpu-bind=none (numapin then places each task), or a map_cpu/mask_cpu list per GPU"))
         elif cpus is None:
@@ -283,7 +316,10 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
     mask = _process_mask(facts, status)
     if mask is not None:
         own = [m for m in (exec_marker(env), None if entry is None else entry.mask) if m is not None]
-        if classify(mask, facts.topology.allowed, own) is MaskOwner.EXTERNAL and not target <= mask:
+        # A live mask is someone else's only against the live machine's baseline: a 2-CPU host read as a
+        # DGX (--machine) is not "constrained" to its two CPUs.
+        live = facts.topology.allowed if Host(facts.topology.root).is_live else read_topology("/").allowed
+        if classify(mask, live, own) is MaskOwner.EXTERNAL and not target <= mask:
             found.append(Finding(
                 "external-mask", "error" if not mask & target else "warning",
                 f"the process mask {mask} was set by someone else (a launcher, numactl, taskset) and does not "
@@ -294,9 +330,12 @@ def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: 
 
 
 def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
-    """This process's mask from the facts, or another's from its status."""
+    """This process's live mask, or another's from its status (never a synthetic root's stand-in)."""
     if status is None:
-        return facts.topology.process
+        try:
+            return CpuSet(os.sched_getaffinity(0))
+        except OSError:
+            return facts.topology.process
     text = status.get("Cpus_allowed_list")
     try:
         return None if text is None else CpuSet.parse(text)
