@@ -91,8 +91,16 @@ def _machine_folder() -> Iterator[str]:
             signal.signal(number, end)
     try:
         # Thousands of small files: on tmpfs when there is one, which is far faster on slow disks.
-        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
-        made.append(tempfile.mkdtemp(prefix="numapin-machine-", dir=shm))
+        base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+        # The name is known to the handler before the folder exists: a signal between making the
+        # folder and remembering it (inside mkdtemp) would otherwise leave it behind.
+        while True:
+            made[:] = [os.path.join(base, f"numapin-machine-{os.urandom(6).hex()}")]
+            try:
+                os.mkdir(made[0], 0o700)
+                break
+            except FileExistsError:
+                continue
         yield made[0]
     finally:
         for folder in made:
