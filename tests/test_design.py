@@ -35,7 +35,7 @@ LAYERS: list[set[str]] = [
     {"walk"},  # every thread to one target
     {"pinning"},  # pin, leases: read facts, decide, walk, record
     {"exec", "audit", "snapshot", "doctor", "picture", "workers"},
-    {"metrics"},  # the workers in Prometheus text
+    {"metrics", "numactl"},  # the workers in Prometheus text; numactl's language, carried out through exec
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat", "compat.tensorrt_llm"},
     {"startup"},  # what the start-up file runs when the environment asks

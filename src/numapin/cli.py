@@ -435,6 +435,29 @@ def cmd_ps(args: argparse.Namespace) -> int:
     return found.exit_code
 
 
+# -- numactl --------------------------------------------------------------
+
+
+def cmd_numactl(words: Sequence[str]) -> int:
+    """numactl's own arguments, read by numapin.numactl (argparse would take its options for numapin's)."""
+    if list(words) in (["-h"], ["--help"]):
+        build_parser("numactl").parse_args(["numactl", "--help"])
+    from .numactl import run
+
+    return run(words)
+
+
+def _numactl_args(front: argparse.ArgumentParser) -> None:
+    front.description = (
+        "numactl's language without numactl: bind PROGRAM as numactl would (every thread at birth, inside the "
+        "cgroup cpuset), then exec it. Takes --cpunodebind/-N NODES, --physcpubind/-C CPUS, --membind/-m NODES, "
+        "--preferred/-p NODE, --localalloc/-l, --show/-s, --hardware/-H (lists: 0,2 or 0-3 or all; "
+        "--opt=VALUE, --opt VALUE, -X VALUE). Exits non-zero and runs nothing where numactl would refuse, so a "
+        "caller's probe and step-down work; --interleave and the other options it does not carry out are "
+        "refused by name.")
+    front.add_argument("numactl_args", nargs=argparse.REMAINDER, metavar="[OPTIONS] PROGRAM [ARGS...]")
+
+
 # -- snapshot -------------------------------------------------------------
 
 
@@ -674,6 +697,7 @@ _COMMANDS = {
     "threads": ("where every thread of a process runs", _threads_args),
     "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
     "ps": ("every GPU worker of this host: where it runs, where it should, who placed it", _ps_args),
+    "numactl": ("numactl's language, carried out by numapin (no numactl needed)", _numactl_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
     "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),
 }
@@ -689,6 +713,8 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
+    if _command(words) == "numactl":
+        return _numactl_main(words)
     args = build_parser(_command(words)).parse_args(words)
     if args.verbose:
         import logging
@@ -708,6 +734,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except (CliError, HostError, NumapinError, OSError) as exc:
         print(f"numapin {args.command}: {_one_line(exc)}{_hint(args, exc)}", file=sys.stderr)
+        return 2
+
+
+def _numactl_main(words: list[str]) -> int:
+    """``numapin [-v] numactl ...``: numactl's words go to numactl's reader, untouched by argparse."""
+    at = words.index("numactl")
+    if any(w in ("-v", "--verbose") for w in words[:at]):
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    try:
+        return cmd_numactl(words[at + 1:])
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except (CliError, HostError, NumapinError, OSError) as exc:
+        print(f"numapin numactl: {_one_line(exc)}", file=sys.stderr)
         return 2
 
 

@@ -43,6 +43,7 @@ __all__ = [
     "parse_exec_policy",
     "parse_threads",
     "prepare_exec",
+    "which",
 ]
 
 
@@ -128,7 +129,8 @@ class PreparedExec:
         return "\n".join(lines)
 
 
-def _which(program: str, environ: Mapping[str, str]) -> str:
+def which(program: str, environ: Mapping[str, str]) -> str:
+    """The executable ``program`` names, searched on PATH as execvp searches; UsageError when there is none."""
     if "/" in program:
         if os.path.isfile(program) and os.access(program, os.X_OK):
             return program
@@ -149,7 +151,7 @@ def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | 
 
 def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedExec:
     """Decide what ``numapin exec`` will do; raises on bad input, changes nothing."""
-    executable = _which(request.program[0], environ) if request.program else ""
+    executable = which(request.program[0], environ) if request.program else ""
     parse_threads(request.threads)
     if request.cpus is None:
         parse_mode(request.mode)

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: The test files that talk to the kernel (pinning, memory, exec, audit, compat),
 #: run inside the guests with README's test command.
 KERNEL_FACING = ("tests/test_pinning.py", "tests/test_threads.py", "tests/test_memory.py", "tests/test_exec.py",
-                 "tests/test_audit.py", "tests/test_readme.py", "tests/test_visible.py")
+                 "tests/test_audit.py", "tests/test_readme.py", "tests/test_visible.py",
+                 "tests/test_numactl.py")
 #: The shapes whose boot also runs those files (the slow part under emulation).
 SUITE_SHAPES = ("two-node", "grace")
 
