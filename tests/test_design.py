@@ -37,7 +37,7 @@ LAYERS: list[set[str]] = [
     {"exec", "audit", "snapshot", "doctor", "picture", "workers"},
     {"metrics", "numactl"},  # the workers in Prometheus text; numactl's language, carried out through exec
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
-    {"compat", "compat.tensorrt_llm"},
+    {"compat", "compat.tensorrt_llm", "compat.ray"},
     {"startup"},  # what the start-up file runs when the environment asks
     {"cli"},
     {"__main__", "__init__"},

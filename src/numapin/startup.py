@@ -131,7 +131,11 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
         visible = len(cached_facts(None, env).visible)
         if visible != 1:
             why = f"not a worker: no local rank and {visible} GPUs visible"
-            log.debug("start-up: %s; left alone", why)
+            # Unless Ray hands it GPUs later, before a task: then it is pinned for them (numapin.compat.ray).
+            from .compat import ray
+
+            ray.install()
+            log.debug("start-up: %s; left alone until Ray hands it GPUs, if it is a Ray worker", why)
             return None, why
     result, bound = bind(prepare_exec(request, env), env)
     # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec;
