@@ -54,7 +54,7 @@ _OWN_BASETEMP = pytest.StashKey[str]()
 #: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
 #: runs torchrun and Ray, the browser tier Chromium. Each runs only when asked for by path
 #: (python -m pytest tests/guest).
-_TIERS = {Path(__file__).resolve().parent / name for name in ("guest", "integration", "browser")}
+_TIERS = {Path(__file__).resolve().parent / name for name in ("guest", "integration", "browser", "launchers")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
