@@ -45,7 +45,7 @@ def test_active_start_up_imports_numapin(python: Python) -> None:
 
 @pytest.mark.parametrize(("env", "bad"), [
     ({AUTOPIN: "yes"}, "yes"),
-    ({PATCH: "tensorrt_llm,vllm"}, "vllm"),
+    ({PATCH: "tensorrt_llm,deepspeed"}, "deepspeed"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["mode"]: "nearest"}, "nearest"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "interleave"}, "interleave"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["policy"]: "reset"}, "reset"),

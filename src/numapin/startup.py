@@ -48,8 +48,24 @@ if TYPE_CHECKING:
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 
-#: ``NUMAPIN_PATCH`` names and what each installs.
-PATCHES: dict[str, Callable[[], PatchReport]] = {"tensorrt_llm": tensorrt_llm.install}
+def _vllm() -> tuple[PatchReport, ...]:
+    from .compat import vllm
+
+    return (vllm.install(),)
+
+
+def _sglang() -> tuple[PatchReport, ...]:
+    from .compat import sglang
+
+    return sglang.install()
+
+
+#: ``NUMAPIN_PATCH`` names and what each installs (its reports).
+PATCHES: dict[str, Callable[[], tuple[PatchReport, ...]]] = {
+    "tensorrt_llm": lambda: (tensorrt_llm.install(),),
+    "vllm": _vllm,
+    "sglang": _sglang,
+}
 
 
 @record
@@ -99,7 +115,7 @@ def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
                                                                   if len(unknown) > 3 else "")
         log.warning("start-up: %s: unknown name%s %s (known: %s); ignored",
                     PATCH, "s" if len(unknown) > 1 else "", shown, ", ".join(PATCHES))
-    return tuple(PATCHES[name]() for name in dict.fromkeys(names) if name in PATCHES)
+    return tuple(report for name in dict.fromkeys(names) if name in PATCHES for report in PATCHES[name]())
 
 
 def autopin_request(env: Mapping[str, str]) -> ExecRequest:

@@ -1,0 +1,80 @@
+"""NUMAPIN_PATCH=vllm / sglang: numapin's numactl on PATH where none is installed, and SGLang's
+numa_bind_to_node pinning every thread (the real frameworks' files: tests/integration)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import live
+from conftest import in_child
+from numapin.compat.numactl_front import ensure_front, front_folder
+
+
+def test_without_numactl_the_front_goes_first_on_path(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path)}  # no numactl here
+    folder = ensure_front(env)
+    assert folder == front_folder() and env["PATH"] == f"{folder}{os.pathsep}{tmp_path}"
+    assert ensure_front(env) == folder and env["PATH"].count(folder) == 1, "a second call changes nothing"
+    show = subprocess.run(["numactl", "--show"], env={**os.environ, "PATH": env["PATH"]}, capture_output=True,
+                          text=True, timeout=60)
+    assert show.returncode == 0 and show.stdout.startswith("policy: "), show.stderr
+    probe = subprocess.run(["numactl", f"--membind={live.MISSING_NODE + 7}", "true"],
+                           env={**os.environ, "PATH": env["PATH"]}, capture_output=True, text=True, timeout=60)
+    assert probe.returncode != 0, "a probe of a node that does not exist fails, as with numactl"
+
+
+def test_an_installed_numactl_is_never_shadowed(tmp_path: Path) -> None:
+    real = tmp_path / "numactl"
+    real.write_text("#!/bin/sh\nexit 0\n")
+    real.chmod(0o755)
+    env = {"PATH": str(tmp_path)}
+    assert ensure_front(env) is None and env["PATH"] == str(tmp_path)
+
+
+FAKE = '''
+import os
+
+def numa_bind_to_node(node):
+    """SGLang's shape: the calling thread alone."""
+    os.sched_setaffinity(0, {cpus})
+'''
+
+
+@pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
+def test_sglangs_numa_bind_to_node_pins_every_thread(pair_root: Path, tmp_path: Path) -> None:
+    package = tmp_path / "sglang" / "srt" / "utils"
+    package.mkdir(parents=True)
+    for folder in (tmp_path / "sglang", tmp_path / "sglang" / "srt", package):
+        (folder / "__init__.py").write_text("")
+    (package / "numa_utils.py").write_text(textwrap.dedent(FAKE.format(cpus=sorted(live.NODE1))))
+
+    def child() -> list[list[int]]:
+        import time
+
+        sys.path.insert(0, str(tmp_path))
+        from numapin.compat import sglang
+
+        sglang.install()
+        from sglang.srt.utils.numa_utils import numa_bind_to_node  # bound by name, as SGLang's callers do
+
+        stop = threading.Event()
+        helpers = [threading.Thread(target=stop.wait) for _ in range(3)]
+        for helper in helpers:
+            helper.start()
+        numa_bind_to_node(1)
+        time.sleep(0.05)
+        masks = [sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")]
+        stop.set()
+        for helper in helpers:
+            helper.join()
+        return masks
+
+    masks = in_child(child)
+    assert len(masks) == 4 and all(set(m) == live.NODE1 for m in masks), masks
