@@ -145,3 +145,41 @@ def test_hardware_lists_every_node() -> None:
     assert lines[0].startswith(f"available: {len(live.TOPOLOGY.nodes)} nodes")
     for node in live.TOPOLOGY.nodes:
         assert f"node {node.id} cpus: {' '.join(map(str, node.cpus))}".rstrip() in lines
+
+
+# -- the same bindings as options of numapin exec ----------------------------------------------
+
+
+def _exec(*args: str, root: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = live.without_inputs(dict(os.environ))
+    if root is not None:
+        env["NUMAPIN_FSROOT"] = str(root)
+    return subprocess.run([*NUMAPIN, "exec", *args, "--", sys.executable, "-c", REPORT], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
+def test_exec_binds_a_node_without_a_gpu(pair_root: Path) -> None:
+    proc = _exec("--nodes", "1", "--memory", "none", root=pair_root)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report["mask"]) == live.NODE1 and report["marker"] == live.cpus(live.NODE1)
+
+
+def test_exec_binds_memory_alone_and_leaves_the_cpus() -> None:
+    before = sorted(os.sched_getaffinity(0))
+    node = str(min(live.REAL_NODES))
+    proc = _exec("--mems", node, "--memory", "bind")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["policy"], report["nodes"]) == ("BIND", node)
+    assert report["mask"] == before and report["marker"] is None, "the CPUs are not numapin's to mark"
+    refused = _exec("--mems", node, "--memory", "none")
+    assert refused.returncode == 2 and "--mems without a CPU placement" in refused.stderr
+
+
+def test_exec_refuses_nodes_it_cannot_bind() -> None:
+    missing = str(live.MISSING_NODE + 7)
+    for option in ("--nodes", "--mems"):
+        proc = _exec(option, missing)
+        assert proc.returncode == 2 and missing in proc.stderr and proc.stdout == "", proc.stderr

@@ -348,6 +348,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
             strict=args.strict,
             root=root,
             threads=args.threads,
+            nodes=args.nodes,
+            mems=args.mems,
         )
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
@@ -604,6 +606,11 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
                       "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).")
     _add_target(ex)
     ex.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
+    ex.add_argument("--nodes", type=_cpuset_arg, metavar="LIST",
+                    help="node-only binding: the CPUs of these NUMA nodes (as numactl -N), instead of a GPU's")
+    ex.add_argument("--mems", type=_cpuset_arg, metavar="LIST",
+                    help="the memory policy's nodes instead of the placement's; alone (no --gpu, --cpus, --nodes): "
+                         "memory-only binding, the CPUs left as they are (as numactl -m)")
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
     from .exec import EXEC_POLICIES

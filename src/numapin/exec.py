@@ -18,9 +18,10 @@ from .cpuset import CpuSet
 from .decision import ExternalMaskPolicy
 from .environment import APPLIED, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError, quoted
+from .facts import Facts
 from .facts import cached as cached_facts
 from .logger import log
-from .memory import MemoryMode
+from .memory import MemoryMode, MemoryNodes, place_memory
 from .ownership import acting
 from .pinning import PinResult, pin
 from .placement import Placement, PlacementMode, parse_mode, resolve
@@ -75,6 +76,15 @@ class ExecRequest:
     root: str | None = None
     threads: str = "auto"
     """Thread-pool sizes for the program: ``auto`` (the placement's CPU count), ``keep``, or a number."""
+    nodes: CpuSet | None = None
+    """Node-only binding: the CPUs of these NUMA nodes (those this process may use), as ``numactl -N``."""
+    mems: CpuSet | None = None
+    """The memory policy's nodes instead of the placement's; alone (no GPU, CPUs or nodes), memory-only
+    binding: the CPUs are left as they are, as ``numactl -m``."""
+
+    @property
+    def memory_only(self) -> bool:
+        return self.mems is not None and self.gpu is None and self.cpus is None and self.nodes is None
 
 
 @record
@@ -110,7 +120,11 @@ class PreparedExec:
         lines = []
         if self.rank is not None:
             lines.append(str(self.rank))
-        if self.placement is None:
+        if self.request.memory_only:
+            mems = self.request.mems or CpuSet()
+            lines.append(f"would leave the CPUs as they are and set memory policy {self.request.memory} on "
+                         f"{plural(len(mems), 'node')} {mems}")
+        elif self.placement is None:
             lines.append("would run unpinned" + (f": {self.unpinned}" if self.unpinned else ""))
         else:
             p = self.placement
@@ -158,6 +172,14 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     rank = _exec_rank(request, environ)
     # The facts pin() will use: read once, for the decision and the pin.
     facts = cached_facts(request.root, environ)
+    memory_nodes = _memory_nodes(facts, request.mems)
+    if request.memory_only:
+        if request.memory is MemoryMode.NONE:
+            raise UsageError("--mems without a CPU placement sets a memory policy: give --memory bind or "
+                             "preferred", value=request.mems)
+        return PreparedExec(request, executable, None, None, tuple(facts.notes))
+    if request.nodes is not None:
+        request = replace(request, cpus=_node_cpus(facts, request.nodes))
     notes = list(facts.notes)
     if rank is not None and rank.ignored:
         notes.append(str(rank))
@@ -172,8 +194,33 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         # Deciding changes nothing and says nothing: apply_exec() warns when it
         # really runs the program unpinned, a dry run prints the reason once.
         return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc))
+    if memory_nodes is not None:
+        placement = replace(placement, mems=memory_nodes)
     pools, kept = _pools(request.threads, len(placement.workers), environ)
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept)
+
+
+def _node_cpus(facts: Facts, nodes: CpuSet) -> CpuSet:
+    """The CPUs of ``nodes`` this process may use (``--nodes``); UsageError for a node with none."""
+    t = facts.topology
+    known = CpuSet(n.id for n in t.cpu_nodes)
+    if nodes - known:
+        raise UsageError(f"--nodes {nodes}: {plural(len(nodes - known), 'node')} {nodes - known} "
+                         f"{plural(len(nodes - known), 'has', 'have')} no CPUs here (CPU nodes: {known})", value=nodes)
+    cpus = CpuSet.union(n.cpus for n in t.cpu_nodes if n.id in nodes) & t.allowed
+    if not cpus:
+        raise UsageError(f"--nodes {nodes}: none of their CPUs is allowed (allowed: {t.allowed})", value=nodes)
+    return cpus
+
+
+def _memory_nodes(facts: Facts, mems: CpuSet | None) -> CpuSet | None:
+    """``--mems`` checked against the nodes that hold memory; None when not given."""
+    if mems is None:
+        return None
+    exist = CpuSet(n.id for n in facts.topology.nodes if n.has_memory)
+    if not mems or mems - exist:
+        raise UsageError(f"--mems {mems}: memory nodes here are {exist}", value=mems)
+    return mems
 
 
 def parse_count(text: str) -> int:
@@ -209,6 +256,13 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     """Pin this process as decided; return the pin's result and the environment with numapin's marker."""
     env = dict(os.environ if environ is None else environ)
     request = prepared.request
+    if request.memory_only and request.mems is not None:  # the CPUs stay as they are
+        facts = cached_facts(request.root, env)
+        placed = place_memory(request.mems, request.memory, False, strict=request.strict,
+                              limits=MemoryNodes.of(facts.topology))
+        if placed.warning:
+            log.warning("%s", placed.warning)
+        return None, env
     if prepared.placement is None:
         what = "the program runs" if request.program else "this process runs"
         log.warning("%s; %s unpinned", prepared.unpinned or "no placement", what)
