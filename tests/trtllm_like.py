@@ -57,6 +57,22 @@ def start(gpu_id):
 '''
 
 
+BASE_WORKER = '''
+from tensorrt_llm.llmapi.utils import configure_cpu_affinity
+
+
+class BaseWorker:
+    """A worker in the shape of TensorRT-LLM's: affinity configured at set-up, a shutdown to end it."""
+
+    def __init__(self, device_id):
+        self.shutdowns = 0
+        configure_cpu_affinity(device_id)
+
+    def shutdown(self):
+        self.shutdowns += 1
+'''
+
+
 def write(dest: Path) -> Path:
     """Write the package under ``dest`` (put ``dest`` on sys.path to import it); returns ``dest``."""
     package = dest / "tensorrt_llm"
@@ -65,6 +81,9 @@ def write(dest: Path) -> Path:
     (package / "llmapi" / "__init__.py").write_text("")
     (package / "llmapi" / "utils.py").write_text(UTILS)
     (package / "worker.py").write_text(WORKER)
+    (package / "executor").mkdir()
+    (package / "executor" / "__init__.py").write_text("")
+    (package / "executor" / "base_worker.py").write_text(BASE_WORKER)
     return dest
 
 

@@ -8,8 +8,10 @@ yet, an import hook (a finder at the front of ``sys.meta_path``) replaces the
 function the moment the module has executed, before any importer can bind it.
 Nothing here imports the patched project.
 
-Only module-level names are found: a function stored in a class, a list or
-a closure keeps the original (the projects patched here bind it at module level).
+Only module-level names are found: a function stored in a list or a closure
+keeps the original (the projects patched here bind it at module level). A method
+is patched by naming it ``Class.method``: it is replaced on that class alone,
+where every instance and subclass finds it.
 """
 
 from __future__ import annotations
@@ -132,6 +134,13 @@ class FunctionPatch:
                 self._finder = None
             made, self._made = self._made, []
             restored: list[str] = []
+            if "." in self.name:  # a method: put the original back on its class
+                holder, attribute = self._holder(sys.modules.get(self.module))
+                for original, replacement in made:
+                    if isinstance(holder, type) and holder.__dict__.get(attribute) is replacement:
+                        setattr(holder, attribute, original)
+                        restored.append(self.target)
+                made = []
             # Every binding of each replacement, including those importers made after install().
             for original, replacement in made:
                 restored.extend(self._rebind(replacement, original, all_or_nothing=False))
@@ -152,7 +161,9 @@ class FunctionPatch:
         """Replace the function of the just-loaded ``module`` wherever it is bound."""
         with self._lock:
             try:
-                current = getattr(module, self.name, None)
+                holder, attribute = self._holder(module)
+                current = None if holder is None else holder.__dict__.get(attribute) if isinstance(holder, type) \
+                    else getattr(holder, attribute, None)
                 if current is None:
                     return self._refuse(f"{self.module} has no {self.name}")
                 original = getattr(current, _MARK, None)
@@ -165,7 +176,11 @@ class FunctionPatch:
                     except TypeError as exc:
                         return self._refuse(str(exc))
                     setattr(replacement, _MARK, original)
-                replaced = self._rebind(original, replacement, all_or_nothing=True)
+                if isinstance(holder, type):  # a method: its class is the one place it is bound
+                    setattr(holder, attribute, replacement)
+                    replaced = [self.target]
+                else:
+                    replaced = self._rebind(original, replacement, all_or_nothing=True)
             except _Unbindable as exc:
                 return self._refuse(str(exc))
             except Exception as exc:  # e.g. a module __getattr__ that raises
@@ -176,6 +191,14 @@ class FunctionPatch:
             if replaced:
                 log.info("%s", report.summary())
             return report
+
+    def _holder(self, module: object) -> tuple[object | None, str]:
+        """What holds the function, and its name there: the module, or ``Class`` for ``Class.method``."""
+        owner, _, attribute = self.name.rpartition(".")
+        if not owner:
+            return module, attribute
+        holder = getattr(module, owner, None) if module is not None else None
+        return (holder if isinstance(holder, type) else None), attribute
 
     def _rebind(self, old: object, new: object, *, all_or_nothing: bool) -> list[str]:
         """Bind ``new`` to every module-level name now bound to ``old`` itself; the names changed.

@@ -16,6 +16,13 @@ variable to ``"0"`` to keep a launcher's pin). Unlike the original, a call
 that finds the previous call's pin recognises it as its own and leaves every
 thread where it is, and a container's cpuset is not mistaken for a constraint.
 
+In a process the worker shares (TensorRT-LLM's single-process TP1 worker, several
+``LLM()`` objects one after the other), what a call applied is given back by
+:func:`release`, as a lease gives it back: every thread's mask and the memory
+policy as they were before the first call. Calls and releases pair up; the last
+release restores. With the patch installed, TensorRT-LLM's worker shutdown
+(``BaseWorker.shutdown``) releases, once per worker.
+
 :func:`install` makes TensorRT-LLM's own callers get this function without
 editing TensorRT-LLM (see :mod:`numapin.compat.patching`); the start-up file
 does it in every process of a job when ``NUMAPIN_PATCH=tensorrt_llm``.
@@ -23,14 +30,17 @@ does it in every process of a job when ``NUMAPIN_PATCH=tensorrt_llm``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import threading
+import weakref
 from collections.abc import Callable
 
 from ..environment import TLLM_AFFINITY
 from ..logger import log
 from ..ownership import acting
-from ..pinning import MaskOwner, PinResult, constraint, pin
+from ..pinning import MaskOwner, PinResult, constraint, pin, pinned
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
 
@@ -38,11 +48,61 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["ENV", "MODULE", "configure_cpu_affinity", "install", "uninstall"]
+__all__ = ["ENV", "MODULE", "SHUTDOWN", "configure_cpu_affinity", "install", "release", "uninstall"]
 
 ENV = TLLM_AFFINITY
 #: Where TensorRT-LLM defines the function its workers import by name.
 MODULE = "tensorrt_llm.llmapi.utils"
+#: TensorRT-LLM's worker shutdown, where a worker's affinity is given back.
+SHUTDOWN = ("tensorrt_llm.executor.base_worker", "BaseWorker.shutdown")
+
+
+class _Held:
+    """The lease the calls hold open until their last release: one per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.stack: contextlib.ExitStack | None = None
+        self.calls = 0
+
+
+_HELD = _Held()
+
+
+def _applied(**options: Any) -> PinResult:
+    """A pin that :func:`release` gives back: the first opens a lease, the others pin inside it."""
+    with _HELD.lock:
+        if _HELD.stack is None:
+            stack = contextlib.ExitStack()
+            result: PinResult = stack.enter_context(pinned(**options))
+            _HELD.stack = stack
+        else:
+            result = pin(**options)  # inside the open lease: its end takes this back too
+        _HELD.calls += 1
+        return result
+
+
+def release() -> bool:
+    """Give back what :func:`configure_cpu_affinity` applied, once every call has been released.
+
+    Each call counts once; the last release puts every thread's mask and the
+    memory policy back as they were before the first call (as a lease's end
+    does: a mask someone else changed meanwhile stays). Returns True when this
+    release restored them. Never raises.
+    """
+    with _HELD.lock:
+        if _HELD.calls == 0:
+            return False
+        _HELD.calls -= 1
+        if _HELD.calls or _HELD.stack is None:
+            return False
+        stack, _HELD.stack = _HELD.stack, None
+    try:
+        stack.close()
+    except Exception as exc:  # the compatibility layer never raises
+        log.warning("configure_cpu_affinity's pin not given back: %s", exc)
+        return False
+    return True
 
 
 def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None) -> PinResult | None:
@@ -59,7 +119,7 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     try:
         with acting("compat"):  # the host's ledger says the compatibility function pinned it
             if setting == "1":
-                return pin(device_id, policy="override", kernel=kernel)
+                return _applied(gpu=device_id, policy="override", kernel=kernel)
             found = constraint(kernel=kernel)
             if found.ownership is MaskOwner.EXTERNAL:
                 log.info("process %d is affined to run on the following CPUs: %s", os.getpid(), found.mask)
@@ -68,8 +128,8 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
                     "Removing CPU affinity constraints (back to %s).",
                     os.getpid(), ENV, found.baseline,
                 )
-                return pin(cpus=found.baseline, policy="reset", kernel=kernel)
-            return pin(device_id, policy="respect", kernel=kernel)
+                return _applied(cpus=found.baseline, policy="reset", kernel=kernel)
+            return _applied(gpu=device_id, policy="respect", kernel=kernel)
     except Exception as exc:  # the compatibility layer must never break a worker's start-up
         log.warning("configure_cpu_affinity(%r) did nothing: %s", device_id, exc)
         return None
@@ -105,6 +165,31 @@ def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
 _PATCH = FunctionPatch(MODULE, "configure_cpu_affinity", _replacement)
 
 
+def _shutdown_replacement(original: Callable[..., Any]) -> Callable[..., Any]:
+    released: weakref.WeakSet[Any] = weakref.WeakSet()  # a worker shut down twice releases once
+
+    def first(worker: Any) -> bool:
+        try:
+            if worker in released:
+                return False
+            released.add(worker)
+        except TypeError:  # an instance weakref cannot hold: released on each shutdown
+            pass
+        return True
+
+    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(self, *args, **kwargs)
+        finally:  # the original's result or exception stands; the pin is given back either way
+            if first(self):
+                release()
+
+    return functools.update_wrapper(shutdown, original, assigned=("__name__", "__qualname__", "__doc__"), updated=())
+
+
+_SHUTDOWN_PATCH = FunctionPatch(*SHUTDOWN, _shutdown_replacement)
+
+
 def install() -> PatchReport:
     """Make every caller of TensorRT-LLM's ``configure_cpu_affinity`` get numapin's.
 
@@ -113,9 +198,11 @@ def install() -> PatchReport:
     so the moment that module is first imported. Never imports TensorRT-LLM.
     Idempotent. A function of an unknown signature is left alone, with one warning.
     """
+    _SHUTDOWN_PATCH.install()  # its report is logged; a shutdown of another shape is left alone
     return _PATCH.install()
 
 
 def uninstall() -> PatchReport:
-    """Put TensorRT-LLM's function back wherever numapin's is bound, and stop watching imports."""
+    """Put TensorRT-LLM's function (and its worker shutdown) back wherever numapin's is bound; stop watching."""
+    _SHUTDOWN_PATCH.uninstall()
     return _PATCH.uninstall()
