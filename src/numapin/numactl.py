@@ -247,7 +247,7 @@ def show(facts: Facts) -> str:
 def hardware(facts: Facts) -> str:
     """What ``numactl --hardware`` prints: the nodes, their CPUs and memory, and their distances."""
     t = facts.topology
-    nodes = [n for n in t.nodes]
+    nodes = list(t.nodes)
     lines = [f"available: {len(nodes)} nodes ({CpuSet(n.id for n in nodes)})"]
     for n in nodes:
         lines.append(f"node {n.id} cpus: {' '.join(map(str, n.cpus))}".rstrip())

@@ -21,6 +21,8 @@ from .records import record, replace
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .threads import ThreadKernel
 
 __all__ = ["Acting", "PinState", "Record", "Saved", "acting", "exec_marker", "state"]
@@ -95,6 +97,9 @@ class PinState:
         self.acting: Acting | None = None
         #: What this process last wrote to the host's ledger (numapin.ledger), None when nothing.
         self.published: Entry | None = None
+        #: The TensorRT-LLM function's pins, held until their last release: (the state before the
+        #: first, the first's result, the calls not yet released). A forked child holds none.
+        self.compat_hold: tuple[Any, Any, int] | None = None
 
     def forked(self, forking_tid: int) -> PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.

@@ -26,7 +26,7 @@ from .facts import cached as cached_facts
 from .facts import forget as forget_facts
 from .logger import log
 from .memory import MemoryMode
-from .ownership import PinState, Record, acting, exec_marker, state
+from .ownership import PinState, Record, Saved, acting, exec_marker, state
 from .placement import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
 from .ranks import local_rank
 from .records import record
@@ -41,6 +41,7 @@ __all__ = [
     "Current",
     "Decision",
     "ExternalMaskPolicy",
+    "Held",
     "MaskOwner",
     "PinAction",
     "PinError",
@@ -53,6 +54,8 @@ __all__ = [
     "current",
     "decide",
     "exec_marker",
+    "give_back",
+    "hold",
     "pin",
     "pin_thread",
     "pinned",
@@ -471,7 +474,6 @@ def pinned(
     that each undo half of the other's work would leave no defined state.
     """
     ops: ThreadKernel = kernel or LinuxThreads()
-    policy_before = _policy_or_none() if _memory.parse_memory_mode(memory) is not MemoryMode.NONE else None
     pins = state()
     with pins.lock:
         me = ops.self_tid()
@@ -479,13 +481,7 @@ def pinned(
         if others:
             raise UsageError(f"thread {others[0]} holds a numapin lease: leases nest within one thread "
                              "but may not overlap across threads", value=others[0])
-        saved: dict[int, CpuSet] = {}
-        for tid in ops.list_threads():
-            with contextlib.suppress(OSError):
-                saved[tid] = ops.get_affinity(tid)
-        if me not in saved:
-            saved[me] = ops.get_affinity(me)
-        remembered = pins.saved()
+        held = hold(kernel=ops, memory=memory, root=root, environ=environ)
         with acting("lease"):
             result = pin(gpu, cpus=cpus, mode=mode, policy=policy, all_threads=all_threads, strict=strict,
                          reserve=reserve, memory=memory, migrate=migrate, root=root, environ=environ, kernel=ops,
@@ -498,19 +494,59 @@ def pinned(
         with pins.lock:
             if pins.lease_holders:
                 pins.lease_holders.pop()
-            _restore(ops, me, saved, result, pins.applied_since(remembered))
-            published = pins.published
-            pins.restore(remembered)
-            if pins.published is not published:
-                _republish(pins)
-            if policy_before is not None and result.memory is not None \
-                    and result.memory.applied is not MemoryMode.NONE:
-                try:
-                    facts = cached_facts(root, os.environ if environ is None else environ)
-                    _memory.set_mempolicy(*policy_before, limits=_memory.MemoryNodes.of(facts.topology))
-                except (NumapinError, OSError) as exc:
-                    log.warning("could not restore the memory policy %s %s after the lease: %s",
-                                policy_before[0].name, policy_before[1], exc)
+            give_back(held, result)
+
+
+@record
+class Held:
+    """What a lease gives back: every thread's mask, numapin's state and the memory policy, as before it."""
+
+    ops: ThreadKernel
+    me: int
+    masks: Mapping[int, CpuSet]
+    remembered: Saved
+    policy_before: tuple[_memory.KernelMemoryPolicy, CpuSet] | None
+    root: str | os.PathLike[str] | None = None
+    environ: Mapping[str, str] | None = None
+
+
+def hold(*, kernel: ThreadKernel | None = None, memory: str | MemoryMode = "none",
+         root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Held:
+    """Remember what :func:`give_back` will restore: the start of a lease (``pinned()``, or a pin that
+    the TensorRT-LLM function holds until its release). ``memory``: the memory policy too, when a pin
+    inside will set one."""
+    ops: ThreadKernel = kernel or LinuxThreads()
+    policy_before = _policy_or_none() if _memory.parse_memory_mode(memory) is not MemoryMode.NONE else None
+    pins = state()
+    with pins.lock:
+        me = ops.self_tid()
+        masks: dict[int, CpuSet] = {}
+        for tid in ops.list_threads():
+            with contextlib.suppress(OSError):
+                masks[tid] = ops.get_affinity(tid)
+        if me not in masks:
+            masks[me] = ops.get_affinity(me)
+        return Held(ops, me, masks, pins.saved(), policy_before, root, environ)
+
+
+def give_back(held: Held, result: PinResult) -> None:
+    """The end of a lease: every thread numapin moved since ``held`` (``result`` and whatever numapin applied
+    after it) gets its mask back, numapin's record and ledger are as before, and the memory policy too."""
+    pins = state()
+    with pins.lock:
+        _restore(held.ops, held.me, dict(held.masks), result, pins.applied_since(held.remembered))
+        published = pins.published
+        pins.restore(held.remembered)
+        if pins.published is not published:
+            _republish(pins)
+        if held.policy_before is not None and result.memory is not None \
+                and result.memory.applied is not MemoryMode.NONE:
+            try:
+                facts = cached_facts(held.root, os.environ if held.environ is None else held.environ)
+                _memory.set_mempolicy(*held.policy_before, limits=_memory.MemoryNodes.of(facts.topology))
+            except (NumapinError, OSError) as exc:
+                log.warning("could not restore the memory policy %s %s after the lease: %s",
+                            held.policy_before[0].name, held.policy_before[1], exc)
 
 
 def _policy_or_none() -> tuple[_memory.KernelMemoryPolicy, CpuSet] | None:

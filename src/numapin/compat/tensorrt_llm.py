@@ -18,8 +18,8 @@ thread where it is, and a container's cpuset is not mistaken for a constraint.
 
 In a process the worker shares (TensorRT-LLM's single-process TP1 worker, several
 ``LLM()`` objects one after the other), what a call applied is given back by
-:func:`release`, as a lease gives it back: every thread's mask and the memory
-policy as they were before the first call. Calls and releases pair up; the last
+:func:`release`, as a lease's end gives it back: every thread's mask as it was
+before the first call (the function sets no memory policy). Calls and releases pair up; the last
 release restores. With the patch installed, TensorRT-LLM's worker shutdown
 (``BaseWorker.shutdown``) releases, once per worker.
 
@@ -30,17 +30,15 @@ does it in every process of a job when ``NUMAPIN_PATCH=tensorrt_llm``.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import threading
 import weakref
 from collections.abc import Callable
 
 from ..environment import TLLM_AFFINITY
 from ..logger import log
 from ..ownership import acting
-from ..pinning import MaskOwner, PinResult, constraint, pin, pinned
+from ..pinning import MaskOwner, PinResult, constraint, give_back, hold, pin, state
 from ..threads import ThreadKernel
 from .patching import FunctionPatch, PatchReport
 
@@ -57,48 +55,38 @@ MODULE = "tensorrt_llm.llmapi.utils"
 SHUTDOWN = ("tensorrt_llm.executor.base_worker", "BaseWorker.shutdown")
 
 
-class _Held:
-    """The lease the calls hold open until their last release: one per process."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.stack: contextlib.ExitStack | None = None
-        self.calls = 0
-
-
-_HELD = _Held()
-
-
 def _applied(**options: Any) -> PinResult:
-    """A pin that :func:`release` gives back: the first opens a lease, the others pin inside it."""
-    with _HELD.lock:
-        if _HELD.stack is None:
-            stack = contextlib.ExitStack()
-            result: PinResult = stack.enter_context(pinned(**options))
-            _HELD.stack = stack
-        else:
-            result = pin(**options)  # inside the open lease: its end takes this back too
-        _HELD.calls += 1
+    """A pin that :func:`release` gives back, as a lease's end would (without holding a lease open).
+
+    What the calls hold lives in the process's pin state: a forked child, whose
+    pin state is its own, holds none of its parent's.
+    """
+    pins = state()
+    with pins.lock:
+        held, first, calls = pins.compat_hold or (hold(kernel=options.get("kernel")), None, 0)
+        result: PinResult = pin(**options)
+        pins.compat_hold = (held, first or result, calls + 1)
         return result
 
 
 def release() -> bool:
     """Give back what :func:`configure_cpu_affinity` applied, once every call has been released.
 
-    Each call counts once; the last release puts every thread's mask and the
-    memory policy back as they were before the first call (as a lease's end
-    does: a mask someone else changed meanwhile stays). Returns True when this
-    release restored them. Never raises.
+    Each call counts once; the last release puts every thread's mask (and
+    numapin's record) back as before the first call, as a lease's end does: a
+    mask someone else changed meanwhile stays. Returns True when this release
+    restored them. Never raises.
     """
-    with _HELD.lock:
-        if _HELD.calls == 0:
+    pins = state()
+    with pins.lock:
+        if pins.compat_hold is None:
             return False
-        _HELD.calls -= 1
-        if _HELD.calls or _HELD.stack is None:
+        held, first, calls = pins.compat_hold
+        pins.compat_hold = (held, first, calls - 1) if calls > 1 else None
+        if calls > 1:
             return False
-        stack, _HELD.stack = _HELD.stack, None
     try:
-        stack.close()
+        give_back(held, first)
     except Exception as exc:  # the compatibility layer never raises
         log.warning("configure_cpu_affinity's pin not given back: %s", exc)
         return False
