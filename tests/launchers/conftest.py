@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,9 +106,10 @@ def launch(root: Path, tmp_path: Path) -> Launch:
     base.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
 
     def go(*command: str, **env: str) -> tuple[Reports, subprocess.CompletedProcess[str]]:
-        proc = subprocess.run(list(command), cwd=tmp_path, env={**base, **env}, capture_output=True, text=True,
-                              timeout=240)
-        reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        reports_dir = Path(tempfile.mkdtemp(dir=tmp_path, prefix="reports-"))
+        proc = subprocess.run(list(command), cwd=tmp_path, capture_output=True, text=True, timeout=240,
+                              env={**base, **env, "NUMAPIN_TEST_REPORTS": str(reports_dir)})
+        reports = [json.loads(p.read_text()) for p in sorted(reports_dir.glob("*.json"))]
         assert proc.returncode == 0 and len(reports) == 2, f"{command}:\n{proc.stdout}\n{proc.stderr}"
         return sorted(reports, key=lambda r: int(r["rank"])), proc  # type: ignore[call-overload]
 

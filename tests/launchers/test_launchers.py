@@ -70,27 +70,15 @@ def test_doctor_inside_a_slurm_task(slurm: dict[str, str], root: Path, tmp_path:
                                     error: bool) -> None:
     env = {**without_inputs(dict(os.environ)), **slurm, "NUMAPIN_FSROOT": str(root),
            "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(["srun", "--ntasks=2", f"--cpu-bind={binding}", sys.executable, "-m", "numapin",
-                           "doctor", "--local-rank", "auto", "--json"], env=env, capture_output=True, text=True,
-                          timeout=240, cwd=tmp_path)
-    reports = [json.loads(chunk) for chunk in _objects(proc.stdout)]
+    # Each task's output in a file of its own (%t: the task's number): srun interleaves their lines.
+    proc = subprocess.run(["srun", "--ntasks=2", f"--cpu-bind={binding}", f"--output={tmp_path}/doctor-%t.json",
+                           sys.executable, "-m", "numapin", "doctor", "--local-rank", "auto", "--json"], env=env,
+                          capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    reports = [json.loads(p.read_text()) for p in sorted(tmp_path.glob("doctor-*.json"))]
     assert len(reports) == 2, proc.stdout + proc.stderr
     for report in reports:
         found = [f for f in report["findings"] if f["id"] == "launcher-binding"]
         assert [f["severity"] for f in found] == (["error"] if error else []), report
-
-
-def _objects(text: str) -> list[str]:
-    """The JSON objects printed one after the other (each spans lines)."""
-    found, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "{":
-            depth, start = depth + 1, i if depth == 0 else start
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                found.append(text[start:i + 1])
-    return found
 
 
 # -- Open MPI ---------------------------------------------------------------------------------

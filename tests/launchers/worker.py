@@ -1,5 +1,8 @@
 """A task under a launcher: two more threads, then a report — its rank as the launcher gave it, every
-thread's mask, and `numapin threads PID --gpu RANK --check` run on it from outside (another process)."""
+thread's mask, and `numapin threads PID --gpu RANK --check` run on it from outside (another process).
+
+The report goes to a file of its own, REPORTS/RANK.json: launchers forward their tasks' output in
+chunks that may split a line between two tasks."""
 
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ if __name__ == "__main__":
     masks = {tid: sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task")}
     check = subprocess.run([sys.executable, "-m", "numapin", "threads", str(os.getpid()), "--gpu", str(rank),
                             "--check"], capture_output=True, text=True, timeout=120)
-    print(json.dumps({"rank": rank, "masks": masks, "check": check.returncode, "checked": check.stdout,
-                      "bind": os.environ.get("SLURM_CPU_BIND")}), flush=True)
+    report = {"rank": rank, "masks": masks, "check": check.returncode, "checked": check.stdout,
+              "bind": os.environ.get("SLURM_CPU_BIND")}
+    with open(os.path.join(os.environ["NUMAPIN_TEST_REPORTS"], f"{rank}.json"), "w") as f:
+        json.dump(report, f)
     stop.set()
