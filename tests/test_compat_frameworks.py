@@ -78,3 +78,29 @@ def test_sglangs_numa_bind_to_node_pins_every_thread(pair_root: Path, tmp_path: 
 
     masks = in_child(child)
     assert len(masks) == 4 and all(set(m) == live.NODE1 for m in masks), masks
+
+
+def test_the_front_is_written_where_a_script_may_run(tmp_path: Path) -> None:
+    # Hardened hosts mount /tmp noexec: a numactl written there could not run, and the frameworks'
+    # probe would fail. The front then goes to the next candidate (the runtime folder, ~/.cache).
+    noexec, runtime = tmp_path / "noexec", tmp_path / "runtime"
+    noexec.mkdir()
+    runtime.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=1m", "tmpfs", str(noexec)],
+                           capture_output=True, text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a noexec tmpfs here (needs root): {mount.stderr.strip()}")
+    try:
+        code = ("import os\nfrom numapin.compat.numactl_front import ensure_front\n"
+                "env = {'PATH': os.environ['EMPTY']}\nprint(ensure_front(env))\n")
+        empty = tmp_path / "empty"
+        empty.mkdir()
+        env = {**os.environ, "TMPDIR": str(noexec), "XDG_RUNTIME_DIR": str(runtime), "EMPTY": str(empty)}
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        folder = proc.stdout.strip()
+        assert proc.returncode == 0 and folder.startswith(str(runtime)), (proc.stdout, proc.stderr)
+        run = subprocess.run([os.path.join(folder, "numactl"), "--show"], capture_output=True, text=True,
+                             timeout=60)
+        assert run.returncode == 0 and run.stdout.startswith("policy: "), run.stderr
+    finally:
+        subprocess.run(["umount", str(noexec)], capture_output=True)

@@ -26,13 +26,31 @@ __all__ = ["NAME", "ensure_front", "front_folder"]
 NAME = "numactl"
 
 
+def _candidates() -> list[str]:
+    """Where the front may live, first choice first: the temporary folder, the user's runtime folder,
+    the user's cache (hardened hosts mount /tmp, and sometimes /run, noexec: a script there cannot run)."""
+    tag = f"numapin-front-{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
+    bases = [tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR", ""),
+             os.path.join(os.path.expanduser("~"), ".cache")]
+    return [os.path.join(base, tag) for base in dict.fromkeys(b for b in bases if b)]
+
+
 def front_folder() -> str:
-    """The folder of this interpreter's front: per user and interpreter, under the temporary folder."""
-    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    return os.path.join(tempfile.gettempdir(), f"numapin-front-{os.geteuid()}-{tag}")
+    """The folder of this interpreter's front (per user and interpreter): the first candidate whose file
+    system lets a script run."""
+    found = _candidates()
+    for folder in found:
+        try:
+            parent = os.path.dirname(folder)
+            if not os.statvfs(parent).f_flag & os.ST_NOEXEC:
+                return folder
+        except OSError:
+            continue
+    return found[0]
 
 
 def _write(folder: str) -> None:
+    os.makedirs(os.path.dirname(folder), exist_ok=True)  # ~/.cache may not exist yet
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder, 0o755)
     info = os.lstat(folder)
@@ -63,9 +81,9 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
     found = shutil.which(NAME, path=path)
-    folder = front_folder()
     if found is not None:
-        return folder if os.path.dirname(found) == folder else None
+        return os.path.dirname(found) if os.path.dirname(found) in _candidates() else None
+    folder = front_folder()
     try:
         _write(folder)
     except OSError as exc:
