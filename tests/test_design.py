@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
 #: level or inside a function alike (so no import dodges a cycle).
 LAYERS: list[set[str]] = [
     # names and plumbing every layer may use
-    {"deprecation", "environment", "errors", "logger", "records", "text", "version"},
+    {"deprecation", "environment", "errors", "files", "logger", "records", "text", "version"},
     {"choices"},  # closed sets and their one parser
     {"cpuset"},
     {"host", "machines"},  # where facts come from; synthetic machines to read

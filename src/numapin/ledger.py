@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import time
 from collections.abc import Iterable, Mapping
 
 from .cpuset import CpuSet
 from .environment import RUNTIME_DIR
+from .files import own_folder, replace_file
 from .logger import log
 from .records import record, replace
 
@@ -201,15 +201,9 @@ def publish(entry: Entry) -> str | None:
         try:
             first = _READY.get(folder) != os.getpid()
             if first:
-                _own_folder(folder)
+                own_folder(folder)
             path = os.path.join(folder, _name(entry.pid, entry.start))
-            temporary = f"{path}.{os.getpid()}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-            try:
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            os.replace(temporary, path)  # readers see the old record or the new one, never half of one
+            replace_file(path, data, 0o644)
         except OSError as exc:
             log.debug("pin record not written in %s: %s", folder, exc)
             continue
@@ -222,15 +216,6 @@ def publish(entry: Entry) -> str | None:
 
 #: The folders this process has checked (and swept) already, with the process id that did it.
 _READY: dict[str, int] = {}
-
-
-def _own_folder(folder: str) -> None:
-    """Make ``folder`` (mode 0755), or accept it only when it is a real folder of this user's."""
-    with contextlib.suppress(FileExistsError):  # a file of that name: refused just below
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise PermissionError(f"{folder} is not a folder of this user's")
 
 
 def _sweep(folder: str, keep: str) -> None:

@@ -11,7 +11,6 @@ installed is never shadowed.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -19,6 +18,7 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 
+from ..files import own_folder, replace_file
 from ..logger import log
 
 __all__ = ["NAME", "ensure_front", "front_folder"]
@@ -50,14 +50,7 @@ def front_folder() -> str:
 
 
 def _write(folder: str) -> None:
-    os.makedirs(os.path.dirname(folder), exist_ok=True)  # ~/.cache may not exist yet
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder, 0o755)
-    info = os.lstat(folder)
-    import stat
-
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise PermissionError(f"{folder} is not a folder of this user's")
+    own_folder(folder)  # ~/.cache may not exist yet: made too
     script = f'#!/bin/sh\nexec "{sys.executable}" -m numapin numactl "$@"\n'.encode()
     path = os.path.join(folder, NAME)
     try:
@@ -66,13 +59,7 @@ def _write(folder: str) -> None:
                 return
     except OSError:
         pass
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o755)
-    try:
-        os.write(fd, script)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    replace_file(path, script, 0o755)
 
 
 def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
