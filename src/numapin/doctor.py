@@ -285,8 +285,7 @@ def slurm_binding(env: Mapping[str, str], rank: int, topology: Topology) -> tupl
 
 
 def _nodes_cpus(topology: Topology, nodes: CpuSet) -> CpuSet | None:
-    found = CpuSet.union(n.cpus for n in topology.nodes if n.id in nodes)
-    return found or None
+    return topology.cpus_of_nodes(nodes) or None
 
 
 def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,

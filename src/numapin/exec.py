@@ -207,7 +207,7 @@ def _node_cpus(facts: Facts, nodes: CpuSet) -> CpuSet:
     if nodes - known:
         raise UsageError(f"--nodes {nodes}: {plural(len(nodes - known), 'node')} {nodes - known} "
                          f"{plural(len(nodes - known), 'has', 'have')} no CPUs here (CPU nodes: {known})", value=nodes)
-    cpus = CpuSet.union(n.cpus for n in t.cpu_nodes if n.id in nodes) & t.allowed
+    cpus = t.cpus_of_nodes(nodes) & t.allowed
     if not cpus:
         raise UsageError(f"--nodes {nodes}: none of their CPUs is allowed (allowed: {t.allowed})", value=nodes)
     return cpus

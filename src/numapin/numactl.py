@@ -150,7 +150,7 @@ def cpus_of(request: NumactlRequest, facts: Facts) -> CpuSet | None:
         return _set(request.cpus, t.allowed, "CPU", "CPUs")
     if request.cpu_nodes is not None:
         nodes = _set(request.cpu_nodes, CpuSet(n.id for n in t.cpu_nodes), "node", "nodes")
-        chosen = CpuSet.union(n.cpus for n in t.cpu_nodes if n.id in nodes) & t.allowed
+        chosen = t.cpus_of_nodes(nodes) & t.allowed
         if not chosen:
             raise UsageError(f"nodes {nodes} have no CPU this process may use (allowed: {t.allowed})", value=nodes)
         return chosen

@@ -126,6 +126,10 @@ class Topology:
         """Ids of the nodes holding any of ``cpus``."""
         return CpuSet({n.id for c in cpus if (n := self._node_of_cpu.get(c)) is not None})
 
+    def cpus_of_nodes(self, nodes: CpuSet) -> CpuSet:
+        """The CPUs of the nodes ``nodes`` (a memory-only node has none), allowed or not."""
+        return CpuSet.union(n.cpus for n in self.nodes if n.id in nodes)
+
     def core_of(self, cpu: int) -> Core | None:
         return self._core_of_cpu.get(cpu)
 

@@ -37,7 +37,7 @@ def bind_to_node(node: int) -> PinResult | None:
     None when the node has no such CPU (a memory-only node): the caller's own function then runs.
     """
     topology = cached_facts().topology
-    cpus = CpuSet.union(n.cpus for n in topology.cpu_nodes if n.id == node) & topology.allowed
+    cpus = topology.cpus_of_nodes(CpuSet([node])) & topology.allowed
     if not cpus:
         return None
     with acting("compat"):
