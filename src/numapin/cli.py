@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from .cpuset import CpuSet
 from .environment import LOCAL_RANK_VARIABLES
@@ -720,18 +720,26 @@ def _command(argv: Sequence[str]) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
-    if _command(words) == "numactl":
-        return _numactl_main(words)
-    args = build_parser(_command(words)).parse_args(words)
-    if args.verbose:
+    command = _command(words)
+    run: Callable[[], int]
+    hint: Callable[[BaseException], str]
+    if command == "numactl":
+        # numactl's words go to numactl's own reader, untouched by argparse (its -m, -C... are not ours).
+        at = words.index("numactl")
+        verbose = any(w in ("-v", "--verbose") for w in words[:at])
+        run, hint = (lambda: cmd_numactl(words[at + 1:])), (lambda exc: "")
+    else:
+        args = build_parser(command).parse_args(words)
+        verbose, command = args.verbose, args.command
+        run, hint = (lambda: int(args.func(args))), (lambda exc: _hint(args, exc))
+    if verbose:
         import logging
 
         logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     # Without -v, logging stays unconfigured (and unimported until numapin warns): warnings then
-    # reach stderr as the bare message through logging's last-resort handler, as they did with
-    # basicConfig(level=WARNING, format="%(message)s").
+    # reach stderr through logging's last-resort handler, which numapin's logger prefixes.
     try:
-        code = int(args.func(args))
+        code = run()
         sys.stdout.flush()  # here, not at exit: a closed pipe must meet the handler below
         return code
     except BrokenPipeError:
@@ -740,24 +748,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (CliError, HostError, NumapinError, OSError) as exc:
-        print(f"numapin {args.command}: {_one_line(exc)}{_hint(args, exc)}", file=sys.stderr)
-        return 2
-
-
-def _numactl_main(words: list[str]) -> int:
-    """``numapin [-v] numactl ...``: numactl's words go to numactl's reader, untouched by argparse."""
-    at = words.index("numactl")
-    if any(w in ("-v", "--verbose") for w in words[:at]):
-        import logging
-
-        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    try:
-        return cmd_numactl(words[at + 1:])
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except (CliError, HostError, NumapinError, OSError) as exc:
-        print(f"numapin numactl: {_one_line(exc)}", file=sys.stderr)
+        print(f"numapin {command}: {_one_line(exc)}{hint(exc)}", file=sys.stderr)
         return 2
 
 
