@@ -217,7 +217,7 @@ def _memory_nodes(facts: Facts, mems: CpuSet | None) -> CpuSet | None:
     """``--mems`` checked against the nodes that hold memory; None when not given."""
     if mems is None:
         return None
-    exist = CpuSet(n.id for n in facts.topology.nodes if n.has_memory)
+    exist = MemoryNodes.of(facts.topology).exist
     if not mems or mems - exist:
         raise UsageError(f"--mems {mems}: memory nodes here are {exist}", value=mems)
     return mems

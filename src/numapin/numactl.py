@@ -21,7 +21,7 @@ from .cpuset import CpuSet
 from .errors import UsageError, quoted
 from .facts import Facts
 from .facts import cached as cached_facts
-from .memory import MemoryMode, allowed_nodes, get_mempolicy, place_memory, set_mempolicy
+from .memory import MemoryMode, MemoryNodes, allowed_nodes, get_mempolicy, place_memory, set_mempolicy
 from .numa import KernelMemoryPolicy
 from .records import record
 
@@ -159,7 +159,7 @@ def cpus_of(request: NumactlRequest, facts: Facts) -> CpuSet | None:
 
 def memory_of(request: NumactlRequest, facts: Facts) -> tuple[MemoryMode | None, CpuSet]:
     """The memory policy the request sets (None: left as it is; NONE with --localalloc: the default) and its nodes."""
-    every = CpuSet(n.id for n in facts.topology.nodes if n.has_memory)
+    every = MemoryNodes.of(facts.topology).exist
     if request.membind is not None:
         return MemoryMode.BIND, _set(request.membind, every, "node", "nodes")
     if request.preferred is not None:
@@ -174,8 +174,6 @@ def memory_of(request: NumactlRequest, facts: Facts) -> tuple[MemoryMode | None,
 
 def apply_memory(mode: MemoryMode | None, nodes: CpuSet, facts: Facts) -> None:
     """Set the memory policy as numactl would: strictly (a refusal raises, nothing steps down)."""
-    from .memory import MemoryNodes
-
     if mode is MemoryMode.NONE:
         set_mempolicy(KernelMemoryPolicy.DEFAULT)
     elif mode is not None:
