@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .choices import parse_choice
 from .cpuset import CpuSet
 from .decision import ExternalMaskPolicy
-from .environment import APPLIED, RESERVED, THREAD_POOLS
+from .environment import APPLIED, AUTOPIN_OPTIONS, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError, quoted
 from .facts import Facts
 from .facts import cached as cached_facts
 from .logger import log
-from .memory import MemoryMode, MemoryNodes, place_memory
+from .memory import MemoryMode, MemoryNodes, parse_memory_mode, place_memory
 from .ownership import acting
 from .pinning import PinResult, pin
 from .placement import Placement, PlacementMode, parse_mode, resolve
@@ -38,6 +38,7 @@ __all__ = [
     "ExecRequest",
     "PreparedExec",
     "apply_exec",
+    "autopin_request",
     "bind",
     "exec_program",
     "parse_count",
@@ -221,6 +222,25 @@ def _memory_nodes(facts: Facts, mems: CpuSet | None) -> CpuSet | None:
     if not mems or mems - exist:
         raise UsageError(f"--mems {mems}: memory nodes here are {exist}", value=mems)
     return mems
+
+
+def autopin_request(env: Mapping[str, str]) -> ExecRequest:
+    """``numapin exec``'s request for this process, from the ``NUMAPIN_*`` option variables
+    (the start-up hook's, and Ray's workers' when Ray hands them GPUs)."""
+
+    def option(name: str, default: str) -> str:
+        return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
+
+    def parsed(name: str, parse: Callable[[str], Any], default: str) -> Any:
+        try:
+            return parse(option(name, default))
+        except UsageError as exc:  # the same parsers as numapin exec's options, the variable named
+            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}", value=exc.value) from None
+
+    return ExecRequest(program=(), mode=parsed("mode", parse_mode, "node"),
+                       memory=parsed("memory", parse_memory_mode, "preferred"),
+                       policy=parsed("policy", parse_exec_policy, "respect"),
+                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"))
 
 
 def parse_count(text: str) -> int:

@@ -31,20 +31,18 @@ from collections.abc import Callable, Mapping
 
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
-from .environment import APPLIED, AUTOPIN, AUTOPIN_OPTIONS, PATCH, RESERVED, THREAD_POOLS
+from .environment import APPLIED, AUTOPIN, PATCH, RESERVED, THREAD_POOLS
 from .errors import UsageError, quoted
-from .exec import ExecRequest, bind, parse_count, parse_exec_policy, parse_threads, prepare_exec
+from .exec import autopin_request, bind, prepare_exec
 from .facts import cached as cached_facts
 from .logger import log
-from .memory import parse_memory_mode
 from .pinning import PinResult
-from .placement import parse_mode
 from .ranks import local_rank
 from .records import record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import Any
+    pass
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 
@@ -116,24 +114,6 @@ def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
         log.warning("start-up: %s: unknown name%s %s (known: %s); ignored",
                     PATCH, "s" if len(unknown) > 1 else "", shown, ", ".join(PATCHES))
     return tuple(report for name in dict.fromkeys(names) if name in PATCHES for report in PATCHES[name]())
-
-
-def autopin_request(env: Mapping[str, str]) -> ExecRequest:
-    """``numapin exec``'s request for this process, from the ``NUMAPIN_*`` option variables."""
-
-    def option(name: str, default: str) -> str:
-        return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
-
-    def parsed(name: str, parse: Callable[[str], Any], default: str) -> Any:
-        try:
-            return parse(option(name, default))
-        except UsageError as exc:  # the same parsers as numapin exec's options, the variable named
-            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}", value=exc.value) from None
-
-    return ExecRequest(program=(), mode=parsed("mode", parse_mode, "node"),
-                       memory=parsed("memory", parse_memory_mode, "preferred"),
-                       policy=parsed("policy", parse_exec_policy, "respect"),
-                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"))
 
 
 def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ..environment import AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES
+from ..environment import CUDA_VISIBLE_DEVICES
+from ..exec import autopin_request
 from ..logger import log
 from ..ownership import acting
 from ..pinning import PinResult, pin
@@ -69,12 +70,9 @@ def pin_for_ray(environ: Mapping[str, str] | None = None,
     if gpu is None:
         return None
 
-    def option(name: str, default: str) -> str:
-        return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
-
+    request = autopin_request(env)  # the hook's options, read and checked as numapin exec's
     with acting("autopin"):
-        return pin(gpu, mode=option("mode", "node"), memory=option("memory", "preferred"),
-                   policy=option("policy", "respect"), environ=env)
+        return pin(gpu, mode=request.mode, memory=request.memory, policy=request.policy, environ=env)
 
 
 def _ray_gpu_ids() -> list[Any]:
