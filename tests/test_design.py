@@ -38,8 +38,7 @@ LAYERS: list[set[str]] = [
     {"metrics", "numactl"},  # the workers in Prometheus text; numactl's language, carried out through exec
     {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
     {"compat.numactl_front"},  # a numactl on PATH that is numapin numactl
-    {"compat", "compat.tensorrt_llm", "compat.ray", "compat.vllm"},
-    {"compat.sglang"},  # the numactl front (as vLLM's) and numa_bind_to_node
+    {"compat", "compat.tensorrt_llm", "compat.ray", "compat.vllm", "compat.sglang"},
     {"startup"},  # what the start-up file runs when the environment asks
     {"cli"},
     {"__main__", "__init__"},

@@ -20,8 +20,9 @@ from collections.abc import MutableMapping
 
 from ..files import own_folder, replace_file
 from ..logger import log
+from .patching import PatchReport
 
-__all__ = ["NAME", "ensure_front", "front_folder"]
+__all__ = ["NAME", "ensure_front", "front_folder", "front_report"]
 
 NAME = "numactl"
 
@@ -78,3 +79,14 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
         return None
     env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder
     return folder
+
+
+def front_report(project: str) -> PatchReport:
+    """What ``NUMAPIN_PATCH=project`` did about numactl, as a patch report. Never raises."""
+    try:
+        folder = ensure_front()
+    except Exception as exc:  # a start-up hook never breaks the interpreter
+        return PatchReport(f"{project}: numactl", refused=str(exc))
+    if folder is None:
+        return PatchReport(f"{project}: numactl", refused="a numactl is installed: left to it")
+    return PatchReport(f"{project}: numactl", replaced=(f"PATH ({folder}/numactl is numapin numactl)",))

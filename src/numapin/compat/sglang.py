@@ -19,8 +19,8 @@ from ..facts import cached as cached_facts
 from ..logger import log
 from ..ownership import acting
 from ..pinning import PinResult, pin
+from .numactl_front import front_report
 from .patching import FunctionPatch, PatchReport
-from .vllm import _front_report
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ _PATCH = FunctionPatch(MODULE, "numa_bind_to_node", _replacement)
 
 def install() -> tuple[PatchReport, PatchReport]:
     """numapin's numactl on PATH where none is installed, and numa_bind_to_node replaced. Never raises."""
-    return _front_report("sglang"), _PATCH.install()
+    return front_report("sglang"), _PATCH.install()
 
 
 def uninstall() -> PatchReport:

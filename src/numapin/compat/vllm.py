@@ -11,7 +11,7 @@ would refuse. An installed numactl is left to vLLM.
 
 from __future__ import annotations
 
-from .numactl_front import ensure_front
+from .numactl_front import front_report
 from .patching import PatchReport
 
 __all__ = ["install"]
@@ -19,14 +19,4 @@ __all__ = ["install"]
 
 def install() -> PatchReport:
     """numapin's numactl first on PATH where none is installed (this process and its children). Never raises."""
-    return _front_report("vllm")
-
-
-def _front_report(project: str) -> PatchReport:
-    try:
-        folder = ensure_front()
-    except Exception as exc:  # a start-up hook never breaks the interpreter
-        return PatchReport(f"{project}: numactl", refused=str(exc))
-    if folder is None:
-        return PatchReport(f"{project}: numactl", refused="a numactl is installed: left to it")
-    return PatchReport(f"{project}: numactl", replaced=(f"PATH ({folder}/numactl is numapin numactl)",))
+    return front_report("vllm")
