@@ -22,8 +22,8 @@ LAYERS: list[set[str]] = [
     {"host", "machines"},  # where facts come from; synthetic machines to read
     {"cgroup"},
     {"topology"},
-    {"gpus"},
-    {"facts"},
+    {"gpus", "kinds"},  # GPUs; CPU kinds (read on demand)
+    {"facts", "network"},  # what a pin reads once; NICs and their GPUs (read on demand)
     {"ranks"},
     {"placement"},  # pure: facts -> Placement
     {"planning"},  # reads facts, then placement

@@ -26,8 +26,8 @@ def test_snapshot_agrees_with_hwloc(name: str, snapshots: Snapshots) -> None:
         assert not node.cpus & seen
         seen |= node.cpus
     expected = EXPECTED.get(name)
-    if expected is None:
-        return  # hwloc checks this one with options that change its output: parsing is the test
+    if expected is None or "pus" not in expected:
+        return  # hwloc checks this one with options that change its topology output: parsing is the test
     assert str(topo.allowed) == expected["pus"]
     compared = 0
     for node in topo.nodes:
@@ -91,7 +91,7 @@ def test_synthetic_machines(name: str, machine_root: Callable[[str], Path]) -> N
     assert len(topo.memory_only_nodes) == (spec.gpus if spec.gpu_memory_nodes else 0)
     assert len(topo.packages) == spec.sockets
     assert len(topo.cores) == spec.cores
-    assert all(len(c.cpus) == spec.threads_per_core for c in topo.cores)
+    assert sorted(c.cpus for c in topo.cores) == sorted(spec.core_cpus(core) for core in range(spec.cores))
     assert len(topo.caches) == spec.cpu_nodes * spec.llc_per_node
     assert topo.allowed == topo.online and topo.process == topo.online
     assert topo.warnings == ()

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .placement import Placement
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
-MACHINE_NAMES = ("dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
+MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
 
 # Each command imports what it needs when it runs: `numapin exec` reaches execve
 # without loading what show, threads or snapshot use (json, tempfile, tarfile...).

@@ -208,15 +208,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
         is_nvidia = vendor == _NVIDIA or (vendor is None and bdf in driver_bdfs)
         if not is_nvidia or pci_class is None or pci_class >> 8 not in _DISPLAY_CLASSES:
             continue
-        cpus = _local_cpus(host, folder, warnings)
-        firmware_node = node = decimal(host.read(f"{folder}/numa_node"))
-        if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
-            node = None
-        if node is None:
-            node = _node_from_cpus(topology, cpus & topology.online)
-        if not cpus & topology.online and node is not None:
-            cpus = topology.node(node).cpus
-        cpus &= topology.online
+        node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
         memory = _numa_status_node(host, bdf)
         gpu_memory = CpuSet()
         if memory is not None:
@@ -242,8 +234,29 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
     return found
 
 
+def device_locality(topology: Topology, host: Host, folder: str,
+                    warnings: list[str]) -> tuple[int | None, CpuSet, int | None]:
+    """A PCI device's CPU node, local online CPUs and the node its firmware names (``numa_node``).
+
+    The firmware's node when it is a CPU node; else the one node holding the
+    local CPUs (``numa_node`` is -1 on some firmware); no local online CPU
+    means the node's CPUs. GPUs and NICs are read by this one rule.
+    """
+    cpus = _local_cpus(host, folder, warnings)
+    firmware_node = node = decimal(host.read(f"{folder}/numa_node"))
+    if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
+        node = None
+    if node is None:
+        node = _node_from_cpus(topology, cpus & topology.online)
+    if not cpus & topology.online and node is not None:
+        cpus = topology.node(node).cpus
+    return node, cpus & topology.online, firmware_node
+
+
 def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
-    for name, parse in (("local_cpulist", CpuSet.parse), ("local_cpus", CpuSet.parse_mask)):
+    # The mask first, as hwloc reads it: the kernel prints both from one mask, and where a
+    # hand-edited capture has them disagree, hwloc's answer is the mask's.
+    for name, parse in (("local_cpus", CpuSet.parse_mask), ("local_cpulist", CpuSet.parse)):
         text = host.read(f"{folder}/{name}")
         if text is not None:
             try:

@@ -163,6 +163,21 @@ class Host:
         finally:
             os.close(fd)
 
+    def resolve(self, rel: str) -> str | None:
+        """Where ``rel`` leads once its links are followed, as a path under the root (None when it leaves it).
+
+        sysfs says where a device sits by its links: ``sys/class/net/eth0``
+        leads into ``sys/devices/pci0000:00/...``, the device's PCI path.
+        """
+        base = os.path.realpath(self.root)
+        try:
+            target = os.path.realpath(self.path(rel))
+        except (OSError, ValueError):
+            return None
+        if not os.path.exists(target) or not target.startswith(base.rstrip("/") + "/"):
+            return None
+        return target[len(base.rstrip("/")) + 1:]
+
     def listdir(self, rel: str) -> list[str]:
         """Entry names of a folder, or an empty list when it cannot be listed."""
         try:

@@ -45,14 +45,31 @@ class MachineSpec:
     memory_per_node: int = 256 * _GIB
     gpu_memory: int = 96 * _GIB
     arch_note: str = ""
+    nic_relation: str | None = None
+    """Where each GPU's NIC sits: ``PIX`` under the GPU's own switch, ``PXB`` one switch up; None: no NICs."""
+    storage_nics: bool = False
+    """A dual-port Ethernet (RoCE) card on each socket, apart from the GPUs' NICs (a DGX's storage ports)."""
+    efficient_cores: int = 0
+    """The last cores of each socket that are efficient (E) cores of one thread, numbered after every P-core CPU."""
+    priority_every: int = 0
+    """Every Nth core of a socket is a priority core, faster than the rest (Intel's Priority Core Turbo)."""
+    frequencies: tuple[int, int] = (0, 0)
+    """Maximum and base frequency of the (ordinary) cores in MHz; (0, 0) writes no cpufreq files."""
 
     @property
     def cores(self) -> int:
         return self.sockets * self.cores_per_socket
 
     @property
+    def _p_cores(self) -> int:
+        return self.cores - self.sockets * self.efficient_cores
+
+    @property
     def cpus(self) -> int:
-        return self.cores * self.threads_per_core
+        return self._p_cores * self.threads_per_core + self.sockets * self.efficient_cores
+
+    def is_efficient(self, core: int) -> bool:
+        return core % self.cores_per_socket >= self.cores_per_socket - self.efficient_cores
 
     @property
     def cpu_nodes(self) -> int:
@@ -63,7 +80,12 @@ class MachineSpec:
         return self.cpu_nodes * self.gpus_per_node
 
     def core_cpus(self, core: int) -> CpuSet:
-        return CpuSet(core + t * self.cores for t in range(self.threads_per_core))
+        if not self.efficient_cores:
+            return CpuSet(core + t * self.cores for t in range(self.threads_per_core))
+        # Hybrid parts number each P-core's threads side by side, then the E-cores (one socket here).
+        if self.is_efficient(core):
+            return CpuSet([self._p_cores * self.threads_per_core + core - self._p_cores])
+        return CpuSet(core * self.threads_per_core + t for t in range(self.threads_per_core))
 
     def node_cores(self, node: int) -> range:
         per_node = self.cores_per_socket // self.nodes_per_socket
@@ -77,15 +99,23 @@ SHAPES: dict[str, MachineSpec] = {
     spec.name: spec
     for spec in (
         MachineSpec("dgx-h100", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
-                    arch_note="2 x Xeon 8480C, 8 x H100 SXM"),
+                    nic_relation="PXB", storage_nics=True,
+                    arch_note="2 x Xeon 8480C, 8 x H100 SXM, 8 InfiniBand NICs + 2 dual-port storage NICs"),
         MachineSpec("gb300", sockets=2, cores_per_socket=72, gpus_per_node=2,
                     gpu_model="NVIDIA GB300", gpu_class="0x030200", gpu_memory_nodes=True,
-                    gpu_memory=288 * _GIB, arch_note="2 x Grace, 4 x Blackwell Ultra, GPU memory as NUMA nodes"),
+                    gpu_memory=288 * _GIB, nic_relation="PIX", storage_nics=True,
+                    arch_note="2 x Grace, 4 x Blackwell Ultra, GPU memory as NUMA nodes, a NIC per GPU"),
         MachineSpec("epyc-nps4", sockets=2, cores_per_socket=64, threads_per_core=2, nodes_per_socket=4,
-                    llc_per_node=2, gpus_per_node=1, arch_note="2 x EPYC in NPS4, 2 CCX per node, 8 GPUs"),
-        MachineSpec("laptop", sockets=1, cores_per_socket=4, threads_per_core=2, gpus_per_node=1,
+                    llc_per_node=2, gpus_per_node=1, nic_relation="PIX",
+                    arch_note="2 x EPYC in NPS4, 2 CCX per node, 8 GPUs, a NIC per GPU"),
+        MachineSpec("dgx-b300", sockets=2, cores_per_socket=64, threads_per_core=2, gpus_per_node=4,
+                    gpu_model="NVIDIA B300 SXM6 AC", nic_relation="PIX", storage_nics=True,
+                    priority_every=8, frequencies=(3900, 2300),
+                    arch_note="2 x Xeon 6776P with 8 priority cores each (4.6 GHz), 8 x B300, a NIC per GPU"),
+        MachineSpec("laptop", sockets=1, cores_per_socket=6, threads_per_core=2, gpus_per_node=1,
                     gpu_model="NVIDIA GeForce RTX 4070 Laptop GPU", gpu_class="0x030000",
-                    memory_per_node=32 * _GIB),
+                    memory_per_node=32 * _GIB, efficient_cores=4, frequencies=(4700, 1700),
+                    arch_note="2 P-cores (2 threads each) + 4 E-cores: a hybrid laptop"),
         MachineSpec("pair", sockets=2, cores_per_socket=1, gpus_per_node=1, memory_per_node=8 * _GIB,
                     arch_note="two 1-CPU nodes with a GPU each: this 2-CPU host seen as two nodes"),
     )
@@ -205,11 +235,15 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
         _put(root, f"{base}/meminfo", f"Node {node} MemTotal:       {memory // 1024} kB\n"
                                       f"Node {node} MemFree:        {memory // 2048} kB")
 
+    _write_kinds(spec, root)
+    words = -(-spec.cpus // 32)
+    irqs = _Irqs(root, spec.cpus)
     for gpu in range(spec.gpus):
         node = gpu // spec.gpus_per_node
         bdf = _bdf(gpu)
         local = spec.node_cpus(node)
-        device = f"sys/devices/pci0000:{0x10 * gpu:02x}/0000:{0x10 * gpu:02x}:01.0/{bdf}"
+        device = _gpu_device(spec, gpu)
+        irq = irqs.add(device, bdf, "nvidia", 1, local)[0]
         _put(root, f"{device}/vendor", _NVIDIA)
         _put(root, f"{device}/device", "0x2330")
         _put(root, f"{device}/class", spec.gpu_class)
@@ -222,7 +256,7 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
             link.symlink_to(os.path.relpath(root / device, link.parent))
         info = f"proc/driver/nvidia/gpus/{bdf}"
         _put(root, f"{info}/information",
-             f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {200 + gpu}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
+             f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {irq}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
              f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
              f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {gpu}\n"
              f"GPU Excluded:\t No")
@@ -230,6 +264,10 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
             _put(root, f"{info}/numa_status",
                  f"Node:      {gpu_nodes[gpu]}\nStatus:    online\n"
                  f"Address:   {0x40000000000 + gpu * 0x1000000000:x}\nSize:      {spec.gpu_memory:x}")
+
+    for number, nic in enumerate(_nics(spec)):
+        _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)
+    irqs.write()
 
     allowed = every if cgroup_cpus is None else cgroup_cpus & every
     _put(root, "proc/self/cgroup", "0::/")
@@ -241,3 +279,123 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                                    f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
     return root
 
+
+
+def _link(root: Path, rel: str, target: str) -> None:
+    """A relative symlink ``rel`` to ``target`` (both under ``root``), as sysfs makes its class links."""
+    link = root / rel
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(os.path.relpath(root / target, link.parent))
+
+
+def _write_kinds(spec: MachineSpec, root: Path) -> None:
+    """cpufreq and CPPC files, and the hybrid PMUs' CPU lists, the way Intel parts show them."""
+    max_mhz, base_mhz = spec.frequencies
+    if not max_mhz:
+        return
+    cpu_dir = "sys/devices/system/cpu"
+    for core in range(spec.cores):
+        top, base = max_mhz, base_mhz
+        if spec.is_efficient(core):
+            top, base = max_mhz * 3 // 4, base_mhz * 7 // 10
+        elif spec.priority_every and core % spec.cores_per_socket % spec.priority_every == 0:
+            top = 4600  # the Xeon 6776P's priority-core turbo, as vLLM's table gives it
+        elif spec.efficient_cores and core % spec.cores_per_socket == 1:
+            top += 200  # a Turbo Boost Max 3.0 favoured core: a little faster, the same kind
+        for cpu in spec.core_cpus(core):
+            _put(root, f"{cpu_dir}/cpu{cpu}/cpufreq/cpuinfo_max_freq", str(top * 1000))
+            _put(root, f"{cpu_dir}/cpu{cpu}/cpufreq/base_frequency", str(base * 1000))
+            _put(root, f"{cpu_dir}/cpu{cpu}/acpi_cppc/highest_perf", str(top // 100))
+    if spec.efficient_cores:
+        efficient = CpuSet.union(spec.core_cpus(c) for c in range(spec.cores) if spec.is_efficient(c))
+        _put(root, "sys/devices/cpu_core/cpus", str(CpuSet(range(spec.cpus)) - efficient))
+        _put(root, "sys/devices/cpu_atom/cpus", str(efficient))
+
+
+def _gpu_device(spec: MachineSpec, gpu: int) -> str:
+    """The GPU's sysfs path: under its root port, or under one or two PCIe switches where NICs share them."""
+    bus = 0x10 * gpu
+    path = f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0"
+    if spec.nic_relation is not None:
+        # A switch (upstream port, then downstream port); for PXB a second switch below it.
+        path += f"/0000:{bus + 1:02x}:00.0/0000:{bus + 2:02x}:00.0"
+        if spec.nic_relation == "PXB":
+            path += f"/0000:{bus + 3:02x}:00.0/0000:{bus + 4:02x}:00.0"
+    return f"{path}/{_bdf(gpu)}"
+
+
+@record
+class _Nic:
+    device: str  # sysfs path of the PCI function
+    bdf: str
+    node: int
+    infiniband: bool
+
+
+def _nics(spec: MachineSpec) -> list[_Nic]:
+    """A NIC per GPU, beside it under the GPU's first switch; storage cards on their own root port."""
+    found = []
+    if spec.nic_relation is not None:
+        for gpu in range(spec.gpus):
+            bus = 0x10 * gpu
+            bdf = f"0000:{bus + 5:02x}:00.0"
+            device = f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0/0000:{bus + 1:02x}:00.0/" \
+                     f"0000:{bus + 2:02x}:01.0/{bdf}"
+            found.append(_Nic(device, bdf, gpu // spec.gpus_per_node, True))
+    if spec.storage_nics and spec.gpus_per_node:
+        for node in range(spec.cpu_nodes):
+            bus = 0x10 * node * spec.gpus_per_node + 0x0C
+            for function in (0, 1):
+                bdf = f"0000:{bus + 1:02x}:00.{function}"
+                found.append(_Nic(f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0/{bdf}", bdf, node, False))
+    return sorted(found, key=lambda n: n.bdf)
+
+
+def _write_nic(root: Path, nic: _Nic, hca: str, local: CpuSet, words: int, irqs: _Irqs) -> None:
+    index = int(nic.bdf[5:7], 16), int(nic.bdf[-1])
+    _put(root, f"{nic.device}/vendor", "0x15b3")
+    _put(root, f"{nic.device}/device", "0x1021")
+    _put(root, f"{nic.device}/class", "0x020700" if nic.infiniband else "0x020000")
+    _put(root, f"{nic.device}/numa_node", str(nic.node))
+    _put(root, f"{nic.device}/local_cpulist", str(local))
+    _put(root, f"{nic.device}/local_cpus", local.to_mask(words=words))
+    _link(root, f"sys/bus/pci/devices/{nic.bdf}", nic.device)
+    _put(root, f"{nic.device}/infiniband/{hca}/ports/1/link_layer", "InfiniBand" if nic.infiniband else "Ethernet")
+    _link(root, f"sys/class/infiniband/{hca}", f"{nic.device}/infiniband/{hca}")
+    netdev = f"ibp{index[0]}s0" if nic.infiniband else f"enp{index[0]}s0f{index[1]}np{index[1]}"
+    _put(root, f"{nic.device}/net/{netdev}/type", "32" if nic.infiniband else "1")
+    _link(root, f"sys/class/net/{netdev}", f"{nic.device}/net/{netdev}")
+    irqs.add(nic.device, nic.bdf, "mlx5_comp{}@pci:" + nic.bdf, 4, local)
+
+
+class _Irqs:
+    """Interrupts of the devices written: each device's ``msi_irqs``, ``/proc/interrupts`` and the affinities.
+
+    Each interrupt may go to its device's node (``smp_affinity_list``) and is
+    delivered to one CPU of it (``effective_affinity_list``), as irqbalance
+    leaves them on a well-kept host.
+    """
+
+    def __init__(self, root: Path, cpus: int) -> None:
+        self.root = root
+        self.cpus = cpus
+        self.lines: list[str] = []
+        self.next = 120
+
+    def add(self, device: str, bdf: str, name: str, count: int, local: CpuSet) -> list[int]:
+        numbers = []
+        spread = sorted(local)
+        for i in range(count):
+            irq, self.next = self.next, self.next + 1
+            numbers.append(irq)
+            _put(self.root, f"{device}/msi_irqs/{irq}", "msix")
+            _put(self.root, f"proc/irq/{irq}/smp_affinity_list", str(local))
+            _put(self.root, f"proc/irq/{irq}/effective_affinity_list", str(spread[i % len(spread)]))
+            label = name.format(i) if "{}" in name else name
+            self.lines.append(f"{irq:>4}:" + "          0" * self.cpus + f"  IR-PCI-MSIX-{bdf}  {i}-edge      {label}")
+        return numbers
+
+    def write(self) -> None:
+        header = "     " + "".join(f"{'CPU' + str(c):>11}" for c in range(self.cpus))
+        _put(self.root, "proc/interrupts", "\n".join([header, *self.lines]))

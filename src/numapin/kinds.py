@@ -1,0 +1,201 @@
+"""CPU kinds: a machine's cores ranked by performance, from what the kernel exposes.
+
+Hybrid x86 parts list their core types as PMU folders (``sys/devices/cpu_core``
+and ``cpu_atom``); ARM and some x86 kernels give each CPU a ``cpu_capacity``
+(the scheduler's relative performance, 1024 for the fastest); ``cpufreq``
+gives maximum and base frequencies, and ACPI CPPC a ``highest_perf``. A kind is
+a set of CPUs alike in all of these. Rank 0 is the fastest kind.
+
+Two rules follow hwloc's Linux reading, so that the kinds here are hwloc's:
+among CPUs of one base frequency, maximum frequencies less than 10% apart are
+one kind (Turbo Boost Max 3.0 raises a few "favoured" cores a little above the
+rest of the same cores); where ``base_frequency`` is missing, CPPC's
+``nominal_freq`` stands in for it. The favoured cores still come first inside
+their kind (:attr:`CpuKinds.order`), which is what ``reserve=K`` takes.
+
+Read on demand, not with the topology: a pin without ``reserve`` or
+``cores="fastest"`` never needs them, and they cost up to four files per CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .cpuset import CpuSet
+from .host import Host
+from .records import record
+from .text import decimal
+from .topology import Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["CpuKind", "CpuKinds", "cached_kinds", "read_kinds"]
+
+# Intel's hybrid PMUs, fastest type first (hwloc's "CoreType" names in the comment).
+_CORE_TYPES = (("cpu_core", "performance"), ("cpu_atom", "efficient"), ("cpu_lowpower", "low power"))
+# hwloc's default: maximum frequencies within 10% of each other (same base) are one kind.
+_ADJUST_PERCENT = 10
+
+
+@record
+class CpuKind:
+    """CPUs alike in everything the kernel says of their performance; ``rank`` 0 is the fastest kind."""
+
+    rank: int
+    cpus: CpuSet
+    core_type: str | None = None
+    capacity: int | None = None
+    max_mhz: int | None = None
+    base_mhz: int | None = None
+    highest_perf: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cpus": str(self.cpus), "rank": self.rank}
+        for name in ("core_type", "capacity", "max_mhz", "base_mhz", "highest_perf"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+
+@record
+class CpuKinds:
+    """The machine's CPU kinds, fastest first, and every CPU in the order to take them."""
+
+    kinds: tuple[CpuKind, ...]
+    order: tuple[int, ...] = ()
+    """Online CPUs fastest first: by kind, then by each CPU's own maximum
+    frequency and ``highest_perf`` (a kind's favoured cores first), then by
+    number, highest first (low CPUs carry interrupts and housekeeping)."""
+
+    @property
+    def hybrid(self) -> bool:
+        """True when the CPUs are of more than one kind."""
+        return len(self.kinds) > 1
+
+    def fastest(self, cpus: CpuSet) -> CpuSet:
+        """The CPUs of ``cpus`` that belong to the fastest kind present among them."""
+        for kind in self.kinds:
+            if kind.cpus & cpus:
+                return kind.cpus & cpus
+        return CpuSet()
+
+    def position(self) -> dict[int, int]:
+        """Each CPU's place in :attr:`order` (0 the fastest)."""
+        return {cpu: i for i, cpu in enumerate(self.order)}
+
+
+@record
+class _Cpu:
+    cpu: int
+    core_type: int | None  # index into _CORE_TYPES (lower is faster)
+    capacity: int | None
+    max_khz: int | None
+    base_khz: int | None
+    highest_perf: int | None
+
+
+def _read_cpus(host: Host, online: CpuSet) -> list[_Cpu]:
+    types: dict[int, int] = {}
+    for index, (pmu, _) in enumerate(_CORE_TYPES):
+        text = host.read(f"sys/devices/{pmu}/cpus")
+        if text is not None:
+            try:
+                for cpu in CpuSet.parse(text):
+                    types.setdefault(cpu, index)
+            except ValueError:
+                pass
+    found = []
+    with host.folder("sys/devices/system/cpu") as folder:
+        for cpu in online:
+            def number(name: str) -> int | None:
+                value = decimal(host.read_in(folder, f"cpu{cpu}/{name}"))
+                return value if value is not None and value > 0 else None
+            base = number("cpufreq/base_frequency")
+            if base is None:
+                nominal = number("acpi_cppc/nominal_freq")  # MHz
+                base = None if nominal is None else nominal * 1000
+            found.append(_Cpu(cpu, types.get(cpu) if types else None, number("cpu_capacity"),
+                              number("cpufreq/cpuinfo_max_freq"), base, number("acpi_cppc/highest_perf")))
+    return found
+
+
+def _adjusted_max(cpus: list[_Cpu]) -> dict[int, int | None]:
+    """Each CPU's maximum frequency, the small Turbo Boost Max spread within one base frequency flattened."""
+    by_base: dict[int | None, list[_Cpu]] = {}
+    for c in cpus:
+        by_base.setdefault(c.base_khz, []).append(c)
+    adjusted: dict[int, int | None] = {c.cpu: c.max_khz for c in cpus}
+    if any(c.max_khz and not c.base_khz for c in cpus):
+        return adjusted  # hwloc flattens only where every CPU with a maximum has its base too
+    for group in by_base.values():
+        maxima = [c.max_khz for c in group if c.max_khz]
+        if maxima and min(maxima) != max(maxima) and (max(maxima) - min(maxima)) * 100 < _ADJUST_PERCENT * min(maxima):
+            for c in group:
+                adjusted[c.cpu] = min(maxima)
+    return adjusted
+
+
+def _speed(core_type: int | None, capacity: int | None, highest: int | None, max_khz: int | None,
+           base_khz: int | None) -> tuple[int, ...]:
+    """A key that sorts faster CPUs first: core type, then capacity, CPPC, maximum and base frequency."""
+    return (core_type if core_type is not None else 0, -(capacity or 0), -(highest or 0), -(max_khz or 0),
+            -(base_khz or 0))
+
+
+def read_kinds(topology: Topology) -> CpuKinds:
+    """The CPU kinds of the machine under ``topology.root`` (one kind when the kernel tells nothing apart)."""
+    host = Host(topology.root)
+    cpus = _read_cpus(host, topology.online)
+    if not cpus:
+        return CpuKinds(())
+    adjusted = _adjusted_max(cpus)
+    # Like hwloc, CPPC highest_perf does not split kinds by itself (favoured cores differ in it a little);
+    # it orders CPUs inside their kind.
+    groups: dict[tuple[int | None, int | None, int | None, int | None], list[_Cpu]] = {}
+    for c in cpus:
+        groups.setdefault((c.core_type, c.capacity, adjusted[c.cpu], c.base_khz), []).append(c)
+
+    def group_speed(key: tuple[int | None, int | None, int | None, int | None]) -> tuple[int, ...]:
+        core_type, capacity, max_khz, base_khz = key
+        highest = max((c.highest_perf or 0) for c in groups[key])
+        return _speed(core_type, capacity, highest, max_khz, base_khz)
+
+    keys = sorted(groups, key=group_speed)
+    kinds = []
+    for rank, key in enumerate(keys):
+        core_type, capacity, max_khz, base_khz = key
+        members = groups[key]
+        highest = {c.highest_perf for c in members}
+        kinds.append(CpuKind(
+            rank=rank,
+            cpus=CpuSet(c.cpu for c in members),
+            core_type=None if core_type is None else _CORE_TYPES[core_type][1],
+            capacity=capacity,
+            max_mhz=None if max_khz is None else max_khz // 1000,
+            base_mhz=None if base_khz is None else base_khz // 1000,
+            highest_perf=highest.pop() if len(highest) == 1 else None,
+        ))
+    rank_of = {c.cpu: rank for rank, key in enumerate(keys) for c in groups[key]}
+    order = sorted(cpus, key=lambda c: (rank_of[c.cpu], -(c.highest_perf or 0), -(c.max_khz or 0), -c.cpu))
+    return CpuKinds(tuple(kinds), tuple(c.cpu for c in order))
+
+
+_CACHE: dict[str, CpuKinds] = {}
+_LOCK = threading.Lock()
+
+
+def cached_kinds(topology: Topology) -> CpuKinds:
+    """:func:`read_kinds` once per root in this process (``numapin.facts.forget`` drops them)."""
+    with _LOCK:
+        found = _CACHE.get(topology.root)
+        if found is None:
+            found = _CACHE[topology.root] = read_kinds(topology)
+        return found
+
+
+def forget_kinds() -> None:
+    with _LOCK:
+        _CACHE.clear()
