@@ -182,13 +182,23 @@ def test_snapshot_of_synthetic_machines_round_trips(name: str, tmp_path: Path,
 
 def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
     from numapin.gpus import read_gpus
+    from numapin.kinds import read_kinds
+    from numapin.network import read_network
     from numapin.topology import read_topology
 
     unpacked = capture(tmp_path)
-    files = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file()}
+    files = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file() and not p.is_symlink()}
     journal: list[str] = []
-    read_gpus(read_topology("/", journal=journal), nvml=False, journal=journal)
-    assert files <= {*journal, "proc/self/status"}
+    topology = read_topology("/", journal=journal)
+    inventory = read_gpus(topology, nvml=False, journal=journal)
+    read_kinds(topology, journal=journal)
+    read_network(topology, inventory.gpus, journal=journal)
+    # A file read through a sysfs link is kept where the link leads (the link is kept too).
+    read = {os.path.relpath(os.path.realpath("/" + rel), "/") if rel.startswith("sys/") else rel
+            for rel in journal if not rel.endswith("/")}
+    assert files <= {*read, "proc/self/status"}
+    links = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_symlink()}
+    assert all(link.startswith("sys/") and os.path.realpath(unpacked / link).startswith(str(unpacked)) for link in links)
     assert not any(part in ("environ", "cmdline", "comm") for f in files for part in f.split("/"))
     status = (unpacked / "proc/self/status").read_text().splitlines()
     assert status and all(line.split(":")[0] in ("Cpus_allowed", "Cpus_allowed_list", "Mems_allowed",

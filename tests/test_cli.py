@@ -96,8 +96,8 @@ def test_plan_table_and_json(capsys: pytest.CaptureFixture[str], machine_root: C
                        "--reserve", "1")
     lines = out.splitlines()
     # The workers' CPUs (what exec pins every thread to) apart from the reserved ones.
-    assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "workers", "mems", "reserved"]
-    assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-12,112-124", "0", "13,125"]
+    assert code == 0 and lines[0].split() == ["rank", "gpu", "pci", "node", "workers", "mems", "reserved", "nic"]
+    assert lines[1].split() == ["0", "0", "0000:18:00.0", "0", "0-12,112-124", "0", "13,125", "mlx5_0", "(PXB)"]
     assert lines[-1] == "mode exclusive, 8 ranks; numapin exec exports each rank's reserved CPUs to it as " \
                         "NUMAPIN_RESERVED"
     code, out, _ = run(capsys, "plan", "--root", str(machine_root("epyc-nps4")), "--gpus", "7,0", "--json")

@@ -22,8 +22,9 @@ LAYERS: list[set[str]] = [
     {"host", "machines"},  # where facts come from; synthetic machines to read
     {"cgroup"},
     {"topology"},
-    {"gpus", "kinds"},  # GPUs; CPU kinds (read on demand)
-    {"facts", "network"},  # what a pin reads once; NICs and their GPUs (read on demand)
+    {"gpus", "kinds", "interrupts"},  # GPUs; CPU kinds and devices' interrupts (read on demand)
+    {"network"},  # NICs and their relation to each GPU (read on demand)
+    {"facts"},
     {"ranks"},
     {"placement"},  # pure: facts -> Placement
     {"planning"},  # reads facts, then placement

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
     from .facts import Facts
+    from .network import RankNic
     from .placement import Placement
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
@@ -218,9 +219,47 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
         if facts.topology.root == "/":
             lines.append(f"      to see numapin on a GPU host, try a synthetic one: numapin show --machine dgx-h100 "
                          f"(or {', '.join(n for n in MACHINE_NAMES if n != 'dgx-h100')})")
+    lines += _kinds_text(facts)
+    lines += _network_text(facts)
     for warning in (*t.warnings, *facts.notes):
         lines.append(f"note: {warning}")
     return "\n".join(lines)
+
+
+def _kinds_text(facts: Facts) -> list[str]:
+    kinds = facts.kinds().kinds
+    if len(kinds) <= 1:
+        return ["CPU kinds: one (the kernel tells no CPU apart)"]
+    lines = [f"CPU kinds ({len(kinds)}, fastest first):"]
+    for kind in kinds:
+        said = [kind.core_type or "", f"capacity {kind.capacity}" if kind.capacity else "",
+                f"{kind.max_mhz} MHz max" if kind.max_mhz else "", f"{kind.base_mhz} MHz base" if kind.base_mhz else ""]
+        lines.append(f"  rank {kind.rank}: cpus {kind.cpus} ({len(kind.cpus)}): " + ", ".join(w for w in said if w))
+    return lines
+
+
+def _network_text(facts: Facts) -> list[str]:
+    from .text import table
+
+    network = facts.network()
+    if not network.nics:
+        return ["Network devices: none found (InfiniBand, RoCE or physical Ethernet)"]
+    lines = [f"Network devices ({len(network.nics)}):"]
+    rows = [[n.name, n.type, n.pci, "?" if n.node is None else str(n.node), str(n.cpus), ",".join(n.netdevs) or "-"]
+            for n in network.nics]
+    lines += ["  " + row for row in table(["name", "type", "pci", "node", "cpus", "interfaces"], rows)]
+    linked = [v for v in facts.visible if network.of_gpu(v.gpu.pci)]
+    if linked:
+        lines.append("GPU to NIC (nvidia-smi topo -m's words: PIX one switch, PXB several, PHB host bridge, "
+                     "NODE same node, SYS across nodes):")
+        names = [n.name for n in network.nics]
+        grid = []
+        for v in linked:
+            relation = {link.name: str(link.relation) for link in network.of_gpu(v.gpu.pci)}
+            nearest = ",".join(n.name for n in network.nearest(v.gpu.pci))
+            grid.append([f"cuda:{v.index}", *(relation[name] for name in names), nearest])
+        lines += ["  " + row for row in table(["", *names, "nearest"], grid)]
+    return lines
 
 
 def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
@@ -229,7 +268,11 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
         # The synthetic machine's folder is gone once the command ends: name the machine instead.
         data["root"] = None
         data["machine"] = machine
-    data["gpus"] = [v.as_dict() for v in facts.visible]
+    network = facts.network()
+    data["gpus"] = [{**v.as_dict(), "nics": [link.as_dict() for link in network.of_gpu(v.gpu.pci)]}
+                    for v in facts.visible]
+    data["nics"] = [nic.as_dict() for nic in network.nics]
+    data["cpu_kinds"] = [kind.as_dict() for kind in facts.kinds().kinds]
     data["nvml"] = facts.inventory.nvml
     data["warnings"] = [*data["warnings"], *facts.notes]
     return data
@@ -281,12 +324,14 @@ def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
     from .facts import cached
+    from .network import assign
     from .planning import plan_ranks
     from .text import counted, table
 
     quiet = _picture_to_stdout(args)
     with _root(args) as root:
-        plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, root=root)
+        plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, cores=args.cores,
+                           root=root)
         facts = cached(root)  # the facts plan_ranks() just read
         for note in facts.notes:  # an entry of CUDA_VISIBLE_DEVICES that ends the list, mixed models...
             print(f"numapin plan: note: {note}", file=sys.stderr)
@@ -295,23 +340,39 @@ def cmd_plan(args: argparse.Namespace) -> int:
             where = args.machine or facts.topology.root
             title = f"numapin plan · {what} · {where}" + (f" · {plans[0].reason}" if len(plans) == 1 else "")
             _pictures(args, facts, plans, title)
+        nics = assign(facts.network(), [(p.rank, p.pci) for p in plans])  # read while the root is there
     if quiet:
         return 0
     if args.json:
-        print(json.dumps([p.as_dict() for p in plans], indent=2))
+        print(json.dumps([{**p.as_dict(), "nic": None if n is None else n.as_dict()}
+                          for p, n in zip(plans, nics, strict=True)], indent=2))
         return 0
     # With --reserve, the workers' CPUs (what exec pins every thread to) and the reserved ones apart.
     reserving = any(p.reserved for p in plans)
+    networked = any(nics)
     header = ["rank", "gpu", "pci", "node", "workers" if reserving else "cpus", "mems"] + (
-        ["reserved"] if reserving else [])
+        ["reserved"] if reserving else []) + (["nic"] if networked else [])
     rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.workers), str(p.mems)]
-            + ([str(p.reserved)] if reserving else []) for p in plans]
+            + ([str(p.reserved)] if reserving else [])
+            + ([f"{n.nic.name} ({n.relation})" if n else "-"] if networked else [])
+            for p, n in zip(plans, nics, strict=True)]
     print("\n".join(table(header, rows)))
     footer = f"mode {plans[0].mode}, {counted(len(plans), 'rank')}"
     if reserving:
         footer += "; numapin exec exports each rank's reserved CPUs to it as NUMAPIN_RESERVED"
     print(footer)
+    for shared in _shared_nics(nics):
+        print(shared)
     return 0
+
+
+def _shared_nics(nics: Sequence[RankNic | None]) -> list[str]:
+    """One line per NIC that several ranks were given (no NIC near enough for each)."""
+    said: dict[str, list[str]] = {}
+    for n in nics:
+        if n is not None and n.shared_with:
+            said.setdefault(n.nic.name, []).append(_dash(n.rank))
+    return [f"ranks {', '.join(ranks)} share {name}: it is the nearest NIC of each" for name, ranks in said.items()]
 
 
 def _dash(value: int | None) -> str:
@@ -322,7 +383,7 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .exec import ExecRequest, apply_exec, exec_program, parse_exec_policy, prepare_exec
+    from .exec import ExecRequest, apply_exec, exec_program, parse_cores, parse_exec_policy, prepare_exec
     from .memory import parse_memory_mode
     from .placement import parse_mode
 
@@ -350,6 +411,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
             threads=args.threads,
             nodes=args.nodes,
             mems=args.mems,
+            cores=parse_cores(args.cores),
+            nics=args.nics,
         )
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
@@ -568,12 +631,19 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
     plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     plan.add_argument("--reserve", type=_count, default=0, metavar="K",
-                      help="set K whole cores aside for one latency-critical thread")
+                      help="set K whole cores aside for one latency-critical thread (the fastest cores)")
+    _add_cores(plan)
     plan.add_argument("--gpus", type=_gpu_list, metavar="LIST", help="only these logical GPUs, e.g. 0,2")
     plan.add_argument("--json", action="store_true", help="a JSON list, one object per rank")
     _add_picture(plan)
     _add_root(plan)
     plan.set_defaults(func=cmd_plan)
+
+
+def _add_cores(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cores", choices=["all", "fastest"], default="all",
+                        help="fastest: only the fastest kind of core among the placement's, where the machine has "
+                             "CPU kinds (P-cores, priority cores; see numapin show); all: every one (default)")
 
 
 def _file_name(text: str) -> str:
@@ -612,7 +682,11 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
                     help="the memory policy's nodes instead of the placement's; alone (no --gpu, --cpus, --nodes): "
                          "memory-only binding, the CPUs left as they are (as numactl -m)")
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
-                    help="keep K cores out of the mask, exported as NUMAPIN_RESERVED for one hot thread")
+                    help="keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread")
+    _add_cores(ex)
+    ex.add_argument("--nics", choices=["auto", "none"], default="none",
+                    help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "
+                         "over a value already set; NCCL is left to choose its own); none: nothing (default)")
     from .exec import EXEC_POLICIES
     from .memory import MemoryMode
 

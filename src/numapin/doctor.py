@@ -15,10 +15,12 @@ from collections.abc import Mapping
 
 from . import ledger
 from .cpuset import CpuSet, hex_word
-from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, THREAD_POOLS
+from .environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError
 from .facts import Facts, gather
 from .host import Host
+from .interrupts import Irq, device_irqs, running
+from .network import assign
 from .pinning import MaskOwner, classify, exec_marker
 from .placement import Placement, PlacementMode, resolve
 from .ranks import LocalRank, requested_rank
@@ -147,8 +149,10 @@ def diagnose(
                "to try numapin as on a GPU host: numapin doctor --machine dgx-h100" if not facts.inventory.gpus else
                "check CUDA_VISIBLE_DEVICES and the launcher's local rank")
         findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to", fix))
-    findings += _machine(facts, Host(facts.topology.root), placement, env, mode)
+    host = Host(facts.topology.root)
+    findings += _machine(facts, host, placement, env, mode)
     if placement is not None:
+        findings += _interrupts(facts, host, placement, _reserved(env, placement))
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
         findings += _launcher(env, facts, placement, chosen, status, entry)
         findings += _thread_pools(env, facts, placement, pid, status)
@@ -184,7 +188,9 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
     if balancing:
         found.append(Finding(
             "numa-balancing", "warning", f"automatic NUMA balancing is on (kernel.numa_balancing={balancing})",
-            "the kernel moves pages and tasks between nodes behind numapin's memory policy and pins",
+            "the kernel moves pages and tasks between nodes behind numapin's memory policy and pins, and its "
+            "page-fault scanning stalls the threads it samples (16-31 ms stalls on a GPU dispatch path were "
+            "measured with it on, deepseek-ai/DeepEP#624)",
             "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
     gpus = [v.gpu for v in facts.visible]
     if facts.cut and gpus:  # with none visible, no-placement says it
@@ -234,6 +240,70 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "their workers all get the whole node and compete for the same CPUs",
             "use --mode exclusive (each GPU its share of the node's cores)"))
     return found
+
+
+def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:
+    """The hot thread's cores: the placement's, else those numapin exec --reserve exported to the process."""
+    if placement.reserved:
+        return placement.reserved
+    try:
+        return CpuSet.parse(env.get(RESERVED, ""))
+    except ValueError:
+        return CpuSet()
+
+
+def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet) -> list[Finding]:
+    """The GPU's and its NIC's interrupts: on another node, on the reserved cores; irqbalance moving them."""
+    t = facts.topology
+    gpu = next((v.gpu for v in facts.visible if v.gpu.pci == placement.pci), None)
+    if gpu is None:
+        return []
+    devices = [(f"GPU {placement.gpu}", gpu.pci, gpu.node)]
+    nic = assign(facts.network(), [(placement.rank, placement.pci)])[0]
+    if nic is not None:
+        devices.append((f"{nic.nic.name}, the NIC of GPU {placement.gpu}", nic.nic.pci, nic.nic.node))
+    balancer = running(host, "irqbalance")
+    again = (f"; irqbalance (PID {balancer}) would move them back: ban them "
+             f"(its --banirq=N for each) or stop it") if balancer else ""
+    found = []
+    for what, pci, node in devices:
+        irqs = [i for i in device_irqs(host, pci) if i.delivered]
+        if node is None or not irqs:
+            continue
+        home = t.node(node).cpus
+        away = [i for i in irqs if not i.delivered & home]  # type: ignore[operator]
+        if away:
+            where = CpuSet.union(i.delivered for i in away if i.delivered)
+            found.append(Finding(
+                "irq-other-node", "warning",
+                f"{len(away)} of the {counted(len(irqs), 'interrupt')} of {what} ({pci}) go to CPUs {where}, "
+                f"off its node {node} (IRQ {_numbers(away)})",
+                "each completion then wakes a CPU of another node and its data crosses the interconnect, "
+                "away from the worker's threads and memory",
+                f"for N in {_numbers(away, ' ')}; do echo {home} > /proc/irq/$N/smp_affinity_list; done{again}"))
+        hot = [i for i in irqs if reserved and i.delivered & reserved]  # type: ignore[operator]
+        if hot:
+            found.append(Finding(
+                "irq-on-reserved", "warning",
+                f"{counted(len(hot), 'interrupt')} of {what} ({pci}) go to the reserved cores {reserved} "
+                f"(IRQ {_numbers(hot)})",
+                "the latency-critical thread on those cores is interrupted by every one of them",
+                f"move them to the worker's other CPUs: for N in {_numbers(hot, ' ')}; "
+                f"do echo {placement.workers - reserved} > /proc/irq/$N/smp_affinity_list; done{again}"))
+    if balancer:
+        found.append(Finding(
+            "irqbalance", "warning" if found or reserved else "info",
+            f"irqbalance is running (PID {balancer})",
+            "it moves interrupts between CPUs every few seconds, under the worker's feet: onto its reserved cores, "
+            "or its GPU's and NIC's onto another node",
+            "ban the GPU's and NIC's interrupts and the reserved cores (IRQBALANCE_BANNED_CPULIST, --banirq), "
+            "or stop it where interrupt affinities are set by hand"))
+    return found
+
+
+def _numbers(irqs: list[Irq], sep: str = ",") -> str:
+    shown = [str(i.number) for i in irqs[:16]]
+    return sep.join(shown) + (f"{sep}..." if len(irqs) > 16 else "")
 
 
 #: Slurm's --cpu-bind types that name CPUs or nodes per task, and those that let Slurm choose.

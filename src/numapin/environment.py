@@ -47,6 +47,8 @@ AUTOPIN_OPTIONS = {
     "policy": "NUMAPIN_POLICY",
     "reserve": "NUMAPIN_RESERVE",
     "threads": "NUMAPIN_THREADS",
+    "cores": "NUMAPIN_CORES",
+    "nics": "NUMAPIN_NICS",
 }
 
 #: The variables numapin itself owns.
@@ -69,6 +71,11 @@ CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
 
 #: Thread-pool sizes: OpenMP's, and the two BLAS libraries' own (each falls back to OpenMP's when unset).
 THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+#: The NIC choice of the libraries that take one per process (``numapin exec --nics auto``): UCX (and NIXL
+#: over it), NVSHMEM (DeepEP). NCCL is left alone: it picks each GPU's NICs itself, and its multi-rail
+#: collectives use every NIC; naming one in NCCL_IB_HCA would take the others away.
+NIC_VARIABLES = ("UCX_NET_DEVICES", "NVSHMEM_HCA_LIST")
 
 #: OpenMP runtimes' own binding: each re-pins the threads it starts (read by numapin doctor).
 OPENMP_BINDING = ("KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")

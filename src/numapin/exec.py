@@ -16,15 +16,16 @@ from collections.abc import Callable, Mapping, Sequence
 from .choices import parse_choice
 from .cpuset import CpuSet
 from .decision import ExternalMaskPolicy
-from .environment import APPLIED, AUTOPIN_OPTIONS, RESERVED, THREAD_POOLS
+from .environment import APPLIED, AUTOPIN_OPTIONS, NIC_VARIABLES, RESERVED, THREAD_POOLS
 from .errors import EnvironmentProblem, UsageError, quoted
 from .facts import Facts
 from .facts import cached as cached_facts
 from .logger import log
 from .memory import MemoryMode, MemoryNodes, parse_memory_mode, place_memory
+from .network import RankNic, assign
 from .ownership import acting
 from .pinning import PinResult, pin
-from .placement import Placement, PlacementMode, parse_mode, resolve
+from .placement import Cores, Placement, PlacementMode, parse_mode, resolve
 from .ranks import LocalRank, requested_rank
 from .records import record, replace
 from .text import decimal, plural
@@ -82,6 +83,10 @@ class ExecRequest:
     mems: CpuSet | None = None
     """The memory policy's nodes instead of the placement's; alone (no GPU, CPUs or nodes), memory-only
     binding: the CPUs are left as they are, as ``numactl -m``."""
+    cores: Cores = Cores.ALL
+    """``fastest``: only the fastest kind of core among the placement's (where the machine has kinds)."""
+    nics: str = "none"
+    """``auto``: export the GPU's nearest NIC to UCX and NVSHMEM (:data:`NIC_VARIABLES`); ``none``: nothing."""
 
     @property
     def memory_only(self) -> bool:
@@ -103,6 +108,12 @@ class PreparedExec:
     """Thread-pool variables numapin will set for the program, ``(name, value)``."""
     kept_pools: tuple[tuple[str, str], ...] = ()
     """Thread-pool variables the caller set, which numapin leaves as they are."""
+    nic: RankNic | None = None
+    """With ``--nics auto``: the NIC chosen for the GPU."""
+    network: tuple[tuple[str, str], ...] = ()
+    """NIC variables numapin will set for the program (``--nics auto``), ``(name, value)``."""
+    kept_network: tuple[tuple[str, str], ...] = ()
+    """NIC variables the caller set, which numapin leaves as they are."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +125,9 @@ class PreparedExec:
             "memory": self.request.memory.value,
             "policy": self.request.policy.value,
             "threads": {"set": dict(self.pools), "kept": dict(self.kept_pools)},
+            "nics": None if self.request.nics == "none" else {
+                "nic": None if self.nic is None else self.nic.as_dict(),
+                "set": dict(self.network), "kept": dict(self.kept_network)},
             "notes": list(self.notes),
         }
 
@@ -138,6 +152,12 @@ class PreparedExec:
             lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.pools) + " (thread pools)")
         if self.kept_pools:
             lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_pools) + " (set by the caller)")
+        if self.nic is not None:
+            lines.append(f"NIC {self.nic.nic.name} ({self.nic.relation} from the GPU, {self.nic.nic.pci})")
+        if self.network:
+            lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.network) + " (the GPU's NIC)")
+        if self.kept_network:
+            lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_network) + " (set by the caller)")
         lines.extend(f"note: {n}" for n in self.notes)
         if self.request.program:
             lines.append("then exec: " + " ".join(self.request.program))
@@ -188,7 +208,7 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         notes.append("no launcher variable set: local rank 0")
     try:
         placement = resolve(facts, environ, gpu=request.gpu, cpus=request.cpus, rank=rank, mode=request.mode,
-                            reserve=request.reserve)
+                            reserve=request.reserve, cores=request.cores)
     except EnvironmentProblem as exc:
         if request.strict:
             raise
@@ -198,7 +218,33 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     if memory_nodes is not None:
         placement = replace(placement, mems=memory_nodes)
     pools, kept = _pools(request.threads, len(placement.workers), environ)
-    return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept)
+    nic, network, kept_network = _network(facts, placement, request.nics, environ, notes)
+    return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept,
+                        nic=nic, network=network, kept_network=kept_network)
+
+
+def parse_nics(nics: str) -> str:
+    """``auto`` or ``none`` (``--nics``, ``NUMAPIN_NICS``); UsageError otherwise."""
+    if nics not in ("auto", "none"):
+        raise UsageError(f"--nics {quoted(nics)}: auto (export the GPU's nearest NIC) or none", value=nics)
+    return nics
+
+
+def _network(facts: Facts, placement: Placement, nics: str, environ: Mapping[str, str], notes: list[str]
+             ) -> tuple[RankNic | None, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """With ``auto``: the GPU's NIC, the variables to set for it, and those the caller set (kept)."""
+    if parse_nics(nics) == "none" or placement.pci is None:
+        return None, (), ()
+    nic = assign(facts.network(), [(placement.rank, placement.pci)])[0]
+    if nic is None:
+        notes.append("--nics auto: no network device found near the GPU; no NIC variable set")
+        return None, (), ()
+    if not nic.nic.ports:
+        notes.append(f"--nics auto: {nic.nic.name}, the GPU's nearest NIC, is no RDMA device; no NIC variable set")
+        return nic, (), ()
+    device = f"{nic.nic.name}:{nic.nic.ports[0]}"
+    return (nic, tuple((name, device) for name in NIC_VARIABLES if name not in environ),
+            tuple((name, environ[name]) for name in NIC_VARIABLES if name in environ))
 
 
 def _node_cpus(facts: Facts, nodes: CpuSet) -> CpuSet:
@@ -240,7 +286,12 @@ def autopin_request(env: Mapping[str, str]) -> ExecRequest:
     return ExecRequest(program=(), mode=parsed("mode", parse_mode, "node"),
                        memory=parsed("memory", parse_memory_mode, "preferred"),
                        policy=parsed("policy", parse_exec_policy, "respect"),
-                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"))
+                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"),
+                       cores=parsed("cores", parse_cores, "all"), nics=parsed("nics", parse_nics, "none"))
+
+
+def parse_cores(cores: str) -> Cores:
+    return parse_choice(Cores, cores, "cores")
 
 
 def parse_count(text: str) -> int:
@@ -300,6 +351,7 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     if p.reserved:
         env[RESERVED] = str(p.reserved)
     env.update(prepared.pools)
+    env.update(prepared.network)
     if prepared.kept_pools:
         log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
+from .kinds import CpuKinds, cached_kinds, forget_kinds
+from .network import Network, cached_network, forget_network
 from .records import record
 from .topology import Topology, read_topology
 
@@ -35,6 +37,14 @@ class Facts:
     def gpu(self, index: int) -> VisibleGpu:
         """The visible GPU ``index``; when there is none, the error names the exact cause."""
         return select_gpu(self.visible, index, found=len(self.inventory.gpus), cut=self.cut)
+
+    def kinds(self) -> CpuKinds:
+        """The machine's CPU kinds, fastest first: read on first use (a pin without ``reserve`` never asks)."""
+        return cached_kinds(self.topology)
+
+    def network(self) -> Network:
+        """The machine's NICs and each GPU's relation to them: read on first use."""
+        return cached_network(self.topology, self.inventory.gpus)
 
 
 def gather(
@@ -81,6 +91,8 @@ def forget() -> None:
     """Drop the cached facts (after CPU hotplug or a change of the cgroup cpuset)."""
     with _LOCK[0]:
         _CACHE.clear()
+    forget_kinds()
+    forget_network()
 
 
 def _after_fork_in_child() -> None:

@@ -169,14 +169,16 @@ class Host:
         sysfs says where a device sits by its links: ``sys/class/net/eth0``
         leads into ``sys/devices/pci0000:00/...``, the device's PCI path.
         """
-        base = os.path.realpath(self.root)
+        base = os.path.realpath(self.root).rstrip("/") + "/"
         try:
             target = os.path.realpath(self.path(rel))
         except (OSError, ValueError):
             return None
-        if not os.path.exists(target) or not target.startswith(base.rstrip("/") + "/"):
+        if not os.path.exists(target) or not target.startswith(base):
             return None
-        return target[len(base.rstrip("/")) + 1:]
+        if self.journal is not None:
+            self.journal.append(rel.strip("/") + "/")  # a folder followed: numapin snapshot keeps its links
+        return target[len(base):]
 
     def listdir(self, rel: str) -> list[str]:
         """Entry names of a folder, or an empty list when it cannot be listed."""

@@ -19,8 +19,6 @@ Read on demand, not with the topology: a pin without ``reserve`` or
 
 from __future__ import annotations
 
-import threading
-
 from .cpuset import CpuSet
 from .host import Host
 from .records import record
@@ -109,16 +107,17 @@ def _read_cpus(host: Host, online: CpuSet) -> list[_Cpu]:
                 pass
     found = []
     with host.folder("sys/devices/system/cpu") as folder:
+        def number(cpu: int, name: str) -> int | None:
+            value = decimal(host.read_in(folder, f"cpu{cpu}/{name}"))
+            return value if value is not None and value > 0 else None
+
         for cpu in online:
-            def number(name: str) -> int | None:
-                value = decimal(host.read_in(folder, f"cpu{cpu}/{name}"))
-                return value if value is not None and value > 0 else None
-            base = number("cpufreq/base_frequency")
+            base = number(cpu, "cpufreq/base_frequency")
             if base is None:
-                nominal = number("acpi_cppc/nominal_freq")  # MHz
+                nominal = number(cpu, "acpi_cppc/nominal_freq")  # MHz
                 base = None if nominal is None else nominal * 1000
-            found.append(_Cpu(cpu, types.get(cpu) if types else None, number("cpu_capacity"),
-                              number("cpufreq/cpuinfo_max_freq"), base, number("acpi_cppc/highest_perf")))
+            found.append(_Cpu(cpu, types.get(cpu) if types else None, number(cpu, "cpu_capacity"),
+                              number(cpu, "cpufreq/cpuinfo_max_freq"), base, number(cpu, "acpi_cppc/highest_perf")))
     return found
 
 
@@ -145,9 +144,11 @@ def _speed(core_type: int | None, capacity: int | None, highest: int | None, max
             -(base_khz or 0))
 
 
-def read_kinds(topology: Topology) -> CpuKinds:
-    """The CPU kinds of the machine under ``topology.root`` (one kind when the kernel tells nothing apart)."""
-    host = Host(topology.root)
+def read_kinds(topology: Topology, *, journal: list[str] | None = None) -> CpuKinds:
+    """The CPU kinds of the machine under ``topology.root`` (one kind when the kernel tells nothing apart).
+
+    ``journal`` collects the files read (``numapin snapshot``)."""
+    host = Host(topology.root, journal)
     cpus = _read_cpus(host, topology.online)
     if not cpus:
         return CpuKinds(())
@@ -183,19 +184,17 @@ def read_kinds(topology: Topology) -> CpuKinds:
     return CpuKinds(tuple(kinds), tuple(c.cpu for c in order))
 
 
+# No lock: reading twice is harmless, and a lock held across fork() would hang the child.
 _CACHE: dict[str, CpuKinds] = {}
-_LOCK = threading.Lock()
 
 
 def cached_kinds(topology: Topology) -> CpuKinds:
     """:func:`read_kinds` once per root in this process (``numapin.facts.forget`` drops them)."""
-    with _LOCK:
-        found = _CACHE.get(topology.root)
-        if found is None:
-            found = _CACHE[topology.root] = read_kinds(topology)
-        return found
+    found = _CACHE.get(topology.root)
+    if found is None:
+        found = _CACHE[topology.root] = read_kinds(topology)
+    return found
 
 
 def forget_kinds() -> None:
-    with _LOCK:
-        _CACHE.clear()
+    _CACHE.clear()

@@ -25,7 +25,7 @@ the switches crossed are the upstream ports on the route between the devices.
 from __future__ import annotations
 
 import re
-import threading
+from collections.abc import Sequence
 
 from .choices import Choice
 from .cpuset import CpuSet
@@ -38,7 +38,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["GpuLink", "Network", "Nic", "Relation", "cached_network", "read_network", "relation"]
+__all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "cached_network", "read_network", "relation"]
 
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
@@ -165,9 +165,9 @@ def _is_virtual_function(host: Host, path: tuple[str, ...]) -> bool:
     return host.resolve("sys/devices/" + "/".join(path) + "/physfn") is not None
 
 
-def read_nics(topology: Topology, warnings: list[str] | None = None) -> tuple[Nic, ...]:
+def read_nics(topology: Topology, warnings: list[str] | None = None, *, host: Host | None = None) -> tuple[Nic, ...]:
     """Every physical NIC of the machine under ``topology.root``, in PCI order."""
-    host = Host(topology.root)
+    host = host or Host(topology.root)
     notes: list[str] = [] if warnings is None else warnings
     by_pci: dict[str, dict[str, Any]] = {}
     for hca in sorted(host.listdir("sys/class/infiniband")):
@@ -183,7 +183,9 @@ def read_nics(topology: Topology, warnings: list[str] | None = None) -> tuple[Ni
         entry = by_pci.setdefault(path[-1], {"path": path, "netdevs": []})
         entry["netdevs"].append(netdev)
         entry.setdefault("name", netdev)
-        entry.setdefault("type", "infiniband" if (host.read(f"sys/class/net/{netdev}/type") or "").strip() == "32" else "ethernet")
+        # ARPHRD_INFINIBAND (32): an IPoIB interface of an HCA whose RDMA device this kernel does not list.
+        link = (host.read(f"sys/class/net/{netdev}/type") or "").strip()
+        entry.setdefault("type", "infiniband" if link == "32" else "ethernet")
     nics = []
     for pci in sorted(by_pci):
         entry = by_pci[pci]
@@ -193,10 +195,12 @@ def read_nics(topology: Topology, warnings: list[str] | None = None) -> tuple[Ni
     return tuple(nics)
 
 
-def read_network(topology: Topology, gpus: tuple[Gpu, ...]) -> Network:
-    """The NICs and, for each GPU of ``gpus``, every NIC nearest first (ties in PCI order)."""
-    host = Host(topology.root)
-    nics = read_nics(topology)
+def read_network(topology: Topology, gpus: tuple[Gpu, ...], *, journal: list[str] | None = None) -> Network:
+    """The NICs and, for each GPU of ``gpus``, every NIC nearest first (ties in PCI order).
+
+    ``journal`` collects the files read and the links followed (``numapin snapshot``)."""
+    host = Host(topology.root, journal)
+    nics = read_nics(topology, host=host)
     one_node = len(topology.cpu_nodes) <= 1
     links, paths = [], []
     for gpu in gpus:
@@ -213,19 +217,56 @@ def read_network(topology: Topology, gpus: tuple[Gpu, ...]) -> Network:
     return Network(nics, tuple(links), tuple(paths))
 
 
+# No lock: reading twice is harmless, and a lock held across fork() would hang the child.
 _CACHE: dict[str, Network] = {}
-_LOCK = threading.Lock()
 
 
 def cached_network(topology: Topology, gpus: tuple[Gpu, ...]) -> Network:
     """:func:`read_network` once per root in this process."""
-    with _LOCK:
-        found = _CACHE.get(topology.root)
-        if found is None:
-            found = _CACHE[topology.root] = read_network(topology, gpus)
-        return found
+    found = _CACHE.get(topology.root)
+    if found is None:
+        found = _CACHE[topology.root] = read_network(topology, gpus)
+    return found
 
 
 def forget_network() -> None:
-    with _LOCK:
-        _CACHE.clear()
+    _CACHE.clear()
+
+
+@record
+class RankNic:
+    """The NIC one rank's GPU should use: the nearest, spread over ranks where several are as near."""
+
+    rank: int | None
+    nic: Nic
+    relation: Relation
+    shared_with: tuple[int, ...] = ()
+    """The other ranks given the same NIC."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.nic.name, "relation": str(self.relation), "pci": self.nic.pci,
+                "ports": list(self.nic.ports), "shared_with": list(self.shared_with)}
+
+
+def assign(network: Network, ranks: Sequence[tuple[int | None, str | None]]) -> tuple[RankNic | None, ...]:
+    """For each ``(rank, GPU PCI address)``, its NIC: the nearest one, the least used so far where several
+    are as near (the first in PCI order among equals); None for no GPU or no NIC."""
+    used: dict[str, int] = {}
+    chosen: list[tuple[int | None, Nic, Relation] | None] = []
+    for rank, pci in ranks:
+        nearest = network.nearest(pci) if pci else ()
+        if not nearest:
+            chosen.append(None)
+            continue
+        nic = min(nearest, key=lambda n: used.get(n.name, 0))
+        used[nic.name] = used.get(nic.name, 0) + 1
+        chosen.append((rank, nic, network.relation_of(pci, nic.name) or Relation.SYS))  # type: ignore[arg-type]
+    out: list[RankNic | None] = []
+    for entry in chosen:
+        if entry is None:
+            out.append(None)
+            continue
+        rank, nic, rel = entry
+        others = tuple(e[0] for e in chosen if e is not None and e[1] is nic and e[0] is not None and e[0] != rank)
+        out.append(RankNic(rank, nic, rel, others))
+    return tuple(out)

@@ -30,6 +30,7 @@ from html import escape
 
 from .cpuset import CpuSet
 from .facts import Facts
+from .network import Network, assign
 from .placement import Placement
 from .text import format_size, plural
 from .topology import Core, Node
@@ -97,8 +98,10 @@ class _Canvas:
 class _Plan:
     """Which ranks hold each CPU, GPU and node, which CPUs are reserved, from the placements."""
 
-    def __init__(self, plans: Sequence[Placement]) -> None:
+    def __init__(self, plans: Sequence[Placement], network: Network) -> None:
         self.plans = plans
+        #: Each rank's NIC (None without a GPU or a NIC near it).
+        self.nics = assign(network, [(p.rank, p.pci) for p in plans])
         self.ranks: dict[int, list[int]] = {}
         self.reserved: set[int] = set()
         self.of_gpu: dict[int, list[int]] = {}
@@ -148,7 +151,8 @@ def _label(c: _Canvas, x: float, y: float, words: str, size: int = 12) -> float:
 
 def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, int, int]:
     t = facts.topology
-    plan = _Plan(plans)
+    network = facts.network()
+    plan = _Plan(plans, network)
     cell = 14 if len(t.online) <= 256 else 9
     c = _Canvas()
     _bands(c, plan)
@@ -162,6 +166,9 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
         ranks = plan.of_gpu.get(v.index, [])
         who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
         label = f"GPU {v.index}{who} · {g.pci} · {g.model or 'NVIDIA GPU'}"
+        nearest = network.nearest(g.pci)
+        if nearest:
+            label += f" · {plural(len(nearest), 'NIC')} {','.join(n.name for n in nearest)}"
         gpus_by_node.setdefault(g.node, []).append((v.index, label))
     node_of_package: dict[int | None, list[Node]] = {}
     for node in t.cpu_nodes:
@@ -327,6 +334,9 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
                  f"{plural(len(p.mems), 'node')} {p.mems}")
         if p.reserved:
             words += f" · reserved {p.reserved}"
+        nic = plan.nics[i]
+        if nic is not None:
+            words += f" · NIC {nic.nic.name} ({nic.relation}{', shared' if nic.shared_with else ''})"
         width = max(width, x + _label(c, x, y + 12, words))
         y += 20
     if plan.shared:

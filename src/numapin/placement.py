@@ -19,6 +19,7 @@ from .environment import RANK_MAP
 from .errors import EnvironmentProblem, UsageError
 from .facts import Facts
 from .gpus import Gpu, Inventory, VisibleGpu
+from .kinds import CpuKinds
 from .ranks import LocalRank, gpu_for_rank, local_rank
 from .records import record
 from .text import counted, plural
@@ -28,7 +29,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve"]
+__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve"]
 
 
 class PlacementError(EnvironmentProblem):
@@ -56,6 +57,17 @@ class PlacementMode(Choice):
 
     EXPLICIT = "explicit"
     """The caller's own CPUs (``cpus=``), checked against the allowed CPUs: ``cpus="0-7"`` → ``0-7``."""
+
+
+class Cores(Choice):
+    """Which of the placement's cores its workers get, where the machine has CPU kinds (:mod:`numapin.kinds`)."""
+
+    ALL = "all"
+    """Every core the mode gives, of whatever kind."""
+
+    FASTEST = "fastest"
+    """Only those of the fastest kind among them: a hybrid laptop's P-cores, a Xeon's priority cores.
+    Where every core is of one kind, the same as ``all``."""
 
 
 def parse_mode(mode: str | PlacementMode) -> PlacementMode:
@@ -166,9 +178,13 @@ def _mems(topology: Topology, cpus: CpuSet) -> CpuSet:
     return mems or topology.allowed_mems
 
 
-def _reserve(topology: Topology, cpus: CpuSet, reserve: int) -> CpuSet:
+def _check_reserve(reserve: int) -> None:
     if isinstance(reserve, bool) or not isinstance(reserve, int) or reserve < 0:
         raise UsageError(f"reserve must be a non-negative number of cores, not {reserve!r}", value=reserve)
+
+
+def _reserve(topology: Topology, cpus: CpuSet, reserve: int, kinds: CpuKinds | None) -> CpuSet:
+    _check_reserve(reserve)
     if reserve == 0:
         return CpuSet()
     cores = _cores(topology, cpus)
@@ -178,9 +194,18 @@ def _reserve(topology: Topology, cpus: CpuSet, reserve: int) -> CpuSet:
             f"{counted(len(cores), 'core')}",
             value=reserve,
         )
-    # The highest cores: low-numbered CPUs tend to carry interrupts and
-    # housekeeping, which a latency-critical loop should not share.
-    return CpuSet.union(c.cpus for c in cores[-reserve:])
+    # The fastest cores first (a priority core, a P-core, a favoured core), then the highest:
+    # low-numbered CPUs tend to carry interrupts and housekeeping, which a latency-critical loop
+    # should not share.
+    position = kinds.position() if kinds is not None else {}
+    def speed(core: Core) -> tuple[int, int]:
+        return min((position.get(cpu, len(position)) for cpu in core.cpus), default=0), -core.cpus.last()
+    return CpuSet.union(c.cpus for c in sorted(cores, key=speed)[:reserve])
+
+
+def _fastest(chosen: CpuSet, kinds: CpuKinds | None) -> CpuSet:
+    fastest = kinds.fastest(chosen) if kinds is not None else CpuSet()
+    return fastest or chosen
 
 
 def explicit_cpus(topology: Topology, cpus: CpuSpec) -> CpuSet:
@@ -209,8 +234,15 @@ def place(
     reserve: int = 0,
     cpus: CpuSpec | None = None,
     rank: int | None = None,
+    cores: str | Cores = Cores.ALL,
+    kinds: CpuKinds | None = None,
 ) -> Placement:
-    """The placement for one visible GPU (or for explicit ``cpus``)."""
+    """The placement for one visible GPU (or for explicit ``cpus``).
+
+    ``kinds`` (the machine's CPU kinds) orders the cores ``reserve`` takes and
+    is what ``cores="fastest"`` keeps; without it every core is alike.
+    """
+    fastest_only = parse_choice(Cores, cores, "cores") is Cores.FASTEST
     if cpus is not None:
         chosen = explicit_cpus(topology, cpus)
         return Placement(
@@ -222,7 +254,7 @@ def place(
             pci=None if gpu is None else gpu.gpu.pci,
             node=None,
             rank=rank,
-            reserved=_reserve(topology, chosen, reserve),
+            reserved=_reserve(topology, chosen, reserve, kinds),
         )
     chosen_mode = parse_choice(PlacementMode, mode, "mode")
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
@@ -257,6 +289,11 @@ def place(
         reason += ", one core"
     else:  # a mode added to the enum but not here must fail loudly, never act as another
         raise AssertionError(f"placement mode {chosen_mode} has no policy")
+    if fastest_only:
+        fastest = _fastest(chosen, kinds)
+        if fastest != chosen:
+            chosen = fastest
+            reason += ", its fastest cores"
     return Placement(
         cpus=chosen,
         mems=_mems(topology, chosen),
@@ -266,7 +303,7 @@ def place(
         pci=physical.pci,
         node=physical.node,
         rank=rank,
-        reserved=_reserve(topology, chosen, reserve),
+        reserved=_reserve(topology, chosen, reserve, kinds),
     )
 
 
@@ -279,6 +316,7 @@ def resolve(
     rank: LocalRank | None = None,
     mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
+    cores: str | Cores = Cores.ALL,
 ) -> Placement:
     """The placement for this request: the one answer to "which GPU, which CPUs".
 
@@ -289,10 +327,13 @@ def resolve(
     :class:`UsageError` for the caller's mistakes and :class:`EnvironmentProblem`
     when the machine offers nothing (no GPU visible, no allowed CPU near it).
     """
+    # The CPU kinds are read only when asked about: most pins never need them.
+    _check_reserve(reserve)
+    kinds = facts.kinds() if reserve or parse_choice(Cores, cores, "cores") is Cores.FASTEST else None
     if cpus is not None:
         named = facts.gpu(gpu) if gpu is not None else None
         return place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve,
-                     rank=None if rank is None else rank.rank)
+                     rank=None if rank is None else rank.rank, kinds=kinds)
     parse_mode(mode)
     if gpu is None:
         if rank is None:
@@ -301,7 +342,7 @@ def resolve(
         gpu = gpu_for_rank(0 if rank is None else rank.rank, len(facts.visible), environ.get(RANK_MAP)) \
             if facts.visible else 0
     return place(facts.topology, facts.inventory, facts.gpu(gpu), mode=mode, reserve=reserve,
-                 rank=None if rank is None else rank.rank)
+                 rank=None if rank is None else rank.rank, cores=cores, kinds=kinds)
 
 
 #: Old names, importable for one release with a DeprecationWarning.

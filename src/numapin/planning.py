@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from .cpuset import CpuSpec
 from .environment import RANK_MAP
 from .facts import cached
-from .placement import Placement, PlacementMode, resolve
+from .placement import Cores, Placement, PlacementMode, resolve
 from .ranks import LocalRank
 
 __all__ = ["plan", "plan_ranks"]
@@ -20,16 +20,18 @@ def plan(
     mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
+    cores: str | Cores = Cores.ALL,
     root: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Placement:
     """Where this process's worker would run: for GPU ``gpu``, or the GPU of its local rank.
 
     Reads the machine under ``root``; changes nothing. The same answer
-    :func:`numapin.pin` would act on.
+    :func:`numapin.pin` would act on. ``cores="fastest"`` keeps only the
+    fastest kind of CPU among them (``pin(placement=plan(..., cores="fastest"))``).
     """
     env = os.environ if environ is None else environ
-    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
+    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve, cores=cores)
 
 
 def plan_ranks(
@@ -37,6 +39,7 @@ def plan_ranks(
     mode: str | PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
+    cores: str | Cores = Cores.ALL,
     gpus: Sequence[int] | None = None,
     root: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -50,7 +53,7 @@ def plan_ranks(
         count = len(rank_map.split(",")) if rank_map else len(facts.visible)
         if not count:
             facts.gpu(0)  # raises the "no GPU visible" error
-        return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve)
-                     for r in range(count))
-    return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve)
-                 for r, g in enumerate(gpus))
+        return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve,
+                             cores=cores) for r in range(count))
+    return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve,
+                         cores=cores) for r, g in enumerate(gpus))

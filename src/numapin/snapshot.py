@@ -18,6 +18,8 @@ from pathlib import Path
 from .errors import UsageError, quoted
 from .gpus import read_gpus
 from .host import Host
+from .kinds import read_kinds
+from .network import read_network
 from .topology import read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -77,9 +79,12 @@ def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str]
             raise UsageError(f"{quoted(name)} exists; use --force to replace it", value=name)
     journal: list[str] = []
     topology = read_topology(root, journal=journal)
-    read_gpus(topology, nvml=False, journal=journal)
+    inventory = read_gpus(topology, nvml=False, journal=journal)
+    read_kinds(topology, journal=journal)
+    read_network(topology, inventory.gpus, journal=journal)
     host = Host(topology.root)
     wanted = list(dict.fromkeys([*journal, "proc/self/status"]))
+    links = _links(host, wanted)
     captured: list[str] = []
     stamp = time.time()
     # A stream is written as one (w|gz): standard output cannot seek.
@@ -91,13 +96,41 @@ def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str]
                 info = tarfile.TarInfo(f"{TOP}/{folder}")
                 info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                 archive.addfile(info)
+        for link, target in links.items():
+            info = tarfile.TarInfo(f"{TOP}/{link}")
+            info.type, info.mode, info.mtime = tarfile.SYMTYPE, 0o777, stamp
+            info.linkname = os.path.relpath(target, os.path.dirname(link))
+            archive.addfile(info)
         for rel in wanted:
-            text = host.read(rel)
+            text = None if rel.endswith("/") else host.read(rel)
             if text is None:
                 continue
             data = _filtered(rel, text).encode()
-            info = tarfile.TarInfo(f"{TOP}/{rel}")
+            # Where sysfs reached the file through a link (a class entry, sys/bus/pci/devices), the file
+            # is kept where the link leads, and the link beside it: readers find devices by their links.
+            real = (host.resolve(rel) or rel) if rel.startswith("sys/") else rel
+            info = tarfile.TarInfo(f"{TOP}/{real}")
             info.size, info.mode, info.mtime = len(data), 0o644, stamp
             archive.addfile(info, io.BytesIO(data))
             captured.append(rel)
     return captured
+
+
+def _links(host: Host, paths: list[str]) -> dict[str, str]:
+    """The symbolic links of ``sys/`` on the way to ``paths``, each with where it leads (both under the root)."""
+    links: dict[str, str] = {}
+    seen: set[str] = set()
+    for rel in paths:
+        if not rel.startswith("sys/"):
+            continue
+        parts = rel.strip("/").split("/")
+        for end in range(2, len(parts) + 1):
+            prefix = "/".join(parts[:end])
+            if prefix in seen:
+                continue
+            seen.add(prefix)
+            if os.path.islink(host.path(prefix)):
+                target = host.resolve(prefix)
+                if target is not None:
+                    links[prefix] = target
+    return links

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
-from .environment import APPLIED, AUTOPIN, PATCH, RESERVED, THREAD_POOLS
+from .environment import APPLIED, AUTOPIN, NIC_VARIABLES, PATCH, RESERVED, THREAD_POOLS
 from .errors import UsageError, quoted
 from .exec import autopin_request, bind, prepare_exec
 from .facts import cached as cached_facts
@@ -136,7 +136,7 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
     result, bound = bind(prepare_exec(request, env), env)
     # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec;
     # the thread-pool sizes reach this process's OpenMP and BLAS, which read them when they load.
-    for name in (APPLIED, RESERVED, *THREAD_POOLS):
+    for name in (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES):
         if name in bound and env.get(name) != bound[name]:
             os.environ[name] = bound[name]
     return result, None
