@@ -251,3 +251,82 @@ def test_the_live_mask_is_judged_under_a_synthetic_root(tmp_path: Path) -> None:
                           timeout=60)
     found = [f["id"] for f in json.loads(proc.stdout)["findings"]]
     assert "external-mask" in found
+
+
+# -- interrupts -----------------------------------------------------------------
+
+
+def _irqs(root: Path, pci: str) -> list[int]:
+    return sorted(int(n.name) for n in (root / "sys/bus/pci/devices" / pci / "msi_irqs").iterdir())
+
+
+def _deliver(root: Path, irqs: list[int], cpus: str) -> None:
+    for irq in irqs:
+        (root / f"proc/irq/{irq}/effective_affinity_list").write_text(f"{cpus}\n")
+        (root / f"proc/irq/{irq}/smp_affinity_list").write_text(f"{cpus}\n")
+
+
+def dgx_doctor(root: Path, *args: str, **env: str) -> tuple[int, list[dict[str, str]]]:
+    # GPU 3 of four on its node, its share of the node's cores: nothing else to find.
+    proc = subprocess.run([*NUMAPIN, "doctor", "--root", str(root), "--local-rank", "3", "--mode", "exclusive",
+                           "--json", *args], capture_output=True, text=True,
+                          env={**without_inputs(dict(os.environ)), "OMP_NUM_THREADS": "28", **env})
+    return proc.returncode, json.loads(proc.stdout)["findings"]
+
+
+def test_interrupts_on_the_other_node_are_found_with_their_fix(tmp_path: Path) -> None:
+    root = machines.write("dgx-h100", tmp_path / "root")
+    code, findings = dgx_doctor(root)
+    assert (code, findings) == (0, []), "the synthetic machine delivers every interrupt on its device's node"
+    nic_irqs = _irqs(root, "0000:35:00.0")  # mlx5_5, GPU 3's NIC
+    _deliver(root, nic_irqs, "60")  # a CPU of node 1
+    code, findings = dgx_doctor(root)
+    assert code == 1 and [f["id"] for f in findings] == ["irq-other-node"]
+    found = findings[0]
+    assert "mlx5_5" in found["sees"] and "off its node 0" in found["sees"] and "CPUs 60" in found["sees"]
+    assert found["fix"] == (f"for N in {' '.join(map(str, nic_irqs))}; do echo 0-55,112-167 > "
+                            "/proc/irq/$N/smp_affinity_list; done")
+    assert found["severity"] == "warning"
+    gpu_irqs = _irqs(root, "0000:48:00.0")
+    _deliver(root, gpu_irqs, "100-103")
+    _, findings = dgx_doctor(root)
+    assert sum("GPU 3 (0000:48:00.0)" in f["sees"] for f in findings) == 1
+
+
+def test_irqbalance_will_move_them(tmp_path: Path) -> None:
+    root = machines.write("dgx-h100", tmp_path / "root")
+    (root / "proc/4242").mkdir(parents=True)
+    (root / "proc/4242/comm").write_text("irqbalance\n")
+    code, findings = dgx_doctor(root)
+    assert (code, [(f["id"], f["severity"]) for f in findings]) == (0, [("irqbalance", "info")])
+    assert "moves interrupts" in findings[0]["why"]
+    _deliver(root, _irqs(root, "0000:35:00.0"), "60")
+    code, findings = dgx_doctor(root)
+    assert code == 1 and [(f["id"], f["severity"]) for f in findings] == [("irq-other-node", "warning"),
+                                                                          ("irqbalance", "warning")]
+    assert "irqbalance (PID 4242) would move them back" in findings[0]["fix"]
+
+
+def test_interrupts_on_the_reserved_cores(tmp_path: Path) -> None:
+    root = machines.write("dgx-h100", tmp_path / "root")
+    hot = plan_reserved(root)
+    _deliver(root, _irqs(root, "0000:48:00.0")[:1], str(hot.first()))
+    code, findings = dgx_doctor(root, NUMAPIN_RESERVED=str(hot))
+    assert code == 1 and [f["id"] for f in findings] == ["irq-on-reserved"]
+    assert str(hot) in findings[0]["sees"]
+    code, findings = dgx_doctor(root)
+    assert (code, findings) == (0, []), "without reserved cores the interrupt is on the worker's own node"
+
+
+def plan_reserved(root: Path) -> CpuSet:
+    from numapin import plan
+
+    return plan(3, mode="exclusive", reserve=1, root=root, environ={}).reserved
+
+
+def test_numa_balancing_says_what_it_costs(pair: Path) -> None:
+    balance(pair, 1)
+    _, report = doctor_cli(pair, clean())
+    findings = report["findings"]
+    assert isinstance(findings, list)
+    assert "16-31 ms stalls" in next(f["why"] for f in findings if f["id"] == "numa-balancing")
