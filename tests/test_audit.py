@@ -191,7 +191,7 @@ def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
     journal: list[str] = []
     topology = read_topology("/", journal=journal)
     inventory = read_gpus(topology, nvml=False, journal=journal)
-    read_kinds(topology, journal=journal)
+    read_kinds(topology, rule="pct", journal=journal)
     read_network(topology, inventory.gpus, journal=journal)
     # A file read through a sysfs link is kept where the link leads (the link is kept too).
     read = {os.path.relpath(os.path.realpath("/" + rel), "/") if rel.startswith("sys/") else rel

@@ -11,10 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, Snapshots, snapshot_names
-from numapin import CpuSet, plan, read_topology
+from numapin import CpuSet, UsageError, machines, plan, read_topology
 from numapin.cli import main
+from numapin.environment import PRIORITY_CORES
 from numapin.facts import gather
-from numapin.kinds import read_kinds
+from numapin.kinds import PCT_SKUS, read_kinds
+from numapin.records import replace
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
@@ -125,3 +127,74 @@ def test_kinds_from_any_frequencies(tmp_path_factory: pytest.TempPathFactory, fr
         assert max(t for t, _ in members) < min(t for t, _ in members) * 1.1
     speeds = [(k.max_mhz, k.base_mhz) for k in kinds.kinds]
     assert speeds == sorted(speeds, reverse=True)  # fastest first
+
+
+@pytest.fixture(scope="module")
+def hidden_b300(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dgx-b300 as vLLM found a DGX B300: every core shows the priority turbo, so the kernel tells none apart."""
+    spec = replace(machines.shape_named("dgx-b300"), priority_hidden=True)
+    return Path(machines.write(spec, tmp_path_factory.mktemp("hidden") / "root"))
+
+
+def test_the_pct_rule_finds_the_priority_cores_the_kernel_hides(hidden_b300: Path,
+                                                                 machine_root: Callable[[str], Path]) -> None:
+    topology = read_topology(hidden_b300)
+    assert len(read_kinds(topology).kinds) == 1
+    kinds = read_kinds(topology, rule="pct")
+    # The published layout names the cores the exposing machine's frequencies name.
+    shown = read_kinds(read_topology(machine_root("dgx-b300")))
+    assert [k.cpus for k in kinds.kinds] == [k.cpus for k in shown.kinds]
+    assert kinds.kinds[0].rule == "pct" and kinds.kinds[0].highest_perf == PCT_SKUS["6776P"].highest_perf
+    assert kinds.note is None and set(kinds.order[:len(kinds.kinds[0].cpus)]) == set(kinds.kinds[0].cpus)
+    pct = {PRIORITY_CORES: "pct"}
+    for gpu in (0, 5):
+        kernel_only = plan(gpu, reserve=1, root=hidden_b300, environ={})
+        assert not kernel_only.reserved & kinds.kinds[0].cpus  # without the rule: the highest core, no priority one
+        placement = plan(gpu, reserve=1, root=hidden_b300, environ=pct)
+        assert placement.reserved and placement.reserved <= kinds.kinds[0].cpus & placement.cpus
+        fastest = plan(gpu, cores="fastest", root=hidden_b300, environ=pct)
+        assert fastest.cpus == kinds.kinds[0].cpus & plan(gpu, root=hidden_b300, environ={}).cpus
+
+
+@pytest.mark.parametrize("model, said", [
+    ("Intel(R) Xeon(R) 6962P", "highest_perf is 46, not the 44 of a 6962P"),
+    ("Intel(R) Xeon(R) Platinum 8480C", "is none of 6776P"),
+    ("", "model unknown"),
+])
+def test_the_pct_rule_fails_closed(hidden_b300: Path, tmp_path: Path, model: str, said: str,
+                                   monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(hidden_b300, root, symlinks=True)
+    cpuinfo = root / "proc/cpuinfo"
+    cpuinfo.write_text(cpuinfo.read_text().replace("Intel(R) Xeon(R) 6776P", model))
+    kinds = read_kinds(read_topology(root), rule="pct")
+    assert len(kinds.kinds) == 1 and kinds.note is not None and said in kinds.note
+    monkeypatch.setenv(PRIORITY_CORES, "pct")
+    assert main(["show", "--root", str(root), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert "rule" not in shown["cpu_kinds"][0] and any(said in w for w in shown["warnings"])
+    assert main(["show", "--root", str(root)]) == 0
+    assert "note: priority-core rule pct not applied" in capsys.readouterr().out
+
+
+def test_the_pct_rule_leaves_the_kernels_kinds(machine_root: Callable[[str], Path]) -> None:
+    topology = read_topology(machine_root("dgx-b300"))
+    kernel, ruled = read_kinds(topology), read_kinds(topology, rule="pct")
+    assert ruled.kinds == kernel.kinds and ruled.order == kernel.order
+    assert ruled.note is not None and "the kernel tells its CPUs apart" in ruled.note
+
+
+def test_the_rule_is_read_from_the_environment(hidden_b300: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(PRIORITY_CORES, "pct")
+    assert main(["show", "--root", str(hidden_b300), "--json"]) == 0
+    assert [k["rule"] for k in json.loads(capsys.readouterr().out)["cpu_kinds"]] == ["pct", "pct"]
+    assert main(["show", "--root", str(hidden_b300)]) == 0
+    assert f"rule pct of {PRIORITY_CORES}" in capsys.readouterr().out
+    monkeypatch.setenv(PRIORITY_CORES, "fast")
+    assert main(["show", "--root", str(hidden_b300)]) == 2
+    assert f"{PRIORITY_CORES}: unknown priority-core rule 'fast'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match=PRIORITY_CORES):
+        gather(hidden_b300, {PRIORITY_CORES: "PCT"})

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 
 from .cpuset import CpuSet
-from .environment import LOCAL_RANK_VARIABLES
+from .environment import LOCAL_RANK_VARIABLES, PRIORITY_CORES
 from .errors import NumapinError
 from .host import HostError
 from .text import decimal
@@ -227,15 +227,18 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
 
 
 def _kinds_text(facts: Facts) -> list[str]:
-    kinds = facts.kinds().kinds
+    found = facts.kinds()
+    kinds = found.kinds
+    note = [f"note: {found.note}"] if found.note else []
     if len(kinds) <= 1:
-        return ["CPU kinds: one (the kernel tells no CPU apart)"]
-    lines = [f"CPU kinds ({len(kinds)}, fastest first):"]
+        return ["CPU kinds: one (the kernel tells no CPU apart)", *note]
+    rule = f", rule {kinds[0].rule} of {PRIORITY_CORES}: a published layout" if kinds[0].rule else ""
+    lines = [f"CPU kinds ({len(kinds)}, fastest first{rule}):"]
     for kind in kinds:
         said = [kind.core_type or "", f"capacity {kind.capacity}" if kind.capacity else "",
                 f"{kind.max_mhz} MHz max" if kind.max_mhz else "", f"{kind.base_mhz} MHz base" if kind.base_mhz else ""]
         lines.append(f"  rank {kind.rank}: cpus {kind.cpus} ({len(kind.cpus)}): " + ", ".join(w for w in said if w))
-    return lines
+    return [*lines, *note]
 
 
 def _network_text(facts: Facts) -> list[str]:
@@ -272,7 +275,10 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
     data["gpus"] = [{**v.as_dict(), "nics": [link.as_dict() for link in network.of_gpu(v.gpu.pci)]}
                     for v in facts.visible]
     data["nics"] = [nic.as_dict() for nic in network.nics]
-    data["cpu_kinds"] = [kind.as_dict() for kind in facts.kinds().kinds]
+    kinds = facts.kinds()
+    data["cpu_kinds"] = [kind.as_dict() for kind in kinds.kinds]
+    if kinds.note:
+        data["warnings"].append(kinds.note)
     data["nvml"] = facts.inventory.nvml
     data["warnings"] = [*data["warnings"], *facts.notes]
     return data

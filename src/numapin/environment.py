@@ -18,6 +18,7 @@ __all__ = [
     "OPENMP_BINDING",
     "OWNED",
     "PATCH",
+    "PRIORITY_CORES",
     "RANK_MAP",
     "RESERVED",
     "RUNTIME_DIR",
@@ -33,6 +34,8 @@ APPLIED = "NUMAPIN_APPLIED"
 RESERVED = "NUMAPIN_RESERVED"
 #: ``r0,r1,...``: local rank i drives logical GPU r_i.
 RANK_MAP = "NUMAPIN_RANK_MAP"
+#: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.kinds.PCT_SKUS).
+PRIORITY_CORES = "NUMAPIN_PRIORITY_CORES"
 #: The folder of the host's pin records (numapin.ledger), before the runtime folders it would choose.
 RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 
@@ -52,7 +55,7 @@ AUTOPIN_OPTIONS = {
 }
 
 #: The variables numapin itself owns.
-OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, RUNTIME_DIR, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PRIORITY_CORES, RUNTIME_DIR, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
 
 #: Launchers' local-rank variables, in the order they are consulted (first set wins).
 LOCAL_RANK_VARIABLES: tuple[str, ...] = (

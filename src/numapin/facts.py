@@ -6,10 +6,12 @@ import os
 import threading
 from collections.abc import Mapping
 
-from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from .choices import parse_choice
+from .environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
+from .errors import UsageError
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
-from .kinds import CpuKinds, cached_kinds, forget_kinds
+from .kinds import CpuKinds, PriorityRule, cached_kinds, forget_kinds
 from .network import Network, cached_network, forget_network
 from .records import record
 from .topology import Topology, read_topology
@@ -18,7 +20,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Facts", "cached", "forget", "gather", "machine"]
+__all__ = ["Facts", "cached", "forget", "gather", "machine", "priority_rule"]
 
 
 @record
@@ -33,6 +35,8 @@ class Facts:
     notes: tuple[str, ...] = ()
     cut: str | None = None
     """Why ``CUDA_VISIBLE_DEVICES`` shows fewer GPUs than it lists, or none (also among the notes)."""
+    priority: PriorityRule = PriorityRule.KERNEL
+    """What besides the kernel decides the CPU kinds (``NUMAPIN_PRIORITY_CORES``)."""
 
     def gpu(self, index: int) -> VisibleGpu:
         """The visible GPU ``index``; when there is none, the error names the exact cause."""
@@ -40,7 +44,7 @@ class Facts:
 
     def kinds(self) -> CpuKinds:
         """The machine's CPU kinds, fastest first: read on first use (a pin without ``reserve`` never asks)."""
-        return cached_kinds(self.topology)
+        return cached_kinds(self.topology, self.priority)
 
     def network(self) -> Network:
         """The machine's NICs and each GPU's relation to them: read on first use."""
@@ -55,6 +59,7 @@ def gather(
 ) -> Facts:
     """Read the machine under ``root`` and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``."""
     env = os.environ if environ is None else environ
+    priority = priority_rule(env)
     topology = read_topology(root)
     inventory = read_gpus(topology, nvml=nvml)
     # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
@@ -62,12 +67,21 @@ def gather(
     if nvml is None and "MIG-" in env.get(CUDA_VISIBLE_DEVICES, "").upper() and Host(topology.root).is_live:
         module = load_nvml()
     resolution = resolve_visible(inventory, env, nvml=module)
-    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings, resolution.cut)
+    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings, resolution.cut,
+                 priority)
+
+
+def priority_rule(environ: Mapping[str, str]) -> PriorityRule:
+    """``NUMAPIN_PRIORITY_CORES`` (unset or empty: the kernel's kinds alone); UsageError naming it otherwise."""
+    try:
+        return parse_choice(PriorityRule, environ.get(PRIORITY_CORES) or PriorityRule.KERNEL, "priority-core rule")
+    except UsageError as exc:
+        raise UsageError(f"{PRIORITY_CORES}: {exc}", value=exc.value) from None
 
 
 # -- the process's facts, read once -----------------------------------------------
 
-_CACHE: dict[tuple[str, str | None, str | None], Facts] = {}
+_CACHE: dict[tuple[str, str | None, str | None, str | None], Facts] = {}
 _LOCK = [threading.Lock()]
 
 
@@ -79,7 +93,7 @@ def cached(root: str | os.PathLike[str] | None = None, environ: Mapping[str, str
     with cached facts opens no file under the root. :func:`forget` drops them.
     """
     env = os.environ if environ is None else environ
-    key = (resolve_root(root), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER))
+    key = (resolve_root(root), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER), env.get(PRIORITY_CORES))
     with _LOCK[0]:
         found = _CACHE.get(key)
         if found is None:

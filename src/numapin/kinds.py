@@ -13,14 +13,25 @@ rest of the same cores); where ``base_frequency`` is missing, CPPC's
 ``nominal_freq`` stands in for it. The favoured cores still come first inside
 their kind (:attr:`CpuKinds.order`), which is what ``reserve=K`` takes.
 
+Some parts hide their fastest cores from the kernel: Intel's Priority Core
+Turbo (Xeon 6 "P" parts) runs a few priority cores at a higher turbo, and no
+file a user may read says which (only ``/dev/isst_interface``, root's).
+:class:`PriorityRule` ``pct`` (opt-in, ``NUMAPIN_PRIORITY_CORES=pct``) takes
+their layout from the figures vLLM published for the parts it measured or
+looked up (:data:`PCT_SKUS`): data, applied only where the CPU's model and
+CPU 0's CPPC ``highest_perf`` both match, and only where the kernel tells no
+cores apart itself.
+
 Read on demand, not with the topology: a pin without ``reserve`` or
 ``cores="fastest"`` never needs them, and they cost up to four files per CPU.
 """
 
 from __future__ import annotations
 
+from .choices import Choice
 from .cpuset import CpuSet
 from .host import Host
+from .logger import log
 from .records import record
 from .text import decimal
 from .topology import Topology
@@ -29,12 +40,42 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["CpuKind", "CpuKinds", "cached_kinds", "read_kinds"]
+__all__ = ["PCT_SKUS", "CpuKind", "CpuKinds", "PctSku", "PriorityRule", "cached_kinds", "read_kinds"]
 
 # Intel's hybrid PMUs, fastest type first (hwloc's "CoreType" names in the comment).
 _CORE_TYPES = (("cpu_core", "performance"), ("cpu_atom", "efficient"), ("cpu_lowpower", "low power"))
 # hwloc's default: maximum frequencies within 10% of each other (same base) are one kind.
 _ADJUST_PERCENT = 10
+
+
+class PriorityRule(Choice):
+    """What decides the CPU kinds besides the kernel's files."""
+
+    KERNEL = "kernel"
+    """Only what the kernel exposes (the default)."""
+
+    PCT = "pct"
+    """Also the published Priority Core Turbo layouts of :data:`PCT_SKUS`, where the kernel tells nothing apart."""
+
+
+@record
+class PctSku:
+    """One Priority Core Turbo part as vLLM published it (``vllm/utils/numa_utils.py``, vllm#43270, #43775)."""
+
+    highest_perf: int
+    """CPU 0's CPPC ``highest_perf``: the priority cores' turbo in 100 MHz (a guard: no match, no rule)."""
+    stride: int
+    """Logical CPUs per priority group: CPUs whose number modulo ``stride`` is 0 or 1 are priority cores."""
+    measured: bool
+    """True where vLLM measured the layout (a DGX B300); False where it took the figures from Intel's ARK."""
+
+
+#: Model number in ``/proc/cpuinfo``'s model name -> its layout. Figures, not code, from vLLM's table.
+PCT_SKUS: dict[str, PctSku] = {
+    "6776P": PctSku(46, 16, measured=True),
+    "6774P": PctSku(46, 16, measured=False),
+    "6962P": PctSku(44, 18, measured=False),
+}
 
 
 @record
@@ -48,10 +89,12 @@ class CpuKind:
     max_mhz: int | None = None
     base_mhz: int | None = None
     highest_perf: int | None = None
+    rule: str | None = None
+    """Where not the kernel's files but a :class:`PriorityRule` made this kind: its name (``pct``)."""
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cpus": str(self.cpus), "rank": self.rank}
-        for name in ("core_type", "capacity", "max_mhz", "base_mhz", "highest_perf"):
+        for name in ("core_type", "capacity", "max_mhz", "base_mhz", "highest_perf", "rule"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
@@ -67,6 +110,8 @@ class CpuKinds:
     """Online CPUs fastest first: by kind, then by each CPU's own maximum
     frequency and ``highest_perf`` (a kind's favoured cores first), then by
     number, highest first (low CPUs carry interrupts and housekeeping)."""
+    note: str | None = None
+    """Why a :class:`PriorityRule` asked for did not apply (``numapin show`` says it)."""
 
     @property
     def hybrid(self) -> bool:
@@ -144,14 +189,23 @@ def _speed(core_type: int | None, capacity: int | None, highest: int | None, max
             -(base_khz or 0))
 
 
-def read_kinds(topology: Topology, *, journal: list[str] | None = None) -> CpuKinds:
+def read_kinds(topology: Topology, *, rule: PriorityRule | str = PriorityRule.KERNEL,
+               journal: list[str] | None = None) -> CpuKinds:
     """The CPU kinds of the machine under ``topology.root`` (one kind when the kernel tells nothing apart).
 
+    ``rule`` ``pct`` applies :data:`PCT_SKUS` where it fits (see the module's text);
     ``journal`` collects the files read (``numapin snapshot``)."""
     host = Host(topology.root, journal)
     cpus = _read_cpus(host, topology.online)
     if not cpus:
         return CpuKinds(())
+    kinds = _kernel_kinds(cpus)
+    if PriorityRule(rule) is PriorityRule.PCT:
+        return _priority_cores(host, cpus, kinds)
+    return kinds
+
+
+def _kernel_kinds(cpus: list[_Cpu]) -> CpuKinds:
     adjusted = _adjusted_max(cpus)
     # Like hwloc, CPPC highest_perf does not split kinds by itself (favoured cores differ in it a little);
     # it orders CPUs inside their kind.
@@ -180,19 +234,59 @@ def read_kinds(topology: Topology, *, journal: list[str] | None = None) -> CpuKi
             highest_perf=highest.pop() if len(highest) == 1 else None,
         ))
     rank_of = {c.cpu: rank for rank, key in enumerate(keys) for c in groups[key]}
+    return CpuKinds(tuple(kinds), _order(cpus, rank_of))
+
+
+def _order(cpus: list[_Cpu], rank_of: dict[int, int]) -> tuple[int, ...]:
     order = sorted(cpus, key=lambda c: (rank_of[c.cpu], -(c.highest_perf or 0), -(c.max_khz or 0), -c.cpu))
-    return CpuKinds(tuple(kinds), tuple(c.cpu for c in order))
+    return tuple(c.cpu for c in order)
+
+
+def _model_name(host: Host) -> str:
+    for line in (host.read("proc/cpuinfo") or "").splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.strip() == "model name":
+            return value.strip()
+    return ""
+
+
+def _priority_cores(host: Host, cpus: list[_Cpu], kernel: CpuKinds) -> CpuKinds:
+    """The kernel's kinds, or the published PCT layout where the part is in :data:`PCT_SKUS` and every guard holds."""
+    model = _model_name(host)
+    sku = next((name for name in PCT_SKUS if name in model.split()), "")  # "Intel(R) Xeon(R) 6776P"
+    layout = PCT_SKUS.get(sku)
+    cpu0 = next((c.highest_perf for c in cpus if c.cpu == 0), None)
+    note = None
+    if len(kernel.kinds) > 1:
+        note = "the kernel tells its CPUs apart: its kinds stand"
+    elif layout is None:
+        note = f"the CPU ({model or 'model unknown'}) is none of {', '.join(PCT_SKUS)}"
+    elif cpu0 != layout.highest_perf:
+        note = f"CPU 0's highest_perf is {cpu0 or 'unreadable'}, not the {layout.highest_perf} of a {sku} with PCT"
+    if note is not None or layout is None:
+        log.info("priority-core rule pct not applied: %s", note)
+        return CpuKinds(kernel.kinds, kernel.order, note=f"priority-core rule pct not applied: {note}")
+    # CPU 0 passed the guard, so the priority kind is never empty; the rest may be (a one-group machine).
+    priority = CpuSet(c.cpu for c in cpus if c.cpu % layout.stride in (0, 1))
+    others = CpuSet(c.cpu for c in cpus) - priority
+    base, pct = kernel.kinds[0], str(PriorityRule.PCT)
+    kinds = [CpuKind(0, priority, base.core_type, base.capacity, layout.highest_perf * 100, base.base_mhz,
+                     layout.highest_perf, rule=pct)]
+    if others:
+        kinds.append(CpuKind(1, others, base.core_type, base.capacity, base.max_mhz, base.base_mhz, rule=pct))
+    return CpuKinds(tuple(kinds), _order(cpus, {c.cpu: int(c.cpu in others) for c in cpus}))
 
 
 # No lock: reading twice is harmless, and a lock held across fork() would hang the child.
-_CACHE: dict[str, CpuKinds] = {}
+_CACHE: dict[tuple[str, PriorityRule], CpuKinds] = {}
 
 
-def cached_kinds(topology: Topology) -> CpuKinds:
-    """:func:`read_kinds` once per root in this process (``numapin.facts.forget`` drops them)."""
-    found = _CACHE.get(topology.root)
+def cached_kinds(topology: Topology, rule: PriorityRule = PriorityRule.KERNEL) -> CpuKinds:
+    """:func:`read_kinds` once per root and rule in this process (``numapin.facts.forget`` drops them)."""
+    key = (topology.root, rule)
+    found = _CACHE.get(key)
     if found is None:
-        found = _CACHE[topology.root] = read_kinds(topology)
+        found = _CACHE[key] = read_kinds(topology, rule=rule)
     return found
 
 

@@ -51,8 +51,14 @@ class MachineSpec:
     """A dual-port Ethernet (RoCE) card on each socket, apart from the GPUs' NICs (a DGX's storage ports)."""
     efficient_cores: int = 0
     """The last cores of each socket that are efficient (E) cores of one thread, numbered after every P-core CPU."""
-    priority_every: int = 0
-    """Every Nth core of a socket is a priority core, faster than the rest (Intel's Priority Core Turbo)."""
+    priority_stride: int = 0
+    """Cores whose number modulo this is 0 or 1 are priority cores, faster than the rest (Intel's Priority
+    Core Turbo, laid out as vLLM published for a DGX B300's Xeon 6776P: 8 of each socket's 64 cores)."""
+    priority_hidden: bool = False
+    """The kernel shows every core at the priority cores' turbo: which are priority cores, only a published
+    layout tells (``NUMAPIN_PRIORITY_CORES=pct``)."""
+    cpu_model: str = ""
+    """``/proc/cpuinfo``'s model name; empty writes no ``/proc/cpuinfo``."""
     frequencies: tuple[int, int] = (0, 0)
     """Maximum and base frequency of the (ordinary) cores in MHz; (0, 0) writes no cpufreq files."""
 
@@ -99,7 +105,7 @@ SHAPES: dict[str, MachineSpec] = {
     spec.name: spec
     for spec in (
         MachineSpec("dgx-h100", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
-                    nic_relation="PXB", storage_nics=True,
+                    nic_relation="PXB", storage_nics=True, cpu_model="Intel(R) Xeon(R) Platinum 8480C",
                     arch_note="2 x Xeon 8480C, 8 x H100 SXM, 8 InfiniBand NICs + 2 dual-port storage NICs"),
         MachineSpec("gb300", sockets=2, cores_per_socket=72, gpus_per_node=2,
                     gpu_model="NVIDIA GB300", gpu_class="0x030200", gpu_memory_nodes=True,
@@ -110,7 +116,7 @@ SHAPES: dict[str, MachineSpec] = {
                     arch_note="2 x EPYC in NPS4, 2 CCX per node, 8 GPUs, a NIC per GPU"),
         MachineSpec("dgx-b300", sockets=2, cores_per_socket=64, threads_per_core=2, gpus_per_node=4,
                     gpu_model="NVIDIA B300 SXM6 AC", nic_relation="PIX", storage_nics=True,
-                    priority_every=8, frequencies=(3900, 2300),
+                    priority_stride=16, frequencies=(3900, 2300), cpu_model="Intel(R) Xeon(R) 6776P",
                     arch_note="2 x Xeon 6776P with 8 priority cores each (4.6 GHz), 8 x B300, a NIC per GPU"),
         MachineSpec("laptop", sockets=1, cores_per_socket=6, threads_per_core=2, gpus_per_node=1,
                     gpu_model="NVIDIA GeForce RTX 4070 Laptop GPU", gpu_class="0x030000",
@@ -236,6 +242,9 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                                       f"Node {node} MemFree:        {memory // 2048} kB")
 
     _write_kinds(spec, root)
+    if spec.cpu_model:
+        _put(root, "proc/cpuinfo", "".join(f"processor\t: {cpu}\nmodel name\t: {spec.cpu_model}\n\n"
+                                           for cpu in range(spec.cpus)))
     words = -(-spec.cpus // 32)
     irqs = _Irqs(root, spec.cpus)
     for gpu in range(spec.gpus):
@@ -299,7 +308,7 @@ def _write_kinds(spec: MachineSpec, root: Path) -> None:
         top, base = max_mhz, base_mhz
         if spec.is_efficient(core):
             top, base = max_mhz * 3 // 4, base_mhz * 7 // 10
-        elif spec.priority_every and core % spec.cores_per_socket % spec.priority_every == 0:
+        elif spec.priority_hidden or (spec.priority_stride and core % spec.priority_stride in (0, 1)):
             top = 4600  # the Xeon 6776P's priority-core turbo, as vLLM's table gives it
         elif spec.efficient_cores and core % spec.cores_per_socket == 1:
             top += 200  # a Turbo Boost Max 3.0 favoured core: a little faster, the same kind

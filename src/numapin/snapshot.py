@@ -18,7 +18,7 @@ from pathlib import Path
 from .errors import UsageError, quoted
 from .gpus import read_gpus
 from .host import Host
-from .kinds import read_kinds
+from .kinds import PriorityRule, read_kinds
 from .network import read_network
 from .topology import read_topology
 
@@ -80,7 +80,7 @@ def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str]
     journal: list[str] = []
     topology = read_topology(root, journal=journal)
     inventory = read_gpus(topology, nvml=False, journal=journal)
-    read_kinds(topology, journal=journal)
+    read_kinds(topology, rule=PriorityRule.PCT, journal=journal)  # the CPU's model too, which that rule reads
     read_network(topology, inventory.gpus, journal=journal)
     host = Host(topology.root)
     wanted = list(dict.fromkeys([*journal, "proc/self/status"]))
