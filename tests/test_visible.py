@@ -22,7 +22,7 @@ import live
 import numapin
 from conftest import REPO, Python, in_child
 from numapin import CpuSet, ledger
-from numapin.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, RUNTIME_DIR
+from numapin.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, PRIORITY_CORES, RUNTIME_DIR
 from numapin.records import replace
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -274,6 +274,15 @@ def test_a_forked_child_of_a_worker_is_said_to_inherit(pair_root: Path, records:
     assert _parent_of(child) == parent
     found = json.loads(_numapin("ps", "--root", str(pair_root), "--json", str(child)).stdout)["workers"]
     assert found[0]["placed_by"] == f"inherited from {parent} (pin)" and found[0]["verdict"] == "ok"
+
+
+def test_a_worker_whose_environment_numapin_refuses_is_unknown(pair_root: Path, workers: Workers) -> None:
+    good = workers.start([sys.executable, "-c", WORKER], **{CUDA_VISIBLE_DEVICES: "1"})
+    bad = workers.start([sys.executable, "-c", WORKER], **{CUDA_VISIBLE_DEVICES: "1", PRIORITY_CORES: "fastest"})
+    listing = _numapin("ps", "--root", str(pair_root), "--json", str(good), str(bad))
+    seen = {w["pid"]: w for w in json.loads(listing.stdout)["workers"]}
+    assert seen[good]["verdict"] == "misplaced", listing.stderr  # the others are still judged
+    assert seen[bad]["verdict"] == "unknown" and PRIORITY_CORES in seen[bad]["note"]
 
 
 def _parent_of(pid: int) -> int:

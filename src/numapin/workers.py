@@ -214,7 +214,10 @@ def _look(pid: int, records: Mapping[int, ledger.Entry], nvml: Mapping[int, set[
         if not asked:
             return None
         why = "asked for"
-    facts = cached_facts(root, env)
+    try:
+        facts = cached_facts(root, env)
+    except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
+        return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc))
     expected, note = _expected(entry, env, facts, base, by_device, nvml.get(pid, set()))
     ops = LinuxThreads(pid)
     try:
