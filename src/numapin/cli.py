@@ -389,7 +389,7 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .exec import ExecRequest, apply_exec, exec_program, parse_cores, parse_exec_policy, prepare_exec
+    from .exec import ExecRequest, apply_exec, exec_program, parse_cores, parse_exec_policy, parse_nics, prepare_exec
     from .memory import parse_memory_mode
     from .placement import parse_mode
 
@@ -418,7 +418,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             nodes=args.nodes,
             mems=args.mems,
             cores=parse_cores(args.cores),
-            nics=args.nics,
+            nics=parse_nics(args.nics),
         )
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
@@ -647,7 +647,9 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_cores(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cores", choices=["all", "fastest"], default="all",
+    from .placement import Cores
+
+    parser.add_argument("--cores", choices=[c.value for c in Cores], default="all",
                         help="fastest: only the fastest kind of core among the placement's, where the machine has "
                              "CPU kinds (P-cores, priority cores; see numapin show); all: every one (default)")
 
@@ -690,12 +692,12 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread")
     _add_cores(ex)
-    ex.add_argument("--nics", choices=["auto", "none"], default="none",
-                    help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "
-                         "over a value already set; NCCL is left to choose its own); none: nothing (default)")
-    from .exec import EXEC_POLICIES
+    from .exec import EXEC_POLICIES, Nics
     from .memory import MemoryMode
 
+    ex.add_argument("--nics", choices=[n.value for n in Nics], default="none",
+                    help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "
+                         "over a value already set; NCCL is left to choose its own); none: nothing (default)")
     ex.add_argument("--memory", choices=[m.value for m in MemoryMode], default="preferred",
                     help="memory policy for the GPU's node (default: preferred)")
     ex.add_argument("--policy", choices=[p.value for p in EXEC_POLICIES], default="respect",

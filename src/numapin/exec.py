@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
-from .choices import parse_choice
+from .choices import Choice, parse_choice
 from .cpuset import CpuSet
 from .decision import ExternalMaskPolicy
 from .environment import APPLIED, AUTOPIN_OPTIONS, NIC_VARIABLES, RESERVED, THREAD_POOLS
@@ -58,6 +58,16 @@ def parse_exec_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
     return parse_choice(ExternalMaskPolicy, policy, "policy", among=EXEC_POLICIES)
 
 
+class Nics(Choice):
+    """Whether ``numapin exec`` tells the program's network libraries its GPU's NIC."""
+
+    AUTO = "auto"
+    """Export the GPU's nearest RDMA NIC to the libraries that take one per process (:data:`NIC_VARIABLES`)."""
+
+    NONE = "none"
+    """Set nothing network-related (the default): the libraries choose."""
+
+
 @record
 class ExecRequest:
     """What ``numapin exec`` was asked to do.
@@ -85,7 +95,7 @@ class ExecRequest:
     binding: the CPUs are left as they are, as ``numactl -m``."""
     cores: Cores = Cores.ALL
     """``fastest``: only the fastest kind of core among the placement's (where the machine has kinds)."""
-    nics: str = "none"
+    nics: Nics = Nics.NONE
     """``auto``: export the GPU's nearest NIC to UCX and NVSHMEM (:data:`NIC_VARIABLES`); ``none``: nothing."""
 
     @property
@@ -125,7 +135,7 @@ class PreparedExec:
             "memory": self.request.memory.value,
             "policy": self.request.policy.value,
             "threads": {"set": dict(self.pools), "kept": dict(self.kept_pools)},
-            "nics": None if self.request.nics == "none" else {
+            "nics": None if self.request.nics is Nics.NONE else {
                 "nic": None if self.nic is None else self.nic.as_dict(),
                 "set": dict(self.network), "kept": dict(self.kept_network)},
             "notes": list(self.notes),
@@ -223,17 +233,15 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
                         nic=nic, network=network, kept_network=kept_network)
 
 
-def parse_nics(nics: str) -> str:
+def parse_nics(nics: str | Nics) -> Nics:
     """``auto`` or ``none`` (``--nics``, ``NUMAPIN_NICS``); UsageError otherwise."""
-    if nics not in ("auto", "none"):
-        raise UsageError(f"--nics {quoted(nics)}: auto (export the GPU's nearest NIC) or none", value=nics)
-    return nics
+    return parse_choice(Nics, nics, "nics")
 
 
-def _network(facts: Facts, placement: Placement, nics: str, environ: Mapping[str, str], notes: list[str]
+def _network(facts: Facts, placement: Placement, nics: Nics, environ: Mapping[str, str], notes: list[str]
              ) -> tuple[RankNic | None, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """With ``auto``: the GPU's NIC, the variables to set for it, and those the caller set (kept)."""
-    if parse_nics(nics) == "none" or placement.pci is None:
+    if parse_nics(nics) is Nics.NONE or placement.pci is None:
         return None, (), ()
     nic = assign(facts.network(), [(placement.rank, placement.pci)])[0]
     if nic is None:
