@@ -106,6 +106,26 @@ def test_cores_fastest(machine_root: Callable[[str], Path], capsys: pytest.Captu
     assert exited.value.code == 2 and "--cores" in capsys.readouterr().err
 
 
+
+def test_cores_fastest_among_explicit_cpus_and_nodes(machine_root: Callable[[str], Path],
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    laptop = machine_root("laptop")
+    kinds = read_kinds(read_topology(laptop))
+    p_cores, e_cores = kinds.kinds[0].cpus, kinds.kinds[1].cpus
+    mixed = CpuSet([max(p_cores), *e_cores])
+    assert plan(cpus=mixed, cores="fastest", root=laptop, environ={}).cpus == CpuSet([max(p_cores)])
+    assert plan(cpus=e_cores, cores="fastest", root=laptop, environ={}).cpus == e_cores  # the fastest present
+    for where in (["--cpus", str(mixed)], ["--nodes", "0"]):
+        assert main(["exec", "--root", str(laptop), *where, "--cores", "fastest", "--dry-run", "--json",
+                     "--", "true"]) == 0
+        chosen = CpuSet.parse(json.loads(capsys.readouterr().out)["placement"]["cpus"])
+        assert chosen and chosen <= p_cores
+    # Memory-only binding leaves the CPUs alone: options about CPUs or NICs are refused, not ignored.
+    for option in (["--cores", "fastest"], ["--reserve", "1"], ["--nics", "auto"]):
+        assert main(["exec", "--root", str(laptop), "--mems", "0", *option, "--dry-run", "--", "true"]) == 2
+        assert "--mems alone leaves the CPUs as they are" in capsys.readouterr().err
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([3000, 3100, 3400, 4000]), st.sampled_from([1200, 2000])),
                 min_size=1, max_size=6))

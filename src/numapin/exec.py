@@ -208,6 +208,12 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
         if request.memory is MemoryMode.NONE:
             raise UsageError("--mems without a CPU placement sets a memory policy: give --memory bind or "
                              "preferred", value=request.mems)
+        ignored = [option for option, given in (("--reserve", request.reserve > 0),
+                                                ("--cores fastest", request.cores is Cores.FASTEST),
+                                                ("--nics auto", request.nics is Nics.AUTO)) if given]
+        if ignored:
+            raise UsageError(f"--mems alone leaves the CPUs as they are: {' and '.join(ignored)} would do nothing; "
+                             "give --gpu, --cpus or --nodes too", value=request.mems)
         return PreparedExec(request, executable, None, None, tuple(facts.notes))
     if request.nodes is not None:
         request = replace(request, cpus=_node_cpus(facts, request.nodes))

@@ -244,11 +244,12 @@ def place(
     """
     fastest_only = parse_choice(Cores, cores, "cores") is Cores.FASTEST
     if cpus is not None:
-        chosen = explicit_cpus(topology, cpus)
+        given = explicit_cpus(topology, cpus)
+        chosen = _fastest(given, kinds) if fastest_only else given
         return Placement(
             cpus=chosen,
             mems=_mems(topology, chosen),
-            reason=f"explicit CPUs {chosen}",
+            reason=f"explicit CPUs {given}" + (", their fastest cores" if chosen != given else ""),
             mode=PlacementMode.EXPLICIT,
             gpu=None if gpu is None else gpu.index,
             pci=None if gpu is None else gpu.gpu.pci,
@@ -333,7 +334,7 @@ def resolve(
     if cpus is not None:
         named = facts.gpu(gpu) if gpu is not None else None
         return place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve,
-                     rank=None if rank is None else rank.rank, kinds=kinds)
+                     rank=None if rank is None else rank.rank, cores=cores, kinds=kinds)
     parse_mode(mode)
     if gpu is None:
         if rank is None:
