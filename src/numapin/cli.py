@@ -94,9 +94,10 @@ def _machine_folder() -> Iterator[str]:
         # Thousands of small files: on tmpfs when there is one, which is far faster on slow disks.
         base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
         # The name is known to the handler before the folder exists: a signal between making the
-        # folder and remembering it (inside mkdtemp) would otherwise leave it behind.
+        # folder and remembering it (inside mkdtemp) would otherwise leave it behind. The PID in it
+        # says whose a folder is (tests tell their commands' folders from others' running meanwhile).
         while True:
-            made[:] = [os.path.join(base, f"numapin-machine-{os.urandom(6).hex()}")]
+            made[:] = [os.path.join(base, f"numapin-machine-{os.getpid()}-{os.urandom(6).hex()}")]
             try:
                 os.mkdir(made[0], 0o700)
                 break
