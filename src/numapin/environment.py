@@ -15,6 +15,7 @@ __all__ = [
     "FSROOT",
     "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
+    "NIC_VARIABLES",
     "OPENMP_BINDING",
     "OWNED",
     "PATCH",
