@@ -27,7 +27,8 @@ def test_import_numapin_loads_nothing_else() -> None:
 def test_a_pin_loads_only_what_it_needs() -> None:
     loaded = _modules_after("import numapin; numapin.pin(cpus='0')")
     assert "numapin.pinning" in loaded  # the check below can fail: the pin path did load
-    for absent in ("numapin.cli", "numapin.audit", "numapin.snapshot", "numapin.machines", "pynvml", "argparse",
+    for absent in ("numapin.cli", "numapin.audit", "numapin.snapshot", "numapin.machines", "numapin.network",
+                   "numapin.interrupts", "numapin.doctor", "pynvml", "argparse",
                    "tempfile", "shutil", "platform", "tarfile", "json",
                    # what costs a pin's start-up more than its work, and buys nothing at run time
                    "dataclasses", "typing", "logging", "re", "pathlib", "inspect"):

@@ -228,3 +228,18 @@ def test_relation_counts_switches() -> None:
 def test_an_empty_network_answers_nothing() -> None:
     network = Network(())
     assert network.nearest("0000:18:00.0") == () and assign(network, [(0, "0000:18:00.0"), (1, None)]) == (None, None)
+
+
+_HEX_TEXT = st.text(alphabet="0123456789abcdefABCDEFg:.p ci", max_size=16)
+
+
+@given(st.one_of(_HEX_TEXT, st.from_regex(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9]", fullmatch=True),
+                 st.from_regex(r"pci[0-9a-f]{3,9}:[0-9a-f]{1,3}", fullmatch=True)))
+def test_pci_names_are_read_as_sysfs_writes_them(name: str) -> None:
+    # The readers avoid the re module (its import is a start-up cost); the expressions here are the definition.
+    import re
+
+    from numapin.network import _is_bdf, _is_host_bridge
+
+    assert _is_bdf(name) == bool(re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", name))
+    assert _is_host_bridge(name) == bool(re.fullmatch(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}", name))

@@ -22,7 +22,6 @@ from .facts import Facts
 from .facts import cached as cached_facts
 from .logger import log
 from .memory import MemoryMode, MemoryNodes, parse_memory_mode, place_memory
-from .network import RankNic, assign
 from .ownership import acting
 from .pinning import PinResult, pin
 from .placement import Cores, Placement, PlacementMode, parse_mode, resolve
@@ -33,6 +32,8 @@ from .text import decimal, plural
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
+
+    from .network import RankNic
 
 __all__ = [
     "EXEC_POLICIES",
@@ -249,6 +250,8 @@ def _network(facts: Facts, placement: Placement, nics: Nics, environ: Mapping[st
     """With ``auto``: the GPU's NIC, the variables to set for it, and those the caller set (kept)."""
     if parse_nics(nics) is Nics.NONE or placement.pci is None:
         return None, (), ()
+    from .network import assign  # only with --nics auto: the start-up hook's pins never import it
+
     nic = assign(facts.network(), [(placement.rank, placement.pci)])[0]
     if nic is None:
         notes.append("--nics auto: no network device found near the GPU; no NIC variable set")

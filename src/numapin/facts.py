@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Mapping
 
@@ -12,13 +13,14 @@ from .errors import UsageError
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, cached_kinds, forget_kinds
-from .network import Network, cached_network, forget_network
 from .records import record
 from .topology import Topology, read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
+
+    from .network import Network
 
 __all__ = ["Facts", "cached", "forget", "gather", "machine", "priority_rule"]
 
@@ -48,6 +50,8 @@ class Facts:
 
     def network(self) -> Network:
         """The machine's NICs and each GPU's relation to them: read on first use."""
+        from .network import cached_network  # imported on first use: most pins never ask
+
         return cached_network(self.topology, self.inventory.gpus)
 
 
@@ -106,7 +110,9 @@ def forget() -> None:
     with _LOCK[0]:
         _CACHE.clear()
     forget_kinds()
-    forget_network()
+    network = sys.modules.get(f"{__package__}.network")
+    if network is not None:  # read only if imported
+        network.forget_network()
 
 
 def _after_fork_in_child() -> None:

@@ -24,7 +24,6 @@ the switches crossed are the upstream ports on the route between the devices.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from .choices import Choice
@@ -40,8 +39,26 @@ if TYPE_CHECKING:
 
 __all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "cached_network", "read_network", "relation"]
 
-_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_HOST_BRIDGE = re.compile(r"^pci[0-9a-f]{4,8}:[0-9a-f]{2}$")
+_HEX = frozenset("0123456789abcdef")
+
+
+def _hex(text: str, low: int, high: int) -> bool:
+    return low <= len(text) <= high and set(text) <= _HEX
+
+
+def _is_bdf(name: str) -> bool:
+    """``0000:05:00.0``: a PCI function's folder (domain, bus, device, function). No regex: ``re`` costs start-up."""
+    domain, _, rest = name.partition(":")
+    bus, _, rest = rest.partition(":")
+    device, dot, function = rest.partition(".")
+    return (_hex(domain, 4, 8) and _hex(bus, 2, 2) and _hex(device, 2, 2) and dot == "."
+            and len(function) == 1 and function in "01234567")
+
+
+def _is_host_bridge(name: str) -> bool:
+    """``pci0000:00``: a host bridge's folder under ``sys/devices``."""
+    domain, colon, bus = name[3:].partition(":")
+    return name.startswith("pci") and colon == ":" and _hex(domain, 4, 8) and _hex(bus, 2, 2)
 
 
 class Relation(Choice):
@@ -124,11 +141,11 @@ def _pci_path(host: Host, rel: str) -> tuple[str, ...] | None:
     if target is None or not target.startswith("sys/devices/"):
         return None
     parts = target.split("/")[2:]
-    if not parts or not _HOST_BRIDGE.match(parts[0]):
+    if not parts or not _is_host_bridge(parts[0]):
         return None
     chain = [parts[0]]
     for part in parts[1:]:
-        if not _BDF.match(part):
+        if not _is_bdf(part):
             break
         chain.append(part)
     return tuple(chain) if len(chain) > 1 else None
