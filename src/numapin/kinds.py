@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PCT_SKUS", "CpuKind", "CpuKinds", "PctSku", "PriorityRule", "cached_kinds", "read_kinds"]
 
-# Intel's hybrid PMUs, fastest type first (hwloc's "CoreType" names in the comment).
+# Intel's hybrid PMUs, fastest type first, each with the name show gives its kind.
 _CORE_TYPES = (("cpu_core", "performance"), ("cpu_atom", "efficient"), ("cpu_lowpower", "low power"))
 # hwloc's default: maximum frequencies within 10% of each other (same base) are one kind.
 _ADJUST_PERCENT = 10
