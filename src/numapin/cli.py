@@ -278,10 +278,8 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
     data["nics"] = [nic.as_dict() for nic in network.nics]
     kinds = facts.kinds()
     data["cpu_kinds"] = [kind.as_dict() for kind in kinds.kinds]
-    if kinds.note:
-        data["warnings"].append(kinds.note)
     data["nvml"] = facts.inventory.nvml
-    data["warnings"] = [*data["warnings"], *facts.notes]
+    data["warnings"] = [*data["warnings"], *([kinds.note] if kinds.note else []), *facts.notes]
     return data
 
 

@@ -40,11 +40,8 @@ from .pinning import PinResult
 from .ranks import local_rank
 from .records import record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
+
 
 def _vllm() -> tuple[PatchReport, ...]:
     from .compat import vllm
