@@ -266,8 +266,9 @@ def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet
     again = (f"; irqbalance (PID {balancer}) would move them back: ban them "
              f"(its --banirq=N for each) or stop it") if balancer else ""
     found = []
+    irqs_of = device_irqs(host, [pci for _, pci, _ in devices])
     for what, pci, node in devices:
-        irqs = [i for i in device_irqs(host, pci) if i.delivered]
+        irqs = [i for i in irqs_of[pci] if i.delivered]
         if node is None or not irqs:
             continue
         home = t.node(node).cpus

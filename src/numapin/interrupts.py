@@ -9,6 +9,8 @@ folder; ``/proc/interrupts`` names each IRQ's handler (``mlx5_comp3@pci:...``,
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .cpuset import CpuSet
 from .host import Host
 from .records import record
@@ -56,16 +58,19 @@ def _cpus(host: Host, rel: str) -> CpuSet | None:
         return None
 
 
-def device_irqs(host: Host, pci: str) -> tuple[Irq, ...]:
-    """The interrupts of the PCI function ``pci`` (``0000:05:00.0``), by number."""
+def device_irqs(host: Host, pcis: Sequence[str]) -> dict[str, tuple[Irq, ...]]:
+    """Each PCI function of ``pcis`` (``0000:05:00.0``) and its interrupts by number; ``/proc/interrupts`` read once."""
     names = _names(host)
-    numbers = {n for n in (decimal(e) for e in host.listdir(f"sys/bus/pci/devices/{pci}/msi_irqs")) if n is not None}
-    numbers |= {irq for irq, line in names.items() if pci in line}
-    return tuple(
-        Irq(irq, names.get(irq, ""), _cpus(host, f"proc/irq/{irq}/smp_affinity_list"),
-            _cpus(host, f"proc/irq/{irq}/effective_affinity_list"))
-        for irq in sorted(numbers)
-    )
+    found = {}
+    for pci in pcis:
+        listed = (decimal(e) for e in host.listdir(f"sys/bus/pci/devices/{pci}/msi_irqs"))
+        numbers = {n for n in listed if n is not None} | {irq for irq, line in names.items() if pci in line}
+        found[pci] = tuple(
+            Irq(irq, names.get(irq, ""), _cpus(host, f"proc/irq/{irq}/smp_affinity_list"),
+                _cpus(host, f"proc/irq/{irq}/effective_affinity_list"))
+            for irq in sorted(numbers)
+        )
+    return found
 
 
 def running(host: Host, program: str) -> int | None:
