@@ -322,13 +322,24 @@ def _write_kinds(spec: MachineSpec, root: Path) -> None:
         _put(root, "sys/devices/cpu_atom/cpus", str(efficient))
 
 
+def _root_port(bus: int) -> str:
+    """A host bridge's root port, the first bridge of every device path written here."""
+    return f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0"
+
+
+def _gpu_switch(gpu: int) -> str:
+    """The upstream port of the switch below GPU ``gpu``'s root port, which its NIC shares."""
+    bus = 0x10 * gpu
+    return f"{_root_port(bus)}/0000:{bus + 1:02x}:00.0"
+
+
 def _gpu_device(spec: MachineSpec, gpu: int) -> str:
     """The GPU's sysfs path: under its root port, or under one or two PCIe switches where NICs share them."""
     bus = 0x10 * gpu
-    path = f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0"
+    path = _root_port(bus)
     if spec.nic_relation is not None:
         # A switch (upstream port, then downstream port); for PXB a second switch below it.
-        path += f"/0000:{bus + 1:02x}:00.0/0000:{bus + 2:02x}:00.0"
+        path = f"{_gpu_switch(gpu)}/0000:{bus + 2:02x}:00.0"
         if spec.nic_relation == "PXB":
             path += f"/0000:{bus + 3:02x}:00.0/0000:{bus + 4:02x}:00.0"
     return f"{path}/{_bdf(gpu)}"
@@ -349,15 +360,14 @@ def _nics(spec: MachineSpec) -> list[_Nic]:
         for gpu in range(spec.gpus):
             bus = 0x10 * gpu
             bdf = f"0000:{bus + 5:02x}:00.0"
-            device = f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0/0000:{bus + 1:02x}:00.0/" \
-                     f"0000:{bus + 2:02x}:01.0/{bdf}"
+            device = f"{_gpu_switch(gpu)}/0000:{bus + 2:02x}:01.0/{bdf}"  # the switch's other downstream port
             found.append(_Nic(device, bdf, gpu // spec.gpus_per_node, True))
     if spec.storage_nics and spec.gpus_per_node:
         for node in range(spec.cpu_nodes):
             bus = 0x10 * node * spec.gpus_per_node + 0x0C
             for function in (0, 1):
                 bdf = f"0000:{bus + 1:02x}:00.{function}"
-                found.append(_Nic(f"sys/devices/pci0000:{bus:02x}/0000:{bus:02x}:01.0/{bdf}", bdf, node, False))
+                found.append(_Nic(f"{_root_port(bus)}/{bdf}", bdf, node, False))
     return sorted(found, key=lambda n: n.bdf)
 
 
