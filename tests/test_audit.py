@@ -197,6 +197,8 @@ def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
     read = {os.path.relpath(os.path.realpath("/" + rel), "/") if rel.startswith("sys/") else rel
             for rel in journal if not rel.endswith("/")}
     assert files <= {*read, "proc/self/status"}
+    if os.path.exists("/proc/cpuinfo"):
+        assert "proc/cpuinfo" in files  # the model name NUMAPIN_PRIORITY_CORES=pct reads
     links = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_symlink()}
     for link in links:
         assert link.startswith("sys/") and os.path.realpath(unpacked / link).startswith(str(unpacked))

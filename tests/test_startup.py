@@ -107,6 +107,16 @@ def test_autopin_binds_a_worker_at_birth(python: Python, pair_root: Path) -> Non
     assert report["changed"] is False and report["events"] == [], "pin() inside must change and warn nothing"
 
 
+def test_autopin_reads_no_network_unless_asked(python: Python, pair_root: Path) -> None:
+    # NICs are read for NUMAPIN_NICS=auto only: a worker's pin at birth pays for nothing else.
+    memory = "preferred" if live.NODE1_REAL else "none"
+    env = {FSROOT: str(pair_root), AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: memory, "LOCAL_RANK": "1"}
+    plain = _imported(python("-X", "importtime", "-c", "pass", **env))
+    assert "numapin.pinning" in plain and "numapin.network" not in plain, "the hook pinned, without NICs"
+    asked = _imported(python("-X", "importtime", "-c", "pass", **env, **{AUTOPIN_OPTIONS["nics"]: "auto"}))
+    assert "numapin.network" in asked
+
+
 def test_autopin_takes_the_only_visible_gpu(python: Python, pair_root: Path) -> None:
     report = _autopin(python, pair_root, **{CUDA_VISIBLE_DEVICES: "1"})
     born = report["born"]
