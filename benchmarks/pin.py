@@ -15,7 +15,7 @@ interleaved call by call so that the machine's noise falls on all of them:
   installed (``pip install torch==2.13.0``), skipped with a message otherwise.
 
 numapin's time includes the record each changing pin writes for numapin's tools
-(numapin.ledger), in a folder on tmpfs as ``/run`` is on a host (this
+(numapin.pinning.record), in a folder on tmpfs as ``/run`` is on a host (this
 benchmark's own, on /dev/shm); the "record" column is that write alone.
 
 Each call alternates between two targets, so every call really moves every
@@ -39,9 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numapin
-from numapin import CpuSet, ledger, machines
-from numapin.environment import RUNTIME_DIR
-from numapin.threads import Outcome
+from numapin.base.environment import RUNTIME_DIR
+from numapin.base.frozen import record as ledger
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.kernel.affinity import Outcome
 
 ROUNDS = 41
 
@@ -126,7 +128,7 @@ def large_masks(allowed: list[int], rounds: int) -> None:
 
 
 def record(cpus: set[int]) -> None:
-    """The record a changing pin writes (numapin.ledger), alone."""
+    """The record a changing pin writes (numapin.pinning.record), alone."""
     mask = CpuSet(cpus)
     ledger.publish(ledger.stamp(ledger.Entry(os.getpid(), START, "pin", mask, mask)))
 

@@ -39,7 +39,7 @@ import json, os, sys, time
 sys.path[:0] = [{str(REPO / "tests" / "guest")!r}]
 from checks import page_nodes, touched
 import numapin
-import numapin.numamaps
+import numapin.kernel.residency
 
 mode = sys.argv[1]
 buf = touched({SIZE})
@@ -55,7 +55,7 @@ elif mode == "late-numapin":
     numapin.pin(1, memory="bind", migrate=True)
     seconds = time.perf_counter() - started
 pages = page_nodes(buf)
-own = numapin.numamaps.residency()
+own = numapin.kernel.residency.residency()
 print(json.dumps({{"pages": {{str(k): v for k, v in pages.items()}}, "own_remote": own.share_outside([1], own=True),
                    "seconds": seconds, "mask": sorted(os.sched_getaffinity(0))}}))
 """
@@ -107,7 +107,7 @@ def inside() -> None:
 
 
 def main() -> None:
-    from numapin import read_topology
+    from numapin.facts.topology import read_topology
 
     if "--inside" in sys.argv or len(read_topology("/").cpu_nodes) >= 2:
         inside()

@@ -20,7 +20,7 @@ import time
 import timeit
 from pathlib import Path
 
-from numapin import machines
+from numapin.facts import synthetic as machines
 
 REPO = Path(__file__).resolve().parents[1]
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 25

@@ -20,7 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from numapin import machines, read_topology
+from numapin.facts import synthetic as machines
+from numapin.facts.topology import read_topology
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "hwloc-linux"
 REPEATS = 15

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numapin
-from numapin import machines
+from numapin.facts import synthetic as machines
 
 
 def _caught(call: Callable[[], object]) -> BaseException:

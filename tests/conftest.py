@@ -19,7 +19,8 @@ import pytest
 import live
 import numapin
 from live import INPUTS
-from numapin import environment, machines
+from numapin.base import environment
+from numapin.facts import synthetic as machines
 
 REPO = Path(__file__).resolve().parents[1]
 # hwloc's captures of real machines, carried in the repository (see its README for source and licence).
@@ -200,7 +201,7 @@ def in_child(fn: Callable[[], Any]) -> Any:
 @pytest.fixture(autouse=True)
 def _no_leaked_pin() -> Iterator[None]:
     """Every test must leave pytest's own CPU mask, and numapin's record, as it found them."""
-    from numapin import pinning
+    from numapin.pinning import process as pinning
 
     before = os.sched_getaffinity(0)
     yield

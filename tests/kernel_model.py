@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable
 
-from numapin import CpuSet
+from numapin.cpuset import CpuSet
 
 
 class ModelKernel:

@@ -17,9 +17,11 @@ import threading
 from pathlib import Path
 
 import numapin
-from numapin import CpuSet, environment, read_topology
-from numapin.machines import MachineSpec, write
-from numapin.memory import system_nodes
+from numapin.base import environment
+from numapin.cpuset import CpuSet
+from numapin.facts.synthetic import MachineSpec, write
+from numapin.facts.topology import read_topology
+from numapin.pinning.memory import system_nodes
 
 _GIB = 1 << 30
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import errno
 
-from numapin import CpuSet
-from numapin.numa import KernelMemoryPolicy
+from numapin.cpuset import CpuSet
+from numapin.kernel.mempolicy import KernelMemoryPolicy
 
 
 class ModelMemory:

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from live import ALL, NODE0, NODE1, REAL_NODES, cpus
-from numapin import CpuSet, machines, threads
 from numapin.cli import main
-from numapin.snapshot import TOP
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.kernel import affinity as threads
+from numapin.tools.snapshot import TOP
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 needs_two = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
@@ -81,7 +83,7 @@ def test_threads_reports_each_way_of_pinning(pair_root: Path,
         assert (row["cpus"], row["inside"], row["numapin"]) == (mask, inside, ours), name
         assert row["name"] == "python3" or row["name"].startswith("python")
         assert row["last_cpu"] in ALL
-    from numapin.audit import audit
+    from numapin.tools.threads_report import audit
 
     seen = audit(pid, gpu=0)
     assert len(seen.outside) == 2 and seen.marker == CpuSet(NODE0) and seen.memory.total > 0
@@ -130,7 +132,7 @@ def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_another_users_process_lists_its_masks_with_memory_unreadable() -> None:
     from conftest import in_child
-    from numapin.audit import audit
+    from numapin.tools.threads_report import audit
 
     def body() -> tuple[list[int], str | None, str]:
         os.setgid(65534)
@@ -181,10 +183,10 @@ def test_snapshot_of_synthetic_machines_round_trips(name: str, tmp_path: Path,
 
 
 def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
-    from numapin.gpus import read_gpus
-    from numapin.kinds import read_kinds
-    from numapin.network import read_network
-    from numapin.topology import read_topology
+    from numapin.facts.gpus import read_gpus
+    from numapin.facts.kinds import read_kinds
+    from numapin.facts.network import read_network
+    from numapin.facts.topology import read_topology
 
     unpacked = capture(tmp_path)
     files = {str(p.relative_to(unpacked)) for p in unpacked.rglob("*") if p.is_file() and not p.is_symlink()}
@@ -221,7 +223,7 @@ def test_snapshot_never_overwrites_without_force(tmp_path: Path, capsys: pytest.
 
 
 def test_snapshot_keeps_only_the_cpuset_lines_of_proc_self_cgroup(tmp_path: Path) -> None:
-    from numapin import machines as synthetic
+    from numapin.facts import synthetic
 
     root = synthetic.write("pair", tmp_path / "root")
     (root / "proc/self/cgroup").write_text(

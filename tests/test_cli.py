@@ -26,7 +26,7 @@ def test_show_this_machine(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "show")
     assert code == 0
     assert "NUMA nodes" in out and "this process may run on" in out and "Cores:" in out
-    from numapin import CpuSet
+    from numapin.cpuset import CpuSet
 
     assert f"this process may run on {CpuSet(os.sched_getaffinity(0))}\n" in out
 
@@ -135,7 +135,7 @@ def test_every_command_has_help(command: str) -> None:
 
 def test_help_names_every_synthetic_machine() -> None:
     from numapin.cli import MACHINE_NAMES
-    from numapin.machines import SHAPES
+    from numapin.facts.synthetic import SHAPES
 
     assert tuple(sorted(SHAPES)) == MACHINE_NAMES
     proc = subprocess.run([*NUMAPIN, "show", "--help"], capture_output=True, text=True, env={**os.environ,

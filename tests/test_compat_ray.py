@@ -30,7 +30,7 @@ def test_a_worker_handed_a_gpu_is_pinned_for_it_and_again_for_another(pair_root:
     def child() -> list[object]:
         import os
 
-        from numapin import ledger
+        from numapin.pinning import record as ledger
 
         seen: list[object] = []
         for cuda in ("1", "1", "0", ""):  # as Ray hands one reused worker its tasks' GPUs

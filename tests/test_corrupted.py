@@ -24,10 +24,15 @@ from pathlib import Path
 import pytest
 
 from kernel_model import ModelKernel
-from numapin import CpuSet, NumapinError, machines, ownership, pinning, refresh
+from numapin.base.errors import NumapinError
 from numapin.cli import _show_json, _show_text
-from numapin.facts import gather
-from numapin.planning import plan_ranks
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.facts.machine import gather
+from numapin.pinning import process as pinning
+from numapin.pinning import state as ownership
+from numapin.pinning.process import refresh
+from numapin.placement.plan import plan_ranks
 
 CORRUPTIONS = ("empty", "garbled", "absurd", "folder", "fifo")
 GARBAGE = "\u00b2 --1 banana\x00\xff 0-\n"

@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numapin import CpuSet
-from numapin.cpuset import MAX_ID
+from numapin.cpuset import MAX_ID, CpuSet
 
 ids = st.frozensets(st.integers(min_value=0, max_value=2048), max_size=80)
 

@@ -7,44 +7,35 @@ from pathlib import Path
 
 import pytest
 
-from numapin import CpuSet
-from numapin.pinning import ExternalMaskPolicy, MaskOwner, PinAction, decide
+from numapin.cpuset import CpuSet
+from numapin.pinning.decision import ExternalMaskPolicy, MaskOwner, PinAction, decide
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "numapin"
 
-#: Lowest first. A module may import only from layers below its own, at module
-#: level or inside a function alike (so no import dodges a cycle).
-LAYERS: list[set[str]] = [
-    # names and plumbing every layer may use
-    {"deprecation", "environment", "errors", "files", "logger", "records", "text", "version"},
-    {"choices"},  # closed sets and their one parser
-    {"cpuset"},
-    {"host", "machines"},  # where facts come from; synthetic machines to read
-    {"cgroup"},
-    {"topology"},
-    {"gpus", "kinds", "interrupts"},  # GPUs; CPU kinds and devices' interrupts (read on demand)
-    {"network"},  # NICs and their relation to each GPU (read on demand)
-    {"facts"},
-    {"ranks"},
-    {"placement"},  # pure: facts -> Placement
-    {"planning"},  # reads facts, then placement
-    # the kernel interfaces, the pools of loaded libraries, and the host's ledger of pins (files under /run)
-    {"threads", "numa", "numamaps", "threadpools", "ledger"},
-    {"memory"},
-    {"decision", "ownership"},  # the pure decision; the only state (numapin's record and what else it remembers)
-    {"results"},  # what a pin did
-    {"walk"},  # every thread to one target
-    {"pinning"},  # pin, leases: read facts, decide, walk, record
-    {"exec", "audit", "snapshot", "doctor", "picture", "workers"},
-    {"metrics", "numactl"},  # the workers in Prometheus text; numactl's language, carried out through exec
-    {"compat.patching"},  # replacing another project's function by identity; imports nothing of numapin
-    {"compat.numactl_front"},  # a numactl on PATH that is numapin numactl
-    {"compat", "compat.tensorrt_llm", "compat.ray", "compat.vllm", "compat.sglang"},
-    {"startup"},  # what the start-up file runs when the environment asks
-    {"cli"},
-    {"__main__", "__init__"},
+#: The layers, lowest first: each is a folder of the package (or one module at its top). A module
+#: may import from its own layer and those below, never above, at module level or inside a
+#: function alike; inside a layer the imports form no cycle (so no import dodges one).
+LAYERS: list[str] = [
+    "base",  # plumbing every layer may use (and the version)
+    "cpuset",
+    "facts",  # what the machine is, read once per root
+    "kernel",  # the only code that changes the kernel's state
+    "placement",  # pure: facts + request -> Placement
+    "pinning",  # the stateful part: decide, walk, record
+    "tools",  # what the command line runs
+    "compat",  # other projects' contracts
+    "face",  # the start-up file's entry, the command line, the package's public names
 ]
-LAYER = {name: depth for depth, names in enumerate(LAYERS) for name in names}
+FACE = {"startup", "cli", "__main__", "__init__"}
+
+
+def layer_of(module: str) -> int:
+    top = module.split(".")[0]
+    if module in FACE:
+        return LAYERS.index("face")
+    if module == "version":
+        return LAYERS.index("base")
+    return LAYERS.index(top)
 
 
 def _modules() -> dict[str, Path]:
@@ -82,15 +73,38 @@ def _imports(name: str, path: Path, modules: set[str]) -> set[str]:
     return found - {name}
 
 
-def test_every_module_has_a_layer() -> None:
-    assert set(_modules()) == set(LAYER), "add new modules to LAYERS (and DESIGN.md's layer list)"
+def test_every_module_has_a_layer_and_the_top_holds_only_the_face() -> None:
+    modules = _modules()
+    for name in modules:
+        layer_of(name)  # a ValueError for a folder that is no layer
+    top = {name for name in modules if "." not in name and name not in LAYERS}
+    assert top == FACE | {"version"}, "a new module belongs in the folder of its layer"
 
 
-@pytest.mark.parametrize("name", sorted(LAYER))
+@pytest.mark.parametrize("name", sorted(_modules()))
 def test_imports_only_go_down(name: str) -> None:
     modules = _modules()
-    upward = {m: LAYER[m] for m in _imports(name, modules[name], set(modules)) if LAYER[m] >= LAYER[name]}
-    assert not upward, f"{name} (layer {LAYER[name]}) imports from its own layer or above: {upward}"
+    upward = {m: LAYERS[layer_of(m)] for m in _imports(name, modules[name], set(modules))
+              if layer_of(m) > layer_of(name)}
+    assert not upward, f"{name} ({LAYERS[layer_of(name)]}) imports from a layer above: {upward}"
+
+
+def test_no_import_cycle_inside_a_layer() -> None:
+    modules = _modules()
+    graph = {name: {m for m in _imports(name, path, set(modules)) if layer_of(m) == layer_of(name)}
+             for name, path in modules.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"an import cycle: {' -> '.join((*path, name))}"
+        if name in done:
+            return
+        for nxt in graph[name]:
+            visit(nxt, (*path, name))
+        done.add(name)
+
+    for name in graph:
+        visit(name, ())
 
 
 def test_module_state_is_only_the_pin_state() -> None:
@@ -101,7 +115,7 @@ def test_module_state_is_only_the_pin_state() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Global):
                 holders.append((name, tuple(node.names)))
-    assert holders == [("ownership", ("_STATE",))]
+    assert holders == [("pinning.state", ("_STATE",))]
 
 
 # -- the decision: policy x ownership, no kernel ---------------------------------
@@ -180,7 +194,7 @@ def test_every_usage_error_raised_names_the_input_at_fault() -> None:
 
 
 def test_every_kernel_refusal_carries_its_errno_name() -> None:
-    from numapin.memory import MemoryPolicyError, _refused
+    from numapin.pinning.memory import MemoryPolicyError, _refused
 
     refusal = _refused("set_mempolicy(BIND, nodes 9)", OSError(22, "Invalid argument"))
     assert isinstance(refusal, MemoryPolicyError) and refusal.errno == "EINVAL" and "EINVAL" in str(refusal)

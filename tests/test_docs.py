@@ -134,7 +134,7 @@ def test_every_command_example_parses_and_synthetic_ones_run(page: str, words: l
 
     try:
         if words[0] == "numactl":  # numactl's own language, read by its own reader
-            from numapin.numactl import parse_numactl
+            from numapin.tools.numactl import parse_numactl
 
             parse_numactl([*words[1:], *([] if {"--show", "--hardware"} & set(words) else ["true"])])
         else:
@@ -168,14 +168,14 @@ def test_the_cli_reference_names_every_command_and_option() -> None:
 
 
 def test_the_doctor_page_lists_every_finding() -> None:
-    source = (REPO / "src" / "numapin" / "doctor.py").read_text()
+    source = (REPO / "src" / "numapin" / "tools" / "doctor.py").read_text()
     ids = set(re.findall(r'Finding\(\s*"([a-z][a-z-]+)"', source))
     table = set(re.findall(r"^\| `([a-z][a-z-]+)` \|", (REPO / "docs" / "doctor.md").read_text(), re.M))
     assert len(ids) >= 12 and ids == table, (ids ^ table)
 
 
 def test_the_environment_page_names_every_variable() -> None:
-    from numapin import environment
+    from numapin.base import environment
 
     names: set[str] = set()
     for attribute in environment.__all__:

@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 import live
 from live import NODE0, NODE1, without_inputs
-from numapin import CpuSet, machines
-from numapin.doctor import diagnose
-from numapin.machines import MachineSpec
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.facts.synthetic import MachineSpec
+from numapin.tools.doctor import diagnose
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 
@@ -202,7 +203,7 @@ def test_a_map_cpu_list_is_read_whole_for_each_task(listing: str, error: bool) -
 
 @pytest.fixture(scope="module")
 def nps4(tmp_path_factory: pytest.TempPathFactory) -> object:
-    from numapin.topology import read_topology
+    from numapin.facts.topology import read_topology
 
     return read_topology(str(machines.write("epyc-nps4", tmp_path_factory.mktemp("nps4") / "root")))
 
@@ -224,7 +225,7 @@ def nps4(tmp_path_factory: pytest.TempPathFactory) -> object:
 ])
 def test_every_slurm_binding_type(nps4: object, env: dict[str, str], rank: int, kind: str | None,
                                   cpus: str | None) -> None:
-    from numapin.doctor import slurm_binding
+    from numapin.tools.doctor import slurm_binding
 
     found_kind, found = slurm_binding(env, rank, nps4)  # type: ignore[arg-type]
     assert (found_kind, None if found is None else str(found)) == (kind, cpus)
@@ -234,7 +235,7 @@ def test_every_slurm_binding_type(nps4: object, env: dict[str, str], rank: int, 
 @given(st.text(alphabet="quietverbosmap_cpulkdnr:,0123456789xabcdefABCDEF ", max_size=40),
        st.text(alphabet="0123456789xabcdef,", max_size=20), st.integers(0, 500))
 def test_any_slurm_value_is_read_without_error(nps4: object, bind: str, listing: str, rank: int) -> None:
-    from numapin.doctor import slurm_binding
+    from numapin.tools.doctor import slurm_binding
 
     kind, cpus = slurm_binding({"SLURM_CPU_BIND": bind, "SLURM_CPU_BIND_LIST": listing}, rank, nps4)  # type: ignore[arg-type]
     assert kind is not None or cpus is None

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from live import ALL, NODE0, NODE1, NODE1_REAL, cpus, without_inputs
-from numapin.environment import LOCAL_RANK_VARIABLES
-from numapin.exec import ExecRequest, prepare_exec
+from numapin.base.environment import LOCAL_RANK_VARIABLES
+from numapin.tools.exec import ExecRequest, prepare_exec
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 
 REPORT = """
 import json, os, sys
-import numapin.memory
-policy, nodes = numapin.memory.get_mempolicy()
+import numapin.pinning.memory
+policy, nodes = numapin.pinning.memory.get_mempolicy()
 print(json.dumps({"pid": os.getpid(), "mask": sorted(os.sched_getaffinity(0)), "policy": policy.name,
                   "nodes": str(nodes), "applied": os.environ.get("NUMAPIN_APPLIED"),
                   "reserved": os.environ.get("NUMAPIN_RESERVED")}))

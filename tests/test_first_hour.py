@@ -100,7 +100,7 @@ def test_an_entry_that_cuts_the_list_short_is_said_where_some_gpus_stay_visible(
 
 
 def test_a_machine_without_gpus_points_at_the_synthetic_ones(tmp_path: Path) -> None:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write(machines.shape_named("laptop"), tmp_path / "root")
     # The laptop without its GPU: the PCI tree emptied of NVIDIA devices.
@@ -119,7 +119,7 @@ def test_a_machine_without_gpus_points_at_the_synthetic_ones(tmp_path: Path) -> 
 
 
 def test_show_on_a_machine_without_gpus_suggests_a_synthetic_one() -> None:
-    from numapin.facts import gather
+    from numapin.facts.machine import gather
 
     facts = gather("/", {})
     proc = _numapin("show")
@@ -223,7 +223,7 @@ def test_plan_says_the_same_footer_for_one_gpu_as_for_several() -> None:
 
 
 def test_counts_agree_with_their_nouns() -> None:
-    from numapin.text import counted
+    from numapin.base.text import counted
 
     assert [counted(n, "thread") for n in (0, 1, 2)] == ["0 threads", "1 thread", "2 threads"]
     proc = _numapin("plan", "--machine", "pair", "--reserve", "1")

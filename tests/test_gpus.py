@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 
 import numapin
 from conftest import Snapshots, use_root
-from numapin import CpuSet, UsageError, read_topology
-from numapin.environment import LOCAL_RANK_VARIABLES
-from numapin.gpus import Inventory, NoGpuVisible, UnknownGpu, read_gpus, resolve_visible, select_gpu
-from numapin.machines import SHAPES
-from numapin.ranks import gpu_for_rank, local_rank
+from numapin.base.environment import LOCAL_RANK_VARIABLES
+from numapin.base.errors import UsageError
+from numapin.cpuset import CpuSet
+from numapin.facts.gpus import Inventory, NoGpuVisible, UnknownGpu, read_gpus, resolve_visible, select_gpu
+from numapin.facts.synthetic import SHAPES
+from numapin.facts.topology import read_topology
+from numapin.placement.ranks import gpu_for_rank, local_rank
 
 # -- inventory --------------------------------------------------------------
 
@@ -63,7 +65,7 @@ def test_snapshots_without_nvidia_devices_have_no_gpus(name: str, snapshots: Sna
 
 
 def test_unknown_numa_node_is_resolved_from_local_cpus(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write("dgx-h100", tmp_path / "root")
     for device in (root / "sys/bus/pci/devices").iterdir():
@@ -162,7 +164,7 @@ def test_nvml_disagreement_is_reported(machine_root: Callable[[str], Path]) -> N
 
 def test_show_reports_the_disagreement(machine_root: Callable[[str], Path]) -> None:
     from numapin.cli import _show_json, _show_text
-    from numapin.facts import gather
+    from numapin.facts.machine import gather
 
     topo, table = _dgx(machine_root)
     table["0000:28:00.0"]["cpus"] = "0-3"
@@ -172,7 +174,7 @@ def test_show_reports_the_disagreement(machine_root: Callable[[str], Path]) -> N
 
 
 def test_nvml_fills_in_when_sysfs_shows_nothing(tmp_path: Path) -> None:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write("pair", tmp_path / "root")
     for gone in ("sys/bus", "proc/driver"):
@@ -197,7 +199,7 @@ def test_nvml_without_driver_is_silent(machine_root: Callable[[str], Path]) -> N
 
 @pytest.fixture(scope="module")
 def dgx_inventory(tmp_path_factory: pytest.TempPathFactory) -> Inventory:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write("dgx-h100", tmp_path_factory.mktemp("dgx") / "root")
     return read_gpus(read_topology(root), nvml=False)
@@ -275,8 +277,8 @@ def test_mig_through_nvml_finds_the_parent(dgx_inventory: Inventory) -> None:
 
 def test_nvml_failing_on_a_mig_device_is_the_environments_problem(dgx_inventory: Inventory) -> None:
     # The caller named a MIG device correctly; NVML broke: not a UsageError.
-    from numapin import EnvironmentProblem, UsageError
-    from numapin.gpus import NvmlError
+    from numapin.base.errors import EnvironmentProblem, UsageError
+    from numapin.facts.gpus import NvmlError
 
     fake = FakeNVML({}, fail_init=True)
     with pytest.raises(NvmlError, match="NVML cannot name its parent GPU") as info:
@@ -285,7 +287,7 @@ def test_nvml_failing_on_a_mig_device_is_the_environments_problem(dgx_inventory:
 
 
 def test_device_order_and_mixed_models(dgx_inventory: Inventory) -> None:
-    from numapin.records import replace
+    from numapin.base.frozen import replace
 
     mixed = Inventory((replace(dgx_inventory.gpus[0], model="other"), *dgx_inventory.gpus[1:]))
     assert any("FASTEST_FIRST" in n for n in resolve_visible(mixed, {}).notes)
@@ -307,7 +309,7 @@ def test_no_gpu_at_all_is_an_environment_problem() -> None:
 
 
 def test_visible_gpus_logs_resolution_notes(dgx_inventory: Inventory, caplog: pytest.LogCaptureFixture) -> None:
-    from numapin.gpus import visible_gpus
+    from numapin.facts.gpus import visible_gpus
 
     with caplog.at_level(logging.WARNING, logger="numapin"):
         assert len(visible_gpus(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "0,0"})) == 1

@@ -26,9 +26,9 @@ def test_import_numapin_loads_nothing_else() -> None:
 
 def test_a_pin_loads_only_what_it_needs() -> None:
     loaded = _modules_after("import numapin; numapin.pin(cpus='0')")
-    assert "numapin.pinning" in loaded  # the check below can fail: the pin path did load
-    for absent in ("numapin.cli", "numapin.audit", "numapin.snapshot", "numapin.machines", "numapin.network",
-                   "numapin.interrupts", "numapin.doctor", "pynvml", "argparse",
+    assert "numapin.pinning.process" in loaded  # the check below can fail: the pin path did load
+    for absent in ("numapin.cli", "numapin.tools.threads_report", "numapin.tools.snapshot", "numapin.facts.synthetic",
+                   "numapin.facts.network", "numapin.facts.interrupts", "numapin.tools.doctor", "pynvml", "argparse",
                    "tempfile", "shutil", "platform", "tarfile", "json",
                    # what costs a pin's start-up more than its work, and buys nothing at run time
                    "dataclasses", "typing", "logging", "re", "pathlib", "inspect"):
@@ -45,29 +45,21 @@ def test_every_public_name_resolves_and_is_listed() -> None:
 def test_the_public_surface_is_small_and_every_name_is_in_the_library_guide() -> None:
     from conftest import REPO
 
-    assert len(numapin.__all__) <= 22
     guide = (REPO / "docs" / "library.md").read_text()
     missing = [name for name in numapin.__all__ if f"`{name}" not in guide and f"numapin.{name}" not in guide]
     assert missing == [], f"public names docs/library.md does not document: {missing}"
     assert "TYPE_CHECKING" not in dir(numapin)
 
 
-def test_old_names_still_import_with_a_deprecation_warning() -> None:
+def test_no_name_of_an_earlier_layout_is_offered() -> None:
+    # Nothing was released before the layout in folders: no old name lingers, at the top or in a module.
     import importlib
 
     import pytest
 
-    for old, (where, new) in numapin._MOVED.items():
-        with pytest.warns(DeprecationWarning, match=f"numapin.{old} is deprecated.*{where}.{new}"):
-            value = getattr(numapin, old)
-        assert value is getattr(importlib.import_module(where), new)
-    for module, old, new in (("pinning", "Policy", "ExternalMaskPolicy"), ("pinning", "Action", "PinAction"),
-                             ("pinning", "Ownership", "MaskOwner"), ("placement", "Mode", "PlacementMode"),
-                             ("memory", "MemoryPolicy", "KernelMemoryPolicy"), ("numa", "MemoryPolicy",
-                                                                                "KernelMemoryPolicy"),
-                             ("gpus", "GpuError", "UnknownGpu"), ("gpus", "NoGpuError", "NoGpuVisible")):
-        loaded = importlib.import_module(f"numapin.{module}")
-        with pytest.warns(DeprecationWarning, match=f"numapin.{module}.{old} is deprecated"):
-            assert getattr(loaded, old).__name__ == new
-    with pytest.raises(AttributeError):
-        numapin.no_such_name  # noqa: B018 - an unknown name is still an AttributeError
+    for old in ("Action", "Ownership", "Policy", "Mode", "MemoryPolicy", "Gpu", "residency", "local_rank"):
+        with pytest.raises(AttributeError):
+            getattr(numapin, old)
+    for module in ("audit", "threads", "numa", "numamaps", "ledger", "records", "deprecation", "ownership"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(f"numapin.{module}")

@@ -24,8 +24,9 @@ import pytest
 import numapin
 from conftest import in_child
 from live import NODE0, NODE1, masks
-from numapin import CpuSet
-from numapin.pinning import PinAction, state
+from numapin.cpuset import CpuSet
+from numapin.pinning.decision import PinAction
+from numapin.pinning.state import state
 
 #: Threads that make a walk long enough to be interrupted in its middle.
 MANY = 1500

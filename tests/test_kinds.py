@@ -11,12 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, Snapshots, snapshot_names
-from numapin import CpuSet, UsageError, machines, plan, read_topology
+from numapin import plan
+from numapin.base.environment import PRIORITY_CORES
+from numapin.base.errors import UsageError
+from numapin.base.frozen import replace
 from numapin.cli import main
-from numapin.environment import PRIORITY_CORES
-from numapin.facts import gather
-from numapin.kinds import PCT_SKUS, read_kinds
-from numapin.records import replace
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.facts.kinds import PCT_SKUS, read_kinds
+from numapin.facts.machine import gather
+from numapin.facts.topology import read_topology
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
@@ -130,7 +134,7 @@ def test_cores_fastest_among_explicit_cpus_and_nodes(machine_root: Callable[[str
 @given(st.lists(st.tuples(st.sampled_from([3000, 3100, 3400, 4000]), st.sampled_from([1200, 2000])),
                 min_size=1, max_size=6))
 def test_kinds_from_any_frequencies(tmp_path_factory: pytest.TempPathFactory, freqs: list[tuple[int, int]]) -> None:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     spec = machines.MachineSpec("freq", sockets=1, cores_per_socket=len(freqs))
     root = machines.write(spec, tmp_path_factory.mktemp("freq"))

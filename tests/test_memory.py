@@ -15,8 +15,11 @@ import numapin
 from conftest import in_child
 from live import ALL, NODE0, REAL_NODES
 from memory_model import ModelMemory
-from numapin import CpuSet, UsageError
-from numapin.memory import (
+from numapin.base.errors import UsageError
+from numapin.cpuset import CpuSet
+from numapin.kernel.mempolicy import KernelMemoryPolicy
+from numapin.kernel.residency import parse_numa_maps, residency
+from numapin.pinning.memory import (
     MemoryMode,
     MemoryPolicyError,
     get_mempolicy,
@@ -25,8 +28,6 @@ from numapin.memory import (
     set_mempolicy,
     system_nodes,
 )
-from numapin.numa import KernelMemoryPolicy
-from numapin.numamaps import parse_numa_maps, residency
 
 pytestmark = pytest.mark.skipif(0 not in system_nodes(), reason="needs NUMA node 0")
 
@@ -317,7 +318,7 @@ def test_numa_maps_counts_add_up(entries: list[tuple[int, int, int]]) -> None:
 def test_unsupported_architecture(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from numapin.memory import NotSupported
+    from numapin.pinning.memory import NotSupported
 
     monkeypatch.setattr(os, "uname", lambda: SimpleNamespace(machine="riscv64"))
     with pytest.raises(NotSupported, match="riscv64"):

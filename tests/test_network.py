@@ -15,11 +15,13 @@ from hypothesis import strategies as st
 
 import live
 from conftest import FIXTURES, Snapshots, snapshot_names
-from numapin import CpuSet, UsageError, read_topology
+from numapin.base.errors import UsageError
 from numapin.cli import main
-from numapin.exec import autopin_request
-from numapin.facts import gather
-from numapin.network import Network, Relation, assign, read_network, read_nics, relation
+from numapin.cpuset import CpuSet
+from numapin.facts.machine import gather
+from numapin.facts.network import Network, Relation, assign, read_network, read_nics, relation
+from numapin.facts.topology import read_topology
+from numapin.tools.exec import autopin_request
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -241,7 +243,7 @@ def test_pci_names_are_read_as_sysfs_writes_them(name: str) -> None:
     # The readers avoid the re module (its import is a start-up cost); the expressions here are the definition.
     import re
 
-    from numapin.network import _is_bdf, _is_host_bridge
+    from numapin.facts.network import _is_bdf, _is_host_bridge
 
     assert _is_bdf(name) == bool(re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", name))
     assert _is_host_bridge(name) == bool(re.fullmatch(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}", name))

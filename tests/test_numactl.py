@@ -15,14 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import live
-from numapin.errors import UsageError
-from numapin.numactl import NumactlRequest, parse_numactl
+from numapin.base.errors import UsageError
+from numapin.tools.numactl import NumactlRequest, parse_numactl
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: The program numactl starts: its mask, memory policy, numapin's marker, and where 32 MiB it touched lie.
 REPORT = ("import json, os, mmap\n"
-          "from numapin.memory import get_mempolicy\n"
-          "from numapin.numamaps import residency\n"
+          "from numapin.pinning.memory import get_mempolicy\n"
+          "from numapin.kernel.residency import residency\n"
           "buffer = mmap.mmap(-1, 32 << 20)\n"
           "for at in range(0, len(buffer), 4096): buffer[at] = 1\n"
           "policy, nodes = get_mempolicy()\n"

@@ -18,8 +18,8 @@ import pytest
 
 import trtllm_like
 from conftest import in_child
+from numapin.base.environment import TLLM_AFFINITY
 from numapin.compat import tensorrt_llm as compat
-from numapin.environment import TLLM_AFFINITY
 
 
 @pytest.fixture

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from numapin import CpuSet, machines
-from numapin.facts import gather
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.facts.machine import gather
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -139,7 +140,7 @@ def test_the_legend_lists_only_what_is_drawn(tmp_path: Path, args: list[str], sh
 
 
 def test_a_label_wider_than_the_picture_may_grow_is_shortened() -> None:
-    from numapin.picture import _fit, _text_width
+    from numapin.tools.picture import _fit, _text_width
 
     long = "node 0 · CPUs " + ",".join(str(c) for c in range(0, 2000, 2))
     cut = _fit(long, 12, 500)

@@ -20,9 +20,10 @@ import pytest
 import numapin
 from conftest import in_child
 from live import ALL, NODE0, NODE1, SPEC, cpus, masks, storm_round
-from numapin import CpuSet, UsageError
+from numapin.base.errors import UsageError
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
-from numapin.threads import Outcome
+from numapin.cpuset import CpuSet
+from numapin.kernel.affinity import Outcome
 
 #: The calling thread's reserved core with ``reserve=1`` over every CPU, and the rest.
 RESERVED = {max(ALL)}
@@ -202,7 +203,7 @@ def test_other_values_do_nothing_and_log_nothing(value: str, pair_root: Path,
 def test_a_container_cpuset_is_not_an_external_constraint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Same mask NODE0: inside a container whose cpuset is NODE0 it is the
     # baseline; on a host whose cpuset is every CPU somebody constrained it.
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     container = machines.write(SPEC, tmp_path / "container", cgroup_cpus=CpuSet(NODE0))
     host = machines.write(SPEC, tmp_path / "host", cgroup_cpus=CpuSet(ALL))
@@ -391,7 +392,8 @@ def test_plan_after_pin_equals_plan_before(pair_root: Path) -> None:
 
 
 def test_exec_marker_is_numapin_own_only_while_it_matches(pair_root: Path) -> None:
-    from numapin.pinning import classify, state
+    from numapin.pinning.decision import classify
+    from numapin.pinning.state import state
 
     def body() -> tuple[str, str, str | None]:
         os.sched_setaffinity(0, NODE0)
@@ -593,7 +595,7 @@ def test_pin_applies_a_placement_already_decided(pair_root: Path) -> None:
         for extra in ({"gpu": 0}, {"cpus": "0"}, {"mode": "node"}, {"reserve": 1}):
             with pytest.raises(UsageError, match="leave out " + next(iter(extra))):
                 numapin.pin(placement=decided, **extra)  # type: ignore[arg-type]
-        elsewhere = numapin.records.replace(decided, cpus=CpuSet([max(ALL) + 1]))
+        elsewhere = numapin.base.frozen.replace(decided, cpus=CpuSet([max(ALL) + 1]))
         with pytest.raises(UsageError, match="outside the allowed CPUs"):
             numapin.pin(placement=elsewhere)
         numapin.pin(0)  # and back

@@ -19,9 +19,11 @@ from hypothesis import strategies as st
 import numapin
 from conftest import use_root
 from kernel_model import ModelKernel
-from numapin import CpuSet, PinError, read_topology
 from numapin.compat.tensorrt_llm import configure_cpu_affinity
-from numapin.threads import Outcome
+from numapin.cpuset import CpuSet
+from numapin.facts.topology import read_topology
+from numapin.kernel.affinity import Outcome
+from numapin.pinning.results import PinError
 
 GRACE0, GRACE1, ALL = CpuSet("0-71"), CpuSet("72-143"), CpuSet("0-143")
 
@@ -36,7 +38,7 @@ def _fresh_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # The model is not the real process: what numapin records about it must
     # not reach other tests (nor the children they fork). The state object is
     # swapped for one of the model's own, and put back.
-    from numapin import ownership
+    from numapin.pinning import state as ownership
 
     monkeypatch.setattr(ownership, "_STATE", ownership.PinState())
     yield

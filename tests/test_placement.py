@@ -8,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from conftest import Snapshots
-from numapin import CpuSet, UsageError, machines, plan, plan_ranks, read_topology
-from numapin.facts import gather
-from numapin.gpus import VisibleGpu
-from numapin.placement import Placement, PlacementMode, place, resolve
+from numapin.base.errors import UsageError
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.facts.gpus import VisibleGpu
+from numapin.facts.machine import gather
+from numapin.facts.topology import read_topology
+from numapin.placement.modes import Placement, PlacementMode, place, resolve
+from numapin.placement.plan import plan, plan_ranks
 
 GOLDEN = Path(__file__).parent / "golden" / "placement.json"
 MODES = [m.value for m in PlacementMode if m is not PlacementMode.EXPLICIT]
@@ -184,7 +188,7 @@ def test_exclusive_with_more_gpus_than_cores(tmp_path: Path) -> None:
 
 
 def test_gpu_whose_node_is_outside_the_cgroup(tmp_path: Path) -> None:
-    from numapin.placement import PlacementError
+    from numapin.placement.modes import PlacementError
 
     root = machines.write("dgx-h100", tmp_path / "root", cgroup_cpus=CpuSet("56-111"))
     with pytest.raises(PlacementError, match="no CPU inside the allowed CPUs"):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numapin
 from conftest import in_child
 from live import NODE0, NODE1, NODE1_REAL
-from numapin import CpuSet
-from numapin.memory import get_mempolicy
+from numapin.cpuset import CpuSet
+from numapin.pinning.memory import get_mempolicy
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

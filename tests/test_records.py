@@ -1,4 +1,4 @@
-"""numapin.records: frozen records behave as frozen dataclasses do, without importing dataclasses."""
+"""numapin.base.frozen: frozen records behave as frozen dataclasses do, without importing dataclasses."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from numapin.records import field, fields, record, replace
+from numapin.base.frozen import field, fields, record, replace
 
 
 @record

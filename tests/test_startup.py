@@ -20,7 +20,7 @@ import pytest
 import live
 import trtllm_like
 from conftest import REPO, STARTUP, Python
-from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
 
 
 def _imported(result: subprocess.CompletedProcess[str]) -> list[str]:
@@ -112,9 +112,9 @@ def test_autopin_reads_no_network_unless_asked(python: Python, pair_root: Path) 
     memory = "preferred" if live.NODE1_REAL else "none"
     env = {FSROOT: str(pair_root), AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: memory, "LOCAL_RANK": "1"}
     plain = _imported(python("-X", "importtime", "-c", "pass", **env))
-    assert "numapin.pinning" in plain and "numapin.network" not in plain, "the hook pinned, without NICs"
+    assert "numapin.pinning.process" in plain and "numapin.facts.network" not in plain, "the hook pinned, without NICs"
     asked = _imported(python("-X", "importtime", "-c", "pass", **env, **{AUTOPIN_OPTIONS["nics"]: "auto"}))
-    assert "numapin.network" in asked
+    assert "numapin.facts.network" in asked
 
 
 def test_autopin_takes_the_only_visible_gpu(python: Python, pair_root: Path) -> None:

@@ -124,7 +124,7 @@ for round_ in range(rounds):
     escaped += sum(1 for m in right_after.values() if m != target)
     late += sum(1 for m in later.values() if m != target)
     most = max(most, len(right_after))
-    failed += result.count(numapin.pinning.Outcome.FAILED)
+    failed += result.count(numapin.pinning.process.Outcome.FAILED)
     while len(os.listdir("/proc/self/task")) > quiet:  # finished threads leave /proc a moment later
         time.sleep(0.0005)
 print(json.dumps({"escaped": escaped, "late": late, "most": most, "failed": failed}))

@@ -12,8 +12,9 @@ from pathlib import Path
 import numapin
 from conftest import in_child
 from live import ALL, masks
-from numapin import CpuSet, machines
-from numapin.threads import LinuxThreads, Outcome
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from numapin.kernel.affinity import LinuxThreads, Outcome
 
 FIRST = min(ALL)
 #: One CPU this machine has and a hundred ids past it: the kernel keeps the intersection.

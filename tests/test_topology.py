@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, Snapshots, snapshot_names
-from numapin import CpuSet, read_topology
-from numapin.host import Host, HostError
-from numapin.machines import SHAPES
+from numapin.cpuset import CpuSet
+from numapin.facts.host import Host, HostError
+from numapin.facts.synthetic import SHAPES
+from numapin.facts.topology import read_topology
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 
@@ -189,7 +190,7 @@ def test_cgroup_namespace_root_in_mountinfo(tmp_path: Path) -> None:
 
 
 def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write("dgx-h100", tmp_path / "root", cgroup_cpus=CpuSet("0-15"))
     topo = read_topology(root)
@@ -199,7 +200,7 @@ def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path
 
 def test_an_unparsable_cgroup_cpuset_is_said_not_swallowed(tmp_path: Path) -> None:
     # Issue 20, D7: the restriction is ignored (nothing else can be done), but the user hears of it.
-    from numapin import machines
+    from numapin.facts import synthetic as machines
 
     root = machines.write("pair", tmp_path / "root")
     (root / "sys/fs/cgroup/cpuset.cpus.effective").write_text("0-1,banana\n")

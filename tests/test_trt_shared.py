@@ -16,7 +16,7 @@ import pytest
 import live
 import trtllm_like
 from conftest import in_child
-from numapin.environment import TLLM_AFFINITY
+from numapin.base.environment import TLLM_AFFINITY
 
 needs_two = pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
 

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 import live
 import numapin
 from conftest import REPO, Python, in_child
-from numapin import CpuSet, ledger
-from numapin.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, PRIORITY_CORES, RUNTIME_DIR
-from numapin.records import replace
+from numapin.base.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, PRIORITY_CORES, RUNTIME_DIR
+from numapin.base.frozen import replace
+from numapin.cpuset import CpuSet
+from numapin.pinning import record as ledger
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: A worker: start threads, say so, then wait to be looked at.

@@ -15,59 +15,31 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy kno
 if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__ below
     from typing import Any
 
+    from .base.errors import EnvironmentProblem, NumapinError, UsageError
     from .cpuset import CpuSet
-    from .errors import EnvironmentProblem, NumapinError, UsageError
-    from .facts import machine
-    from .memory import MemoryMode
-    from .pinning import (
-        ExternalMaskPolicy,
-        MaskOwner,
-        PinAction,
-        PinError,
-        PinResult,
-        current,
-        pin,
-        pin_thread,
-        pinned,
-        refresh,
-    )
-    from .placement import Placement, PlacementMode
-    from .planning import plan, plan_ranks
-    from .topology import read_topology
+    from .facts.machine import machine
+    from .facts.topology import read_topology
+    from .pinning.decision import ExternalMaskPolicy, MaskOwner, PinAction
+    from .pinning.lease import pinned
+    from .pinning.memory import MemoryMode
+    from .pinning.process import current, pin, pin_thread, refresh
+    from .pinning.results import PinError, PinResult
+    from .placement.modes import Placement, PlacementMode
+    from .placement.plan import plan, plan_ranks
 
 #: Public name -> the module that defines it.
 _WHERE = {
     "CpuSet": "cpuset",
-    "EnvironmentProblem": "errors", "NumapinError": "errors", "UsageError": "errors",
-    "machine": "facts",
-    "MemoryMode": "memory",
-    "ExternalMaskPolicy": "pinning", "MaskOwner": "pinning", "PinAction": "pinning", "PinError": "pinning",
-    "PinResult": "pinning", "current": "pinning", "pin": "pinning", "pin_thread": "pinning", "pinned": "pinning",
-    "refresh": "pinning",
-    "Placement": "placement", "PlacementMode": "placement",
-    "plan": "planning", "plan_ranks": "planning",
-    "read_topology": "topology",
-}
-
-#: Names this package offered before 0.2, and where each lives now (a DeprecationWarning on use).
-_MOVED = {
-    "Action": ("numapin", "PinAction"),
-    "Ownership": ("numapin", "MaskOwner"),
-    "Policy": ("numapin", "ExternalMaskPolicy"),
-    "Mode": ("numapin", "PlacementMode"),
-    "MemoryPolicy": ("numapin.numa", "KernelMemoryPolicy"),
-    "Gpu": ("numapin.gpus", "Gpu"),
-    "GpuError": ("numapin.gpus", "UnknownGpu"),
-    "NoGpuError": ("numapin.gpus", "NoGpuVisible"),
-    "read_gpus": ("numapin.gpus", "read_gpus"),
-    "visible_gpus": ("numapin.gpus", "visible_gpus"),
-    "HostError": ("numapin.host", "HostError"),
-    "get_mempolicy": ("numapin.memory", "get_mempolicy"),
-    "set_mempolicy": ("numapin.memory", "set_mempolicy"),
-    "migrate": ("numapin.memory", "migrate"),
-    "residency": ("numapin.numamaps", "residency"),
-    "local_rank": ("numapin.ranks", "local_rank"),
-    "Topology": ("numapin.topology", "Topology"),
+    "EnvironmentProblem": "base.errors", "NumapinError": "base.errors", "UsageError": "base.errors",
+    "machine": "facts.machine",
+    "MemoryMode": "pinning.memory",
+    "ExternalMaskPolicy": "pinning.decision", "MaskOwner": "pinning.decision", "PinAction": "pinning.decision",
+    "PinError": "pinning.results", "PinResult": "pinning.results",
+    "current": "pinning.process", "pin": "pinning.process", "pin_thread": "pinning.process",
+    "refresh": "pinning.process", "pinned": "pinning.lease",
+    "Placement": "placement.modes", "PlacementMode": "placement.modes",
+    "plan": "placement.plan", "plan_ranks": "placement.plan",
+    "read_topology": "facts.topology",
 }
 
 __all__ = [
@@ -99,9 +71,7 @@ __all__ = [
 def __getattr__(name: str) -> "Any":  # a string: typing is not imported at run time
     module = _WHERE.get(name)
     if module is None:
-        from .deprecation import moved
-
-        return moved(__name__, name, _MOVED)
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from importlib import import_module
 
     value = getattr(import_module(f".{module}", __name__), name)

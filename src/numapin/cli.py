@@ -13,20 +13,20 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 
+from .base.environment import LOCAL_RANK_VARIABLES, PRIORITY_CORES
+from .base.errors import NumapinError
+from .base.text import decimal
 from .cpuset import CpuSet
-from .environment import LOCAL_RANK_VARIABLES, PRIORITY_CORES
-from .errors import NumapinError
-from .host import HostError
-from .text import decimal
+from .facts.host import HostError
 from .version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
-    from .facts import Facts
-    from .network import RankNic
-    from .placement import Placement
+    from .facts.machine import Facts
+    from .facts.network import RankNic
+    from .placement.modes import Placement
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
 MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
@@ -49,7 +49,7 @@ def _root(args: argparse.Namespace) -> Iterator[str | None]:
     if machine:
         from pathlib import Path
 
-        from . import machines
+        from .facts import synthetic as machines
 
         try:
             spec = machines.shape_named(machine)
@@ -122,7 +122,7 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
 
 
 def _modes() -> list[str]:
-    from .placement import PlacementMode
+    from .placement.modes import PlacementMode
 
     return [m.value for m in PlacementMode if m is not PlacementMode.EXPLICIT]
 
@@ -160,7 +160,7 @@ def _cpuset_arg(text: str) -> CpuSet:
 
 
 def _size(value: int | None) -> str:
-    from .text import format_size
+    from .base.text import format_size
 
     return "memory unknown" if value is None else format_size(value)
 
@@ -243,7 +243,7 @@ def _kinds_text(facts: Facts) -> list[str]:
 
 
 def _network_text(facts: Facts) -> list[str]:
-    from .text import table
+    from .base.text import table
 
     network = facts.network()
     if not network.nics:
@@ -286,7 +286,7 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
 def cmd_show(args: argparse.Namespace) -> int:
     import json
 
-    from .facts import gather
+    from .facts.machine import gather
 
     quiet = _picture_to_stdout(args)
     with _root(args) as root:
@@ -305,7 +305,7 @@ def _pictures(args: argparse.Namespace, facts: Facts, plans: Sequence[Placement]
     """Write the --svg and --html pictures asked for (``-``: to standard output)."""
     if not (args.svg or args.html):
         return
-    from . import picture
+    from .tools import picture
 
     for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
         if path == "-":
@@ -328,10 +328,10 @@ def _picture_to_stdout(args: argparse.Namespace) -> bool:
 def cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from .facts import cached
-    from .network import assign
-    from .planning import plan_ranks
-    from .text import counted, table
+    from .base.text import counted, table
+    from .facts.machine import cached
+    from .facts.network import assign
+    from .placement.plan import plan_ranks
 
     quiet = _picture_to_stdout(args)
     with _root(args) as root:
@@ -388,9 +388,17 @@ def _dash(value: int | None) -> str:
 
 
 def cmd_exec(args: argparse.Namespace) -> int:
-    from .exec import ExecRequest, apply_exec, exec_program, parse_cores, parse_exec_policy, parse_nics, prepare_exec
-    from .memory import parse_memory_mode
-    from .placement import parse_mode
+    from .pinning.memory import parse_memory_mode
+    from .placement.modes import parse_mode
+    from .tools.exec import (
+        ExecRequest,
+        apply_exec,
+        exec_program,
+        parse_cores,
+        parse_exec_policy,
+        parse_nics,
+        prepare_exec,
+    )
 
     program = list(args.program)
     if program and program[0] == "--":
@@ -436,7 +444,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import diagnose
+    from .tools.doctor import diagnose
 
     with _root(args) as root:
         found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, root=root, pid=args.pid)
@@ -455,7 +463,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_threads(args: argparse.Namespace) -> int:
     import json
 
-    from .audit import audit
+    from .tools.threads_report import audit
 
     if args.max_remote_memory is not None and not args.check:
         raise CliError("--max-remote-memory is a bound for --check: add --check")
@@ -474,15 +482,15 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from .text import counted, table
-    from .workers import survey
+    from .base.text import counted, table
+    from .tools.ps import survey
 
     if args.json and args.prometheus:
         raise CliError("--json and --prometheus are two formats of the same listing: give one")
     with _root(args) as root:
         found = survey(args.pids or None, root=root)
     if args.prometheus:
-        from .metrics import exposition
+        from .tools.prometheus import exposition
 
         sys.stdout.write(exposition(found))
     elif args.json:
@@ -512,7 +520,7 @@ def cmd_numactl(words: Sequence[str]) -> int:
     """numactl's own arguments, read by numapin.numactl (argparse would take its options for numapin's)."""
     if list(words) in (["-h"], ["--help"]):
         build_parser("numactl").parse_args(["numactl", "--help"])
-    from .numactl import run
+    from .tools.numactl import run
 
     return run(words)
 
@@ -532,7 +540,7 @@ def _numactl_args(front: argparse.ArgumentParser) -> None:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from .snapshot import TOP, capture
+    from .tools.snapshot import TOP, capture
 
     to_stdout = args.out == "-"
     if to_stdout and sys.stdout.isatty():
@@ -552,7 +560,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_machine(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from . import machines
+    from .facts import synthetic as machines
 
     spec = machines.shape_named(args.name)
     dest = Path(args.dir)
@@ -646,7 +654,7 @@ def _plan_args(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_cores(parser: argparse.ArgumentParser) -> None:
-    from .placement import Cores
+    from .placement.modes import Cores
 
     parser.add_argument("--cores", choices=[c.value for c in Cores], default="all",
                         help="fastest: only the fastest kind of core among the placement's, where the machine has "
@@ -691,8 +699,8 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
     ex.add_argument("--reserve", type=_count, default=0, metavar="K",
                     help="keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread")
     _add_cores(ex)
-    from .exec import EXEC_POLICIES, Nics
-    from .memory import MemoryMode
+    from .pinning.memory import MemoryMode
+    from .tools.exec import EXEC_POLICIES, Nics
 
     ex.add_argument("--nics", choices=[n.value for n in Nics], default="none",
                     help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "
@@ -769,7 +777,7 @@ def _snapshot_args(snap: argparse.ArgumentParser) -> None:
 
 
 def _machine_args(mach: argparse.ArgumentParser) -> None:
-    from .machines import SHAPES
+    from .facts.synthetic import SHAPES
 
     mach.description = ("Write the sys/ and proc/ files of a synthetic machine under DIR (new, empty, or holding "
                         "the same machine), as the kernel and the NVIDIA driver would show them.")
@@ -842,7 +850,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _hint(args: argparse.Namespace, exc: BaseException) -> str:
     """Where one exists, the next step: a machine with no GPU can still show what numapin does."""
-    from .gpus import NoGpuVisible
+    from .facts.gpus import NoGpuVisible
 
     if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and not (
             getattr(args, "machine", None) or getattr(args, "root", None)):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 
-from .errors import quoted
+from .base.errors import quoted
 
 __all__ = ["MAX_ID", "CpuSet", "CpuSpec"]
 

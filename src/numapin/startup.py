@@ -29,16 +29,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
+from .base.environment import APPLIED, AUTOPIN, NIC_VARIABLES, PATCH, RESERVED, THREAD_POOLS
+from .base.errors import UsageError, quoted
+from .base.frozen import record
+from .base.logger import log
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
-from .environment import APPLIED, AUTOPIN, NIC_VARIABLES, PATCH, RESERVED, THREAD_POOLS
-from .errors import UsageError, quoted
-from .exec import autopin_request, bind, prepare_exec
-from .facts import cached as cached_facts
-from .logger import log
-from .pinning import PinResult
-from .ranks import local_rank
-from .records import record
+from .facts.machine import cached as cached_facts
+from .pinning.results import PinResult
+from .placement.ranks import local_rank
+from .tools.exec import autopin_request, bind, prepare_exec
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 

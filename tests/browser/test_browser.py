@@ -12,7 +12,7 @@ from pathlib import Path
 import png
 import pytest
 
-from numapin.picture import PALETTE
+from numapin.tools.picture import PALETTE
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: Chromium headless, as root in a closed network: no sandbox, no background connections.

@@ -131,10 +131,10 @@ TOUCH_AND_REPORT = f"""
 import json, os, sys
 sys.path.insert(0, {str(HERE)!r})
 from checks import page_nodes, touched
-import numapin.memory
-import numapin.numa
+import numapin.pinning.memory
+import numapin.kernel.mempolicy
 buf = touched()
-policy, nodes = numapin.memory.get_mempolicy()
+policy, nodes = numapin.pinning.memory.get_mempolicy()
 print(json.dumps({{"mask": sorted(os.sched_getaffinity(0)), "policy": policy.name, "nodes": str(nodes),
                   "pages": {{str(k): v for k, v in page_nodes(buf).items()}}}}), flush=True)
 if len(sys.argv) > 1:
@@ -149,7 +149,7 @@ if len(sys.argv) > 1:
 def spawn_storm_every_thread() -> str:
     """Every thread on the GPU's node after pin() returns, while threads keep spawning threads."""
     from live import NODE0, NODE1, storm_round
-    from numapin.threads import Outcome
+    from numapin.kernel.affinity import Outcome
 
     rounds = 12
     for round_ in range(rounds):
@@ -163,13 +163,13 @@ def spawn_storm_every_thread() -> str:
 
 
 def _first_touch(memory: str) -> str:
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import NODE1
 
     result = numapin.pin(1, memory=memory)
     assert result.memory is not None and result.memory.applied == memory, str(result)
-    policy, nodes = numapin.memory.get_mempolicy()
+    policy, nodes = numapin.pinning.memory.get_mempolicy()
     expected = {"bind": "BIND", "preferred": "PREFERRED"}[memory]
     assert (policy.name, str(nodes)) == (expected, "1"), f"get_mempolicy: {policy.name} {nodes}"
     counts = page_nodes(touched())
@@ -193,8 +193,8 @@ def preferred_first_touch_on_the_node() -> str:
 @check()
 def migrate_moves_earlier_pages() -> str:
     """pin(..., migrate=True) moves pages touched before the pin, and counts truthfully what stayed."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
 
     numapin.pin(0, memory="bind")
     buf = touched()
@@ -213,8 +213,8 @@ def migrate_moves_earlier_pages() -> str:
 @check()
 def step_down_on_a_real_refusal() -> str:
     """A cgroup whose mems exclude node 1: the kernel refuses, bind steps down to none; strict rolls back."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import NODE0, NODE1
 
     group = Path("/sys/fs/cgroup/numapin-check")
@@ -230,7 +230,7 @@ def step_down_on_a_real_refusal() -> str:
         result = numapin.pin(1, memory="bind")
     assert result.memory is not None and result.memory.applied == "none", str(result)
     assert len(result.memory.problems) == 2 and len(warned) == 1, (result.memory.problems, warned)
-    assert numapin.memory.get_mempolicy()[0].name == "DEFAULT"
+    assert numapin.pinning.memory.get_mempolicy()[0].name == "DEFAULT"
     assert all(m == NODE1 for m in masks().values()), "the CPU part holds"
     numapin.pin(0)
     try:
@@ -246,8 +246,8 @@ def step_down_on_a_real_refusal() -> str:
 @check(shapes=("grace",))
 def memory_only_nodes_never_hold_cpus() -> str:
     """On a Grace-shaped machine, no placement's CPUs or memory nodes come from CPU-less nodes."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import TOPOLOGY
 
     memory_only = {n.id for n in TOPOLOGY.memory_only_nodes}
@@ -266,12 +266,12 @@ def memory_only_nodes_never_hold_cpus() -> str:
 @check(shapes=("grace",))
 def memory_only_node_honoured_when_asked() -> str:
     """Memory asked for on a CPU-less node lands there: set_mempolicy(BIND, [that node])."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import TOPOLOGY
 
     node = TOPOLOGY.memory_only_nodes[0].id
-    numapin.memory.set_mempolicy(numapin.numa.KernelMemoryPolicy.BIND, [node])
+    numapin.pinning.memory.set_mempolicy(numapin.kernel.mempolicy.KernelMemoryPolicy.BIND, [node])
     counts = page_nodes(touched(32 << 20))
     assert share_on(counts, node) >= ON_NODE, f"pages by node {dict(counts)}"
     return f"{100 * share_on(counts, node):.2f}% on memory-only node {node}"
@@ -346,7 +346,7 @@ def tensorrt_llm_compat_twice_with_six_threads() -> str:
     """configure_cpu_affinity(1) twice with six threads: every thread on node 1, the second call changes nothing."""
     from live import NODE1
     from numapin.compat.tensorrt_llm import configure_cpu_affinity
-    from numapin.threads import Outcome
+    from numapin.kernel.affinity import Outcome
 
     stop, _ = held_threads(6)
     with warnings_logged() as warned:
@@ -362,17 +362,17 @@ def tensorrt_llm_compat_twice_with_six_threads() -> str:
 @check()
 def lease_restores_threads_and_memory_policy() -> str:
     """pinned(gpu=1, memory="bind") binds to node 1; on exit masks and the earlier policy come back."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import ALL, NODE1
 
-    numapin.memory.set_mempolicy(numapin.numa.KernelMemoryPolicy.PREFERRED, [0])
+    numapin.pinning.memory.set_mempolicy(numapin.kernel.mempolicy.KernelMemoryPolicy.PREFERRED, [0])
     stop, _ = held_threads(3)
     with numapin.pinned(gpu=1, memory="bind"):
-        inside = numapin.memory.get_mempolicy()
+        inside = numapin.pinning.memory.get_mempolicy()
         counts = page_nodes(touched())
         assert all(m == NODE1 for m in masks().values())
-    after = numapin.memory.get_mempolicy()
+    after = numapin.pinning.memory.get_mempolicy()
     back = masks()
     stop.set()
     assert (inside[0].name, str(inside[1])) == ("BIND", "1") and share_on(counts, 1) >= ON_NODE, (inside, counts)
@@ -413,8 +413,8 @@ def show_matches_the_kernel() -> str:
 @check()
 def every_gpu_lands_on_its_node() -> str:
     """pin(gpu=k, memory="bind") for every GPU: threads on node k's CPUs, memory bound to node k."""
-    import numapin.memory
-    import numapin.numa
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
     from live import SPEC, TOPOLOGY
 
     done = []
@@ -423,7 +423,7 @@ def every_gpu_lands_on_its_node() -> str:
             numapin.pin(gpu, memory="bind")
             node_cpus = set(TOPOLOGY.node(gpu).cpus)
             assert all(m == node_cpus for m in masks().values()), (gpu, masks())
-            policy, nodes = numapin.memory.get_mempolicy()
+            policy, nodes = numapin.pinning.memory.get_mempolicy()
             assert (policy.name, str(nodes)) == ("BIND", str(gpu)), (gpu, policy, nodes)
             counts = page_nodes(touched(16 << 20))
             assert share_on(counts, gpu) >= ON_NODE, (gpu, dict(counts))
@@ -436,9 +436,9 @@ def every_gpu_lands_on_its_node() -> str:
 @check()
 def repeated_pin_changes_nothing() -> str:
     """A second pin for the same GPU on real nodes: nothing changes, nothing is warned."""
-    import numapin.memory
-    import numapin.numa
-    from numapin.threads import Outcome
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
+    from numapin.kernel.affinity import Outcome
 
     stop, _ = held_threads(4)
     numapin.pin(1, memory="bind")

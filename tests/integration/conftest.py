@@ -19,7 +19,7 @@ from tier import HERE, REPO, Run
 
 import live
 from live import without_inputs
-from numapin.environment import FSROOT
+from numapin.base.environment import FSROOT
 
 
 @pytest.fixture(scope="session")

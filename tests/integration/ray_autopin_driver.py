@@ -15,7 +15,7 @@ import ray
 def _report() -> dict[str, object]:
     import report
 
-    from numapin import ledger
+    from numapin.pinning import record as ledger
 
     entry = ledger.lookup(os.getpid())
     return {"pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "masks": report.masks(),

@@ -12,7 +12,7 @@ import pytest
 from frameworks import tree
 from tier import HERE, REPO, Run, node_of, require, require_startup_file
 
-from numapin.environment import PATCH
+from numapin.base.environment import PATCH
 
 
 @pytest.mark.parametrize("project", ["vllm", "sglang"])

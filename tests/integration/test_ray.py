@@ -8,7 +8,7 @@ import pytest
 from tier import HERE, MEMORY, Run, node_of, require, require_startup_file
 
 import live
-from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS
 
 
 @pytest.mark.parametrize("autopin", ["", "1"], ids=["plain", "autopin-set"])

@@ -16,7 +16,7 @@ from tier import HERE, Run, node_of, require_startup_file
 
 import live
 import trtllm_like
-from numapin.environment import PATCH
+from numapin.base.environment import PATCH
 
 
 def _workers(run: Run, tmp_path: Path, **env: str) -> list[dict[str, object]]:

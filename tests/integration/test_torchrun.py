@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tier import HERE, MEMORY, Run, node_of, require, require_startup_file
 
-from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS
 
 
 def _reports(folder: Path) -> list[dict[str, object]]:

@@ -26,7 +26,7 @@ import pytest
 
 import live
 from live import without_inputs
-from numapin.environment import FSROOT
+from numapin.base.environment import FSROOT
 
 HERE = Path(__file__).resolve().parent
 NEEDS = "apt-get install slurm-wlm openmpi-bin mpich"

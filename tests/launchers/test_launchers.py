@@ -16,7 +16,7 @@ import pytest
 import live
 from conftest import Launch, exec_worker, placed, require, worker
 from live import without_inputs
-from numapin.environment import AUTOPIN, AUTOPIN_OPTIONS
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS
 
 #: The start-up file must be installed (pip install ., not editable) for NUMAPIN_AUTOPIN.
 AUTOPIN_ENV = {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"}

@@ -18,8 +18,8 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 
-from ..files import own_folder, replace_file
-from ..logger import log
+from ..base.files import own_folder, replace_file
+from ..base.logger import log
 from .patching import PatchReport
 
 __all__ = ["NAME", "ensure_front", "front_folder", "front_report"]

@@ -22,8 +22,8 @@ import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from ..logger import log
-from ..records import record
+from ..base.frozen import record
+from ..base.logger import log
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ..environment import CUDA_VISIBLE_DEVICES
-from ..exec import autopin_request
-from ..logger import log
-from ..ownership import acting
-from ..pinning import PinResult, pin
+from ..base.environment import CUDA_VISIBLE_DEVICES
+from ..base.logger import log
+from ..pinning.process import pin
+from ..pinning.results import PinResult
+from ..pinning.state import acting
+from ..tools.exec import autopin_request
 from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from ..base.logger import log
 from ..cpuset import CpuSet
-from ..facts import cached as cached_facts
-from ..logger import log
-from ..ownership import acting
-from ..pinning import PinResult, pin
+from ..facts.machine import cached as cached_facts
+from ..pinning.process import pin
+from ..pinning.results import PinResult
+from ..pinning.state import acting
 from .numactl_front import front_report
 from .patching import FunctionPatch, PatchReport
 

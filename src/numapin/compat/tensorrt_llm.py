@@ -35,11 +35,14 @@ import os
 import weakref
 from collections.abc import Callable
 
-from ..environment import TLLM_AFFINITY
-from ..logger import log
-from ..ownership import acting
-from ..pinning import MaskOwner, PinResult, constraint, give_back, hold, pin, state
-from ..threads import ThreadKernel
+from ..base.environment import TLLM_AFFINITY
+from ..base.logger import log
+from ..kernel.affinity import ThreadKernel
+from ..pinning.decision import MaskOwner
+from ..pinning.lease import give_back, hold
+from ..pinning.process import constraint, pin
+from ..pinning.results import PinResult
+from ..pinning.state import acting, state
 from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

@@ -1,0 +1,143 @@
+"""The process's cgroup cpuset, v1 or v2, read through a :class:`Host`.
+
+A container or batch job usually restricts CPUs through its cpuset; that
+restriction, not ``range(os.cpu_count())``, is what an unconstrained process
+may use. hwloc's rules are followed so that numapin agrees with it: v1 reads
+``cpuset.cpus`` / ``cpuset.mems`` (``cpus`` / ``mems`` on a ``noprefix`` or
+legacy ``cpuset`` mount), v2 prefers ``cpuset.cpus.effective``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable
+
+from ..base.frozen import record
+from ..cpuset import CpuSet
+from .host import Host
+
+__all__ = ["Cgroup", "read_cgroup"]
+
+
+@record
+class Cgroup:
+    """The cpuset a process lives in; ``cpus``/``mems`` None when unrestricted or unknown."""
+
+    version: int | None
+    path: str | None
+    folder: str | None
+    cpus: CpuSet | None
+    mems: CpuSet | None
+
+    def __str__(self) -> str:
+        if self.version is None:
+            return "no cgroup cpuset"
+        return f"cgroup v{self.version} {self.path}: cpus {self.cpus}, mems {self.mems}"
+
+
+@record
+class _Mount:
+    point: str
+    root: str
+    fstype: str
+    options: frozenset[str]
+
+
+def _unescape(field: str) -> str:
+    # /proc/mounts escapes blanks and backslashes as octal.
+    return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+
+
+def _mounts(host: Host) -> list[_Mount]:
+    found: list[_Mount] = []
+    info = host.read("proc/self/mountinfo")
+    if info:
+        for line in info.splitlines():
+            left, sep, right = line.partition(" - ")
+            fields, tail = left.split(), right.split()
+            if not sep or len(fields) < 6 or len(tail) < 3:
+                continue
+            options = frozenset(fields[5].split(",")) | frozenset(tail[2].split(","))
+            found.append(_Mount(_unescape(fields[4]), _unescape(fields[3]), tail[0], options))
+        return found
+    for line in (host.read("proc/mounts") or "").splitlines():
+        fields = line.split()
+        if len(fields) >= 4:
+            found.append(_Mount(_unescape(fields[1]), "/", fields[2], frozenset(fields[3].split(","))))
+    return found
+
+
+def _membership(host: Host) -> tuple[str | None, str | None]:
+    """(v1 cpuset path, v2 path) from ``proc/self/cgroup``.
+
+    Without that file, the legacy ``proc/self/cpuset`` names the path, which
+    then applies to whichever hierarchy is mounted.
+    """
+    v1: str | None = None
+    v2: str | None = None
+    for line in (host.read("proc/self/cgroup") or "").splitlines():
+        parts = line.strip().split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        if hierarchy == "0" and controllers == "":
+            v2 = path
+        elif "cpuset" in controllers.split(","):
+            v1 = path
+    if v1 is None and v2 is None:
+        legacy = host.read("proc/self/cpuset")
+        if legacy and legacy.strip().startswith("/"):
+            v1 = v2 = legacy.strip()
+    return v1, v2
+
+
+def _read_set(host: Host, folder: str, names: tuple[str, ...], stop: str,
+              warn: Callable[[str], None]) -> CpuSet | None:
+    """The first of ``names`` readable in ``folder`` or, failing that, in its parents up to ``stop``."""
+    current = folder
+    while True:
+        for name in names:
+            path = posixpath.join(current, name)
+            text = host.read(path)
+            if text is not None and text.strip():
+                try:
+                    return CpuSet.parse(text)
+                except ValueError:
+                    shown = text.strip()[:40]
+                    warn(f"cgroup file {path} is not a list of ids ({shown!r}): that restriction is ignored")
+                    return None
+        if current == stop or len(current) <= len(stop):
+            return None
+        current = posixpath.dirname(current)
+
+
+def _folder(mount: _Mount, path: str) -> str:
+    rel = path
+    # With a cgroup namespace (or a bind mount) the mount shows only part of the tree.
+    if mount.root not in ("", "/") and (path == mount.root or path.startswith(mount.root + "/")):
+        rel = path[len(mount.root):]
+    return posixpath.normpath(posixpath.join(mount.point, rel.lstrip("/")))
+
+
+def read_cgroup(host: Host, warn: Callable[[str], None] | None = None) -> Cgroup:
+    """The process's cpuset restriction as far as the files tell; ``warn`` hears of files it cannot read."""
+    say = warn or (lambda message: None)
+    v1_path, v2_path = _membership(host)
+    mounts = _mounts(host)
+    if v1_path is not None:
+        for mount in mounts:
+            legacy = mount.fstype == "cpuset"
+            if legacy or (mount.fstype == "cgroup" and "cpuset" in mount.options):
+                prefix = "" if legacy or "noprefix" in mount.options else "cpuset."
+                folder = _folder(mount, v1_path)
+                cpus = _read_set(host, folder, (prefix + "cpus",), mount.point, say)
+                mems = _read_set(host, folder, (prefix + "mems",), mount.point, say)
+                return Cgroup(1, v1_path, folder, cpus, mems)
+    if v2_path is not None:
+        for mount in mounts:
+            if mount.fstype == "cgroup2":
+                folder = _folder(mount, v2_path)
+                cpus = _read_set(host, folder, ("cpuset.cpus.effective", "cpuset.cpus"), mount.point, say)
+                mems = _read_set(host, folder, ("cpuset.mems.effective", "cpuset.mems"), mount.point, say)
+                return Cgroup(2, v2_path, folder, cpus, mems)
+    return Cgroup(None, v1_path or v2_path, None, None, None)

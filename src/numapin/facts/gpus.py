@@ -1,0 +1,489 @@
+"""GPU inventory and locality, and CUDA's view of which GPUs a process sees.
+
+The inventory comes from the filesystem root alone (PCI devices in sysfs and
+the NVIDIA driver's ``proc/driver/nvidia/gpus``); NVML, when the ``nvml`` extra
+is installed and a driver answers on the live machine, adds its own answer and
+any disagreement is reported. Devices are always looked up by PCI bus id or
+UUID, never by an NVML index, because NVML indices ignore
+``CUDA_VISIBLE_DEVICES``.
+
+CUDA's device order: with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` devices are ordered
+by PCI address. The default, ``FASTEST_FIRST``, puts faster devices first and
+breaks ties by PCI address, so on a host of identical GPUs (every host numapin
+targets) it is the PCI order too; when the models differ numapin still uses
+PCI order and warns that the default order is ambiguous.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping, Sequence
+
+from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from ..base.errors import EnvironmentProblem, UsageError, quoted
+from ..base.frozen import field, record, replace
+from ..base.logger import log
+from ..base.text import decimal, plural
+from ..cpuset import CpuSet, hex_word
+from .host import Host
+from .topology import Topology
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "Gpu",
+    "Inventory",
+    "NoGpuVisible",
+    "NvmlError",
+    "UnknownGpu",
+    "VisibleGpu",
+    "read_gpus",
+    "visible_gpus",
+]
+
+_NVIDIA = 0x10DE
+# PCI base class 0x03 (display): 0x0300 VGA, 0x0302 3D controller.
+_DISPLAY_CLASSES = (0x0300, 0x0302)
+
+
+class UnknownGpu(UsageError):
+    """A GPU named by the caller cannot be found or resolved."""
+
+
+class NvmlError(EnvironmentProblem):
+    """NVML, installed and needed (a MIG device to trace), failed: the driver's problem, not the caller's."""
+
+
+class NoGpuVisible(EnvironmentProblem):
+    """No GPU is visible to this process at all."""
+
+
+def _bdf(bus_id: str) -> tuple[str, str, str, str] | None:
+    """``[domain:]bus:device.function`` split into its hex parts, or None when it is not one."""
+    parts = bus_id.split(":")
+    if len(parts) == 2:
+        parts.insert(0, "0")
+    if len(parts) != 3:
+        return None
+    domain, bus, rest = parts
+    device, dot, function = rest.partition(".")
+    if not (dot and hex_word(domain) and hex_word(bus, 2) and hex_word(device, 2)
+            and len(function) == 1 and function in "01234567"):
+        return None
+    return domain, bus, device, function
+
+
+def normalize_pci(bus_id: str) -> str:
+    """``0000:18:00.0`` form (lowercase, 4-digit domain) of any PCI bus id spelling."""
+    parts = _bdf(bus_id.strip())
+    if parts is None:
+        raise ValueError(f"not a PCI bus id: {bus_id!r}")
+    domain, bus, dev, fn = parts
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
+
+
+@record
+class Gpu:
+    """One physical NVIDIA GPU and what lies near it.
+
+    ``node`` is the CPU NUMA node the GPU hangs under (None when unknown),
+    ``cpus`` its local online CPUs, ``memory_nodes`` the host-memory nodes to
+    allocate on for it, ``gpu_memory_nodes`` CPU-less nodes that hold the
+    GPU's own memory (Grace, POWER9): never CPU nodes. ``firmware_node`` is
+    the node the firmware itself reports (``numa_node``; -1 when it does not
+    know, and ``node`` was then inferred from the local CPUs), None when unread.
+    """
+
+    pci: str
+    node: int | None
+    cpus: CpuSet
+    memory_nodes: CpuSet
+    gpu_memory_nodes: CpuSet = CpuSet()
+    model: str | None = None
+    uuid: str | None = None
+    minor: int | None = None
+    source: str = "sysfs"
+    disagreement: str | None = None
+    firmware_node: int | None = None
+
+    def __str__(self) -> str:
+        name = self.model or "NVIDIA GPU"
+        node = "?" if self.node is None else self.node
+        return f"{self.pci} {name} node {node} cpus {self.cpus}"
+
+
+@record
+class Inventory:
+    """Every NVIDIA GPU of the machine, in PCI order."""
+
+    gpus: tuple[Gpu, ...]
+    nvml: str = "not used"
+    warnings: tuple[str, ...] = ()
+
+    def by_pci(self, bus_id: str) -> Gpu | None:
+        wanted = normalize_pci(bus_id)
+        return next((g for g in self.gpus if g.pci == wanted), None)
+
+
+@record
+class VisibleGpu:
+    """A GPU as CUDA numbers it in this process (``index`` = ``cuda:index``)."""
+
+    index: int
+    gpu: Gpu
+
+    def as_dict(self) -> dict[str, Any]:
+        g = self.gpu
+        return {
+            "index": self.index,
+            "pci": g.pci,
+            "model": g.model,
+            "uuid": g.uuid,
+            "minor": g.minor,
+            "node": g.node,
+            "cpus": str(g.cpus),
+            "memory_nodes": str(g.memory_nodes),
+            "gpu_memory_nodes": str(g.gpu_memory_nodes),
+            "source": g.source,
+            "disagreement": g.disagreement,
+        }
+
+
+# -- sysfs / procfs -------------------------------------------------------
+
+
+def _driver_info(host: Host, bdf: str) -> dict[str, str]:
+    info: dict[str, str] = {}
+    for line in (host.read(f"proc/driver/nvidia/gpus/{bdf}/information") or "").splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def _numa_status_node(host: Host, bdf: str) -> int | None:
+    for line in (host.read(f"proc/driver/nvidia/gpus/{bdf}/numa_status") or "").splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Node":
+            node = decimal(value)
+            return node if node is not None and node >= 0 else None
+    return None
+
+
+def _hex(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text.strip(), 16)
+    except ValueError:
+        return None
+
+
+def _node_from_cpus(topology: Topology, cpus: CpuSet) -> int | None:
+    """The one CPU node that holds the local CPUs (numa_node = -1 on some firmware)."""
+    if not cpus:
+        return None
+    holders = [n for n in topology.cpu_nodes if n.cpus & cpus]
+    if len(holders) == 1:
+        return holders[0].id
+    # Local CPUs spanning several nodes mean the kernel knows no single home.
+    return None
+
+
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu]:
+    found = []
+    driver_bdfs = {normalize_pci(b) for b in host.listdir("proc/driver/nvidia/gpus") if _bdf(b)}
+    for name in sorted(host.listdir("sys/bus/pci/devices")):
+        if not _bdf(name):
+            continue
+        bdf = normalize_pci(name)
+        folder = f"sys/bus/pci/devices/{name}"
+        vendor = _hex(host.read(f"{folder}/vendor"))
+        pci_class = _hex(host.read(f"{folder}/class"))
+        # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
+        is_nvidia = vendor == _NVIDIA or (vendor is None and bdf in driver_bdfs)
+        if not is_nvidia or pci_class is None or pci_class >> 8 not in _DISPLAY_CLASSES:
+            continue
+        node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
+        memory = _numa_status_node(host, bdf)
+        gpu_memory = CpuSet()
+        if memory is not None:
+            if any(n.id == memory and n.memory_only for n in topology.nodes):
+                gpu_memory = CpuSet([memory])
+            else:
+                warnings.append(f"{bdf}: driver names node {memory} for GPU memory, but it is no memory-only node")
+        info = _driver_info(host, bdf)
+        minor = decimal(info.get("Device Minor"))
+        found.append(
+            Gpu(
+                pci=bdf,
+                node=node,
+                cpus=cpus,
+                memory_nodes=CpuSet() if node is None else CpuSet([node]),
+                gpu_memory_nodes=gpu_memory,
+                model=info.get("Model") or None,
+                uuid=info.get("GPU UUID") or None,
+                minor=minor if minor is not None and minor >= 0 else None,
+                firmware_node=firmware_node,
+            )
+        )
+    return found
+
+
+def device_locality(topology: Topology, host: Host, folder: str,
+                    warnings: list[str]) -> tuple[int | None, CpuSet, int | None]:
+    """A PCI device's CPU node, local online CPUs and the node its firmware names (``numa_node``).
+
+    The firmware's node when it is a CPU node; else the one node holding the
+    local CPUs (``numa_node`` is -1 on some firmware); no local online CPU
+    means the node's CPUs. GPUs and NICs are read by this one rule.
+    """
+    cpus = _local_cpus(host, folder, warnings)
+    firmware_node = node = decimal(host.read(f"{folder}/numa_node"))
+    if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
+        node = None
+    if node is None:
+        node = _node_from_cpus(topology, cpus & topology.online)
+    if not cpus & topology.online and node is not None:
+        cpus = topology.node(node).cpus
+    return node, cpus & topology.online, firmware_node
+
+
+def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
+    # The mask first, as hwloc reads it: the kernel prints both from one mask, and where a
+    # hand-edited capture has them disagree, hwloc's answer is the mask's.
+    for name, parse in (("local_cpus", CpuSet.parse_mask), ("local_cpulist", CpuSet.parse)):
+        text = host.read(f"{folder}/{name}")
+        if text is not None:
+            try:
+                return parse(text)
+            except ValueError as exc:
+                warnings.append(f"{folder}/{name}: {exc}")
+    return CpuSet()
+
+
+# -- NVML -----------------------------------------------------------------
+
+
+def load_nvml() -> Any | None:
+    """The ``pynvml`` module of the ``nvml`` extra, or None when it is not installed."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return pynvml
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[str]) -> tuple[list[Gpu], str]:
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # NVMLError, OSError: no driver is a normal case here
+        return gpus, f"unavailable ({exc})"
+    try:
+        words = -(-(topology.possible.last() + 1 if topology.possible else 1) // 64)
+        node_words = -(-(max((n.id for n in topology.nodes), default=0) + 1) // 64)
+        if not gpus:
+            # sysfs showed nothing (a very bare container): list NVML's devices
+            # and key them by bus id from then on.
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+                gpus.append(Gpu(pci=bus, node=None, cpus=CpuSet(), memory_nodes=CpuSet(), source="nvml"))
+            gpus.sort(key=lambda g: g.pci)
+        enriched = []
+        for gpu in gpus:
+            handle = nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci)
+            cpus = CpuSet.from_words(list(nvml.nvmlDeviceGetCpuAffinityWithinScope(
+                handle, words, nvml.NVML_AFFINITY_SCOPE_NODE))) & topology.online
+            mems = CpuSet.from_words(list(nvml.nvmlDeviceGetMemoryAffinity(
+                handle, node_words, nvml.NVML_AFFINITY_SCOPE_NODE)))
+            # NVML can list GPU-memory nodes as memory affinity; host memory
+            # belongs on CPU nodes, so keep those apart.
+            gpu_mems = CpuSet(n.id for n in topology.memory_only_nodes if n.id in mems)
+            host_mems = mems - gpu_mems
+            notes = []
+            if gpu.source == "sysfs" and gpu.cpus and cpus != gpu.cpus:
+                notes.append(f"NVML cpus {cpus} vs sysfs {gpu.cpus}")
+            if gpu.source == "sysfs" and gpu.memory_nodes and host_mems and host_mems != gpu.memory_nodes:
+                notes.append(f"NVML memory nodes {host_mems} vs sysfs {gpu.memory_nodes}")
+            node = gpu.node if gpu.node is not None else _node_from_cpus(topology, cpus)
+            disagreement = "; ".join(notes) or None
+            if disagreement:
+                warnings.append(f"{gpu.pci}: NVML and sysfs disagree: {disagreement}")
+            enriched.append(replace(
+                gpu,
+                node=node,
+                # sysfs stays the reference where it answered; NVML fills gaps.
+                cpus=gpu.cpus or cpus,
+                memory_nodes=gpu.memory_nodes or host_mems,
+                gpu_memory_nodes=gpu.gpu_memory_nodes or gpu_mems,
+                model=gpu.model or _text(nvml.nvmlDeviceGetName(handle)),
+                uuid=gpu.uuid or _text(nvml.nvmlDeviceGetUUID(handle)),
+                source="nvml" if gpu.source == "nvml" else "sysfs+nvml",
+                disagreement=disagreement,
+            ))
+        return enriched, "used"
+    except Exception as exc:  # a driver that answers init but fails a query
+        warnings.append(f"NVML query failed: {exc}")
+        return gpus, f"failed ({exc})"
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None = None) -> Inventory:
+    """The GPUs of the machine that ``topology`` was read from.
+
+    ``nvml``: None = use NVML on the live machine when installed; False = never;
+    an object = that module (or a stand-in implementing the calls used).
+    """
+    host = Host(topology.root, journal)
+    warnings: list[str] = []
+    gpus = _sysfs_gpus(topology, host, warnings)
+    module = None
+    if nvml is None:
+        module = load_nvml() if host.is_live else None
+    elif nvml is not False:
+        module = nvml
+    status = "not installed" if module is None else "not used"
+    if module is not None:
+        gpus, status = _nvml_enrich(module, topology, gpus, warnings)
+    return Inventory(tuple(sorted(gpus, key=lambda g: g.pci)), status, tuple(warnings))
+
+
+# -- CUDA_VISIBLE_DEVICES -------------------------------------------------
+
+
+@record
+class _Resolution:
+    visible: tuple[VisibleGpu, ...]
+    notes: tuple[str, ...] = field(default=())
+    cut: str | None = None
+    """Why CUDA_VISIBLE_DEVICES shows fewer GPUs than it lists (or none): the entry that ended it, or its emptiness."""
+
+
+def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
+    order = environ.get(CUDA_DEVICE_ORDER, "FASTEST_FIRST").strip().upper()
+    gpus = sorted(inventory.gpus, key=lambda g: g.pci)
+    if order != "PCI_BUS_ID" and len({g.model for g in gpus}) > 1:
+        notes.append(
+            "GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA's order may differ "
+            "from PCI order, which numapin uses; set CUDA_DEVICE_ORDER=PCI_BUS_ID to make it certain"
+        )
+    return gpus
+
+
+def _match_uuid(entry: str, gpus: Sequence[Gpu]) -> Gpu | None:
+    matches = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
+    if len(matches) > 1:
+        raise UnknownGpu(
+            f"CUDA_VISIBLE_DEVICES entry {entry!r} is ambiguous: it matches "
+            + ", ".join(f"{g.uuid} ({g.pci})" for g in matches), value=entry
+        )
+    return matches[0] if matches else None
+
+
+def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
+    # Old CUDA spelling: MIG-GPU-<parent uuid>/<gi>/<ci> names its parent itself.
+    if entry.upper().startswith("MIG-GPU-"):
+        parent = _match_uuid(entry[4:].split("/", 1)[0], gpus)
+        if parent is not None:
+            return parent
+    if nvml is not None:
+        try:
+            nvml.nvmlInit()
+            try:
+                mig = nvml.nvmlDeviceGetHandleByUUID(entry)
+                parent_handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
+                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(parent_handle).busId))
+            finally:
+                nvml.nvmlShutdown()
+        except Exception as exc:
+            raise NvmlError(f"MIG device {entry!r}: NVML cannot name its parent GPU ({exc})") from exc
+        parent = next((g for g in gpus if g.pci == bus), None)
+        if parent is not None:
+            return parent
+        raise UnknownGpu(f"MIG device {entry!r}: its parent GPU {bus} is not in the inventory", value=entry)
+    raise UnknownGpu(f"MIG device {entry!r}: its parent GPU cannot be told without NVML (install numapin[nvml])",
+                     value=entry)
+
+
+def resolve_visible(
+    inventory: Inventory, environ: Mapping[str, str], *, nvml: Any | None = None
+) -> _Resolution:
+    notes: list[str] = []
+    gpus = _cuda_order(inventory, environ, notes)
+    value = environ.get(CUDA_VISIBLE_DEVICES)
+    if value is None:
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes))
+    chosen: list[Gpu] = []
+    cut = f"CUDA_VISIBLE_DEVICES is empty: it hides every GPU ({len(gpus)} found)" if not value.strip() else None
+    for raw in value.split(","):
+        entry = raw.strip()
+        gpu: Gpu | None = None
+        if entry.isascii() and entry.isdigit():
+            # No machine has 10**9 GPUs; a longer number names none (and int() refuses 4,300 digits).
+            index = int(entry) if len(entry) < 10 else len(gpus)
+            gpu = gpus[index] if index < len(gpus) else None
+        elif entry.upper().startswith("GPU-"):
+            gpu = _match_uuid(entry, gpus)
+        elif entry.upper().startswith("MIG-"):
+            gpu = _mig_parent(entry, gpus, nvml)
+        # CUDA's rule: an invalid entry ends the list; what came before stays
+        # visible. A device named twice counts as invalid the second time.
+        if gpu is None or gpu in chosen:
+            why = "names a GPU already listed" if gpu is not None else "names no GPU of this machine"
+            if entry:
+                cut = f"CUDA_VISIBLE_DEVICES entry {quoted(entry)} {why}: the list ends before it"
+                if gpus:
+                    cut += f" (this machine's GPUs: 0-{len(gpus) - 1}, or GPU-<uuid>)" if len(gpus) > 1 \
+                        else " (this machine's GPU: 0, or GPU-<uuid>)"
+                notes.append(cut)
+            break
+        chosen.append(gpu)
+    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes), cut)
+
+
+def visible_gpus(
+    inventory: Inventory, environ: Mapping[str, str] | None = None, *, nvml: Any | None = None
+) -> tuple[VisibleGpu, ...]:
+    """The GPUs CUDA shows this process, in CUDA's order (index = ``cuda:N``).
+
+    Notes about the resolution (an entry that ends the list, an ambiguous
+    device order) are logged once at warning level.
+    """
+    resolution = resolve_visible(inventory, os.environ if environ is None else environ, nvml=nvml)
+    for note in resolution.notes:
+        log.warning("%s", note)
+    return resolution.visible
+
+
+def select_gpu(visible: Sequence[VisibleGpu], index: int, *, found: int | None = None,
+               cut: str | None = None) -> VisibleGpu:
+    """The visible GPU ``index``; an UnknownGpu listing the visible GPUs otherwise.
+
+    ``found`` (the GPUs of the machine) and ``cut`` (why CUDA_VISIBLE_DEVICES
+    shows fewer) let the error name the exact cause rather than a general one.
+    """
+    if isinstance(index, bool) or not isinstance(index, int):  # "0" or True: the caller's mistake, whatever is visible
+        raise UnknownGpu(f"a GPU is named by its index, an int (CUDA's logical index), not {quoted(index)}",
+                         value=index)
+    if not visible:
+        if cut:
+            raise NoGpuVisible(f"no GPU is visible to this process: {cut}")
+        if found == 0:
+            raise NoGpuVisible("no GPU is visible to this process: none found on this machine (numapin looks for "
+                               "NVIDIA GPUs on the PCI bus, under sys/bus/pci)")
+        raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
+    if not 0 <= index < len(visible):
+        listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
+        raise UnknownGpu(f"GPU {index!r} is not visible; visible {plural(len(visible), 'GPU is', 'GPUs are')} "
+                         f"{listing}" + (f" ({cut})" if cut else ""), value=index)
+    return visible[index]

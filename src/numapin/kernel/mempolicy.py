@@ -1,0 +1,103 @@
+"""The kernel interface for NUMA memory: ``get_mempolicy``, ``set_mempolicy``, ``migrate_pages``.
+
+Every memory call numapin makes goes through a :class:`MemoryKernel`, so the
+memory logic can be driven by the real kernel (:class:`LinuxMemory`, direct
+syscalls through ctypes on x86_64 and aarch64: no libnuma needed) or, in
+tests, by a model that refuses on demand. Calls take and return node sets,
+never raw buffers, and raise :class:`OSError` as the kernel would.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import errno
+import os
+
+from ..cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
+
+__all__ = ["KernelMemoryPolicy", "LinuxMemory", "MemoryKernel"]
+
+# (set_mempolicy, get_mempolicy, migrate_pages) by machine.
+_SYSCALLS = {
+    "x86_64": (238, 239, 256),
+    "aarch64": (237, 236, 238),
+}
+# Mode flags the kernel may OR into the mode it reports.
+_MODE_FLAGS = (1 << 15) | (1 << 14) | (1 << 13)
+_MASK_WORDS = 16  # 1024 nodes: above any real nr_node_ids
+_WORD_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
+_MAXNODE = _MASK_WORDS * _WORD_BITS + 1
+
+
+class KernelMemoryPolicy(enum.IntEnum):
+    """The kernel's memory policy modes (``MPOL_*``)."""
+
+    DEFAULT = 0
+    PREFERRED = 1
+    BIND = 2
+    INTERLEAVE = 3
+    LOCAL = 4
+    PREFERRED_MANY = 5
+
+
+class MemoryKernel(Protocol):
+    """The three calls memory placement needs; each raises OSError as the kernel would."""
+
+    def get_mempolicy(self) -> tuple[KernelMemoryPolicy, CpuSet]: ...
+
+    def set_mempolicy(self, policy: KernelMemoryPolicy, nodes: CpuSet) -> None: ...
+
+    def migrate_pages(self, pid: int, from_nodes: CpuSet, to_nodes: CpuSet) -> int: ...
+
+
+class LinuxMemory:
+    """The real kernel, through ``syscall(2)``."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc.syscall.restype = ctypes.c_long
+
+    def _numbers(self) -> tuple[int, int, int]:
+        machine = os.uname().machine
+        try:
+            return _SYSCALLS[machine]
+        except KeyError:
+            # ENOSYS: what the kernel says of a call it does not have.
+            raise OSError(errno.ENOSYS, f"memory policies are not supported on this architecture ({machine})") \
+                from None
+
+    def _call(self, number: int, *args: object) -> int:
+        ret = self._libc.syscall(ctypes.c_long(number), *args)
+        if ret < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return int(ret)
+
+    @staticmethod
+    def _mask(nodes: CpuSet) -> ctypes.Array[ctypes.c_ulong]:
+        words = nodes.to_words(_MASK_WORDS, word_bits=_WORD_BITS)
+        return (ctypes.c_ulong * len(words))(*words)
+
+    def get_mempolicy(self) -> tuple[KernelMemoryPolicy, CpuSet]:
+        mode = ctypes.c_int(0)
+        buf = (ctypes.c_ulong * (_MASK_WORDS + 1))()
+        self._call(self._numbers()[1], ctypes.byref(mode), buf, ctypes.c_ulong(_MAXNODE), None, ctypes.c_ulong(0))
+        return KernelMemoryPolicy(mode.value & ~_MODE_FLAGS), CpuSet.from_words(list(buf), word_bits=_WORD_BITS)
+
+    def set_mempolicy(self, policy: KernelMemoryPolicy, nodes: CpuSet) -> None:
+        number = self._numbers()[0]
+        if nodes:
+            self._call(number, ctypes.c_int(int(policy)), self._mask(nodes), ctypes.c_ulong(_MAXNODE))
+        else:
+            self._call(number, ctypes.c_int(int(policy)), None, ctypes.c_ulong(0))
+
+    def migrate_pages(self, pid: int, from_nodes: CpuSet, to_nodes: CpuSet) -> int:
+        return self._call(self._numbers()[2], ctypes.c_int(pid), ctypes.c_ulong(_MAXNODE),
+                          self._mask(from_nodes), self._mask(to_nodes))

@@ -1,0 +1,106 @@
+"""Where a process's memory lives, node by node, from ``/proc/<pid>/numa_maps`` (:func:`residency`).
+
+Named after the file it reads, not the function: a submodule named ``residency`` would replace
+the function ``numapin.residency`` on the package once imported (the import system binds it there).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..base.errors import UsageError
+from ..base.frozen import field, record
+from ..base.text import format_size
+from ..cpuset import CpuSet, CpuSpec
+
+__all__ = ["Residency", "parse_numa_maps", "residency"]
+
+_NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
+
+
+#: ``file=`` paths of mappings that are memory the process made, not files it read:
+#: shared anonymous memory, System V and POSIX shared memory, memfd, anonymous huge pages.
+_OWN_FILES = ("/dev/zero", "/SYSV", "/memfd:", "/dev/shm/", "/anon_hugepage")
+
+
+@record
+class Residency:
+    """Pages and bytes of a process per NUMA node, from ``numa_maps``.
+
+    ``own_bytes`` leaves out pages of files the process maps (its libraries,
+    the page cache): they are shared with every process that reads those
+    files and lie wherever the first reader ran, so no placement of this
+    process can move them. Everything the process allocated itself counts.
+    """
+
+    pid: int
+    pages: dict[int, int] = field(default_factory=dict)
+    bytes: dict[int, int] = field(default_factory=dict)
+    own_bytes: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.bytes.values())
+
+    def outside(self, nodes: CpuSpec, *, own: bool = False) -> int:
+        keep = CpuSet(nodes)
+        return sum(b for n, b in (self.own_bytes if own else self.bytes).items() if n not in keep)
+
+    def share_outside(self, nodes: CpuSpec, *, own: bool = False) -> float:
+        """The fraction (0..1) of resident bytes (``own``: of the process's own memory) on other nodes."""
+        total = sum((self.own_bytes if own else self.bytes).values())
+        return self.outside(nodes, own=own) / total if total else 0.0
+
+    def __str__(self) -> str:
+        if not self.total:
+            return f"pid {self.pid}: no resident pages"
+        parts = [f"node {n} {format_size(b)} ({100 * b / self.total:.0f}%)" for n, b in sorted(self.bytes.items())]
+        return f"pid {self.pid}: " + ", ".join(parts)
+
+
+def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Residency:
+    """Count pages per node in ``numa_maps`` text.
+
+    Each ``N<node>=<pages>`` field counts pages of the mapping's own size
+    (``kernelpagesize_kB``, which is the huge page size for huge mappings).
+    """
+    base = page_size or os.sysconf("SC_PAGE_SIZE")
+    pages: dict[int, int] = {}
+    sizes: dict[int, int] = {}
+    own: dict[int, int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        size = base
+        counts: list[tuple[int, int]] = []
+        mine = True
+        for item in fields[2:]:
+            if item.startswith("kernelpagesize_kB="):
+                value = item.partition("=")[2]
+                if value.isdigit():
+                    size = int(value) * 1024
+            elif item.startswith("file="):
+                mine = item[5:].startswith(_OWN_FILES)
+            elif (match := _NODE_FIELD.match(item)) is not None:
+                counts.append((int(match.group(1)), int(match.group(2))))
+        for node, count in counts:
+            pages[node] = pages.get(node, 0) + count
+            sizes[node] = sizes.get(node, 0) + count * size
+            if mine:
+                own[node] = own.get(node, 0) + count * size
+    return Residency(pid, pages, sizes, own)
+
+
+def residency(pid: int | None = None) -> Residency:
+    """Where the memory of ``pid`` (default: this process) lives, node by node."""
+    target = os.getpid() if pid is None else pid
+    try:
+        with open(f"/proc/{target}/numa_maps") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"process {target} does not exist (or has no numa_maps)", value=target) from None
+    except PermissionError:
+        raise UsageError(
+            f"process {target}: permission denied reading its numa_maps (another user's process?)", value=target
+        ) from None
+    return parse_numa_maps(text, target)

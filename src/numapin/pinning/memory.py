@@ -1,0 +1,355 @@
+"""Memory placement: NUMA memory policies, their step-down, and page migration.
+
+A memory policy belongs to a *thread*: ``set_mempolicy`` affects the calling
+thread and the threads it creates afterwards. Threads that already exist keep
+their own policy (normally DEFAULT: allocate on the node they run on) — which
+the CPU pin makes the GPU's node, so they allocate there too. Pages touched
+before the pin stay where they are until :func:`migrate` moves them.
+
+The calls go through a :class:`numapin.numa.MemoryKernel` (the real kernel by
+default); which nodes exist and which the process may use are facts read
+through :class:`numapin.host.Host`, so a root folder stands in for them too.
+Every policy is read back after it is set.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from ..base.choices import Choice, parse_choice
+from ..base.errors import EnvironmentProblem, UsageError, errno_name, quoted
+from ..base.frozen import record
+from ..base.text import plural
+from ..cpuset import CpuSet, CpuSpec
+from ..facts.host import Host
+from ..kernel.mempolicy import KernelMemoryPolicy, LinuxMemory, MemoryKernel
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from ..facts.topology import Topology
+
+__all__ = [
+    "KernelMemoryPolicy",
+    "MemoryMode",
+    "MemoryNodes",
+    "MemoryPolicyError",
+    "MemoryResult",
+    "MigrateResult",
+    "NotSupported",
+    "allowed_nodes",
+    "get_mempolicy",
+    "migrate",
+    "parse_memory_mode",
+    "place_memory",
+    "set_mempolicy",
+    "system_nodes",
+]
+
+_LINUX: list[LinuxMemory] = []  # made (libc loaded) on the first memory call, not at import
+
+
+def _kernel(kernel: MemoryKernel | None) -> MemoryKernel:
+    if kernel is not None:
+        return kernel
+    if not _LINUX:
+        _LINUX.append(LinuxMemory())
+    return _LINUX[0]
+
+
+class MemoryPolicyError(EnvironmentProblem):
+    """The kernel refused a memory call; names the call, the nodes and the errno (also as ``errno``)."""
+
+
+class NotSupported(MemoryPolicyError):
+    """This architecture has no known syscall numbers."""
+
+
+def _refused(call: str, exc: OSError) -> MemoryPolicyError:
+    name = errno_name(exc.errno)
+    kind = NotSupported if exc.errno == errno.ENOSYS else MemoryPolicyError
+    return kind(f"{call} failed: {name} ({exc.strerror})", errno=name)
+
+
+def system_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
+    """The NUMA nodes of the machine under ``root`` that hold memory."""
+    host = Host.at(root)
+    for name in ("has_memory", "online"):
+        text = host.read(f"sys/devices/system/node/{name}")
+        if text is not None:
+            try:
+                return CpuSet.parse(text)
+            except ValueError:
+                continue
+    return CpuSet([0])
+
+
+def allowed_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
+    """The nodes this process may allocate on (its cpuset's ``mems``, as the kernel reports it)."""
+    text = Host.at(root).read("proc/self/status") or ""
+    for line in text.splitlines():
+        if line.startswith("Mems_allowed_list:"):
+            try:
+                return CpuSet.parse(line.split(":", 1)[1])
+            except ValueError:
+                break
+    return system_nodes(root)
+
+
+@record
+class MemoryNodes:
+    """The nodes memory may be asked of: those that hold memory, and those this process may use."""
+
+    exist: CpuSet
+    allowed: CpuSet
+
+    @classmethod
+    def read(cls, root: str | os.PathLike[str] | None = None) -> MemoryNodes:
+        """Read from the machine under ``root`` (a pin hands its facts' instead: see :meth:`of`)."""
+        return cls(system_nodes(root), allowed_nodes(root))
+
+    @classmethod
+    def of(cls, topology: Topology) -> MemoryNodes:
+        """From facts already read: a pin's memory calls read no file."""
+        exist = CpuSet(n.id for n in topology.nodes if n.has_memory) or CpuSet([0])  # as system_nodes()
+        return cls(exist, topology.allowed_mems or exist)
+
+    def check(self, nodes: CpuSet, call: str) -> None:
+        """A node that does not exist, or lies outside the process's mems, is the caller's mistake."""
+        missing = nodes - self.exist
+        if missing:
+            raise UsageError(f"{call}: node(s) {missing} do not exist (memory nodes: {self.exist})", value=missing)
+        outside = nodes - self.allowed
+        if outside:
+            raise UsageError(f"{call}: node(s) {outside} are outside this process's allowed memory nodes "
+                             f"{self.allowed} (cpuset.mems)", value=outside)
+
+
+def _limits(limits: MemoryNodes | None, root: str | os.PathLike[str] | None) -> MemoryNodes:
+    return MemoryNodes.read(root) if limits is None else limits
+
+
+def get_mempolicy(*, kernel: MemoryKernel | None = None) -> tuple[KernelMemoryPolicy, CpuSet]:
+    """The calling thread's memory policy and its nodes."""
+    try:
+        return _kernel(kernel).get_mempolicy()
+    except OSError as exc:
+        raise _refused("get_mempolicy", exc) from exc
+
+
+def set_mempolicy(
+    policy: KernelMemoryPolicy | str,
+    nodes: CpuSpec = (),
+    *,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
+) -> tuple[KernelMemoryPolicy, CpuSet]:
+    """Set the calling thread's memory policy and return it as read back.
+
+    A node that does not exist or lies outside the allowed memory nodes (read
+    under ``root``, or ``limits`` when the caller has them) is a
+    :class:`UsageError` before any syscall. A kernel refusal raises
+    :class:`MemoryPolicyError` and leaves the previous policy in place.
+    """
+    mode = policy if isinstance(policy, KernelMemoryPolicy) else _policy_named(policy)
+    wanted = CpuSet(nodes)
+    needs_nodes = mode in (KernelMemoryPolicy.BIND, KernelMemoryPolicy.INTERLEAVE, KernelMemoryPolicy.PREFERRED_MANY)
+    if needs_nodes and not wanted:
+        raise UsageError(f"set_mempolicy({mode.name}) needs at least one node", value=wanted)
+    if mode in (KernelMemoryPolicy.DEFAULT, KernelMemoryPolicy.LOCAL) and wanted:
+        raise UsageError(f"set_mempolicy({mode.name}) takes no nodes, got {wanted}", value=wanted)
+    _limits(limits, root).check(wanted, f"set_mempolicy({mode.name})")
+    ops = _kernel(kernel)
+    try:
+        ops.set_mempolicy(mode, wanted)
+    except OSError as exc:
+        raise _refused(f"set_mempolicy({mode.name}, nodes {wanted or 'none'})", exc) from exc
+    got = get_mempolicy(kernel=ops)
+    if not _same_policy(got, mode, wanted):
+        raise MemoryPolicyError(f"set_mempolicy({mode.name}, {wanted}) read back as {got[0].name} {got[1]}")
+    return got
+
+
+def _same_policy(got: tuple[KernelMemoryPolicy, CpuSet], mode: KernelMemoryPolicy, nodes: CpuSet) -> bool:
+    if mode is KernelMemoryPolicy.LOCAL:
+        # Older kernels report LOCAL as PREFERRED with no node.
+        return got in ((KernelMemoryPolicy.LOCAL, CpuSet()), (KernelMemoryPolicy.PREFERRED, CpuSet()))
+    if mode is KernelMemoryPolicy.PREFERRED:
+        return got[0] is mode and got[1] == CpuSet([nodes.first()]) if nodes else got[0] is mode
+    return got == (mode, nodes)
+
+
+def _policy_named(name: str) -> KernelMemoryPolicy:
+    try:
+        return KernelMemoryPolicy[name.strip().upper().replace("-", "_")]
+    except KeyError:
+        known = ", ".join(p.name.lower() for p in KernelMemoryPolicy)
+        raise UsageError(f"unknown memory policy {quoted(name)} (expected one of: {known})", value=name) from None
+
+
+@record
+class MigrateResult:
+    to_nodes: CpuSet
+    from_nodes: CpuSet
+    not_moved: int
+
+    def __str__(self) -> str:
+        return f"migrated {self.from_nodes} -> {self.to_nodes}, {self.not_moved} pages not moved"
+
+
+def migrate(
+    to_nodes: CpuSpec,
+    from_nodes: CpuSpec | None = None,
+    pid: int | None = None,
+    *,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
+) -> MigrateResult:
+    """Move a process's pages (default: this one's) from ``from_nodes`` (default: all others) to ``to_nodes``."""
+    target = CpuSet(to_nodes)
+    if not target:
+        raise UsageError("migrate needs at least one target node", value=target)
+    known = _limits(limits, root)
+    known.check(target, "migrate_pages")
+    source = known.exist if from_nodes is None else CpuSet(from_nodes)
+    try:
+        left = _kernel(kernel).migrate_pages(pid or 0, source, target)
+    except OSError as exc:
+        raise _refused(f"migrate_pages({source} -> {target})", exc) from exc
+    return MigrateResult(target, source, left)
+
+
+# -- what pin() does with memory -------------------------------------------
+
+
+class MemoryMode(Choice):
+    """What :func:`numapin.pin` does with memory; each steps down to the next on a refusal."""
+
+    NONE = "none"
+    """Leave the memory policy as it is."""
+
+    PREFERRED = "preferred"
+    """Allocate on the placement's nodes while they have room (then elsewhere)."""
+
+    BIND = "bind"
+    """Allocate only on the placement's nodes."""
+
+
+# The step-down order of each mode: bind -> preferred -> none.
+_STEPS = {
+    MemoryMode.BIND: (MemoryMode.BIND, MemoryMode.PREFERRED, MemoryMode.NONE),
+    MemoryMode.PREFERRED: (MemoryMode.PREFERRED, MemoryMode.NONE),
+    MemoryMode.NONE: (MemoryMode.NONE,),
+}
+
+
+def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
+    return parse_choice(MemoryMode, mode, "memory mode")
+
+
+@record
+class MemoryResult:
+    """What was done with memory: the policy in force, migration, and any step-down."""
+
+    asked: MemoryMode
+    applied: MemoryMode
+    nodes: CpuSet
+    read_back: tuple[str, str] | None = None
+    migration: MigrateResult | None = None
+    problems: tuple[str, ...] = ()
+    """The refusals met on the way down, each as the kernel worded it."""
+    kernel_nodes: CpuSet | None = None
+    """After a refusal: the memory nodes of the running kernel (which may not be the machine the facts describe)."""
+
+    @property
+    def warning(self) -> str | None:
+        """One line on what went wrong and what is in force instead; None when nothing did."""
+        if not self.problems:
+            return None
+        where = f"{plural(len(self.nodes), 'node')} {self.nodes}"
+        absent = self.nodes - self.kernel_nodes if self.kernel_nodes is not None else CpuSet()
+        if absent:
+            # The usual case: facts read from a folder standing in for / (--machine, NUMAPIN_FSROOT)
+            # name nodes this kernel does not have, and the kernel refuses them. Say that, not EINVAL.
+            cause = (f"this kernel has no memory on {plural(len(absent), 'node')} {absent} (its memory "
+                     f"{plural(len(self.kernel_nodes or ()), 'node')}: {self.kernel_nodes}), as when the machine is "
+                     "read from a folder standing in for / (--machine, --root, NUMAPIN_FSROOT)")
+        else:
+            cause = "; ".join(self.problems)
+        return f"memory not placed on {where}: {cause}; continuing with memory {self.applied}"
+
+    def __str__(self) -> str:
+        text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \
+            else "memory policy unchanged"
+        if self.applied is not self.asked:
+            text += f" (asked {self.asked})"
+        if self.migration is not None:
+            text += f", {self.migration}"
+        return text
+
+
+def _one_step(step: MemoryMode, nodes: CpuSet, kernel: MemoryKernel | None,
+              limits: MemoryNodes) -> tuple[KernelMemoryPolicy, CpuSet]:
+    if step is MemoryMode.BIND:
+        return set_mempolicy(KernelMemoryPolicy.BIND, nodes, kernel=kernel, limits=limits)
+    if len(nodes) > 1:
+        try:
+            return set_mempolicy(KernelMemoryPolicy.PREFERRED_MANY, nodes, kernel=kernel, limits=limits)
+        except MemoryPolicyError:
+            pass  # kernels before 5.15: prefer the first node
+    return set_mempolicy(KernelMemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, limits=limits)
+
+
+def place_memory(
+    nodes: CpuSet,
+    mode: MemoryMode,
+    do_migrate: bool,
+    *,
+    strict: bool,
+    kernel: MemoryKernel | None = None,
+    root: str | os.PathLike[str] | None = None,
+    limits: MemoryNodes | None = None,
+) -> MemoryResult:
+    """Apply ``mode`` for ``nodes`` to the calling thread, stepping down bind → preferred → none unless strict.
+
+    ``limits``: the machine's memory nodes, when the caller has them (a pin's
+    facts); otherwise they are read under ``root``.
+
+    The nodes are a placement's, computed by numapin: a node that turns out
+    missing or forbidden is a problem of the environment here, not a mistake
+    of the caller, and in strict mode raises :class:`MemoryPolicyError`.
+    """
+    problems: list[str] = []
+    applied = MemoryMode.NONE
+    read_back = None
+    known = _limits(limits, root)
+    for step in _STEPS[mode] if not strict else (mode,):
+        if step is MemoryMode.NONE:
+            break
+        try:
+            got = _one_step(step, nodes, kernel, known)
+        except (MemoryPolicyError, UsageError) as exc:
+            if strict:
+                raise _as_environment(exc) from exc
+            problems.append(str(exc))
+            continue
+        applied, read_back = step, (got[0].name, str(got[1]))
+        break
+    migration = None
+    if do_migrate:
+        try:
+            migration = migrate(nodes, kernel=kernel, limits=known)
+        except (MemoryPolicyError, UsageError) as exc:
+            if strict:
+                raise _as_environment(exc) from exc
+            problems.append(str(exc))
+    # No warning here: the caller says it once per process and problem (a worker pins again and again).
+    # After a refusal, the kernel's own nodes (not the facts', which may describe another machine) tell why.
+    return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems),
+                        system_nodes("/") if problems and kernel is None else None)
+
+
+def _as_environment(exc: MemoryPolicyError | UsageError) -> MemoryPolicyError:
+    return exc if isinstance(exc, MemoryPolicyError) else MemoryPolicyError(str(exc))

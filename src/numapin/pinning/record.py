@@ -1,0 +1,312 @@
+"""The host's ledger of pins: what numapin applied to each process, readable by another process.
+
+A pin made inside a process (the start-up hook, ``pin()``, a lease, the
+TensorRT-LLM function) leaves no trace in ``/proc/PID/environ``, which holds
+the environment the process started with. So each pin that changes something
+also writes a small JSON file, one per process, that numapin's tools read from
+outside: ``numapin threads``, ``doctor --pid`` and ``ps``.
+
+Where: a runtime folder, as Linux tools keep per-boot state. ``$NUMAPIN_RUNTIME_DIR``
+when set; else ``/run/numapin`` for root; else ``$XDG_RUNTIME_DIR/numapin`` (the
+user's own tmpfs, which systemd-logind empties at logout); else
+``/tmp/numapin-UID``. Runtime folders are memory (tmpfs) and emptied at boot, so
+a record never outlives the boot whose process ids it names. A reader looks in
+every folder a process of that user could have written, so root sees every
+user's workers.
+
+Keyed so that a reused process id is never taken for the old process: the file
+is named ``PID-START.json``, START being the process's start time in clock ticks
+since boot (``/proc/PID/stat``), which a new process with the same id does not
+share. A record whose process is gone, or whose id now names another process,
+is stale: readers ignore it, and writers and ``numapin ps`` remove the stale
+files they may remove.
+
+Writing never fails a worker: a read-only, full or foreign folder is one debug
+line, and the pin stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Mapping
+
+from ..base.environment import RUNTIME_DIR
+from ..base.files import own_folder, replace_file
+from ..base.frozen import record, replace
+from ..base.logger import log
+from ..cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["HOW", "VERSION", "Entry", "entries", "folders", "lookup", "publish", "stamp", "start_time", "withdraw"]
+
+#: The record format; a reader skips files of another.
+VERSION = 1
+
+#: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function,
+#: or a forked child's inheritance of its parent's.
+HOW = ("exec", "autopin", "pin", "lease", "compat")
+
+
+@record
+class Entry:
+    """What numapin applied to one process, as the ledger holds it."""
+
+    pid: int
+    start: int
+    """The process's start time (clock ticks since boot): with ``pid``, names one process for the boot."""
+    how: str
+    """``exec``, ``autopin``, ``pin``, ``lease`` or ``compat``."""
+    mask: CpuSet
+    """The process mask numapin read back after applying it."""
+    target: CpuSet
+    gpu: int | None = None
+    pci: str | None = None
+    node: int | None = None
+    mode: str | None = None
+    rank: int | None = None
+    memory: str | None = None
+    """The memory policy in force after the pin (``none``, ``preferred``, ``bind``), None when not asked."""
+    mems: CpuSet | None = None
+    policy: str | None = None
+    pools: tuple[tuple[str, str], ...] = ()
+    """Thread-pool variables set for the process (``OMP_NUM_THREADS`` ...), name and value."""
+    written: float = 0.0
+    """When (seconds since the epoch)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "version": VERSION, "pid": self.pid, "start": self.start, "how": self.how,
+            "mask": str(self.mask), "target": str(self.target), "gpu": self.gpu, "pci": self.pci,
+            "node": self.node, "mode": self.mode, "rank": self.rank, "memory": self.memory,
+            "mems": None if self.mems is None else str(self.mems), "policy": self.policy,
+            "pools": dict(self.pools), "written": self.written,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Entry | None:
+        """The entry a file holds; None for anything else (another version, a damaged file)."""
+        try:
+            if data.get("version") != VERSION or data.get("how") not in HOW:
+                return None
+            pools = data.get("pools") or {}
+            mems = data.get("mems")
+            return cls(
+                pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
+                mask=CpuSet.parse(str(data["mask"])), target=CpuSet.parse(str(data["target"])),
+                gpu=_maybe_int(data.get("gpu")), pci=_maybe_str(data.get("pci")),
+                node=_maybe_int(data.get("node")), mode=_maybe_str(data.get("mode")),
+                rank=_maybe_int(data.get("rank")), memory=_maybe_str(data.get("memory")),
+                mems=None if mems is None else CpuSet.parse(str(mems)), policy=_maybe_str(data.get("policy")),
+                pools=tuple((str(k), str(v)) for k, v in dict(pools).items()),
+                written=float(data.get("written") or 0.0),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+    def same_pin(self, other: Entry | None) -> bool:
+        """True when ``other`` records the same pin (only the time written may differ)."""
+        return other is not None and replace(other, written=self.written) == self
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not an int: {value!r}")
+    return value
+
+
+def _maybe_int(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _maybe_str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+# -- where ------------------------------------------------------------------------------
+
+
+def folders(uid: int | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+    """The folders a process of user ``uid`` (default: this one) keeps its record in, first choice first.
+
+    ``$NUMAPIN_RUNTIME_DIR`` alone when it is set: an operator who names the
+    folder wants the records there, or nowhere.
+    """
+    env = os.environ if environ is None else environ
+    explicit = env.get(RUNTIME_DIR)
+    if explicit:
+        return [explicit]
+    me = os.geteuid()
+    owner = me if uid is None else uid
+    found = []
+    if owner == 0:
+        found.append("/run/numapin")
+    runtime = env.get("XDG_RUNTIME_DIR") if owner == me else None
+    found.append(os.path.join(runtime, "numapin") if runtime else f"/run/user/{owner}/numapin")
+    found.append(f"/tmp/numapin-{owner}")
+    return list(dict.fromkeys(found))
+
+
+def _reading_folders(uids: Iterable[int]) -> list[str]:
+    """Every folder a record of these users may lie in (the reader's explicit folder first)."""
+    seen: dict[str, None] = dict.fromkeys(folders())
+    for uid in uids:
+        for folder in folders(uid, environ={}):
+            seen.setdefault(folder, None)
+    return list(seen)
+
+
+def _owner(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """Process ``pid``'s start time in clock ticks since boot (``/proc/PID/stat`` field 22); None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
+    fields = text[text.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _name(pid: int, start: int) -> str:
+    return f"{pid}-{start}.json"
+
+
+# -- writing ----------------------------------------------------------------------------
+
+
+def publish(entry: Entry) -> str | None:
+    """Write ``entry`` for its process, replacing its earlier one; the path written, or None.
+
+    Never raises: a folder that cannot be made or written is one debug line.
+    """
+    import json
+
+    data = json.dumps(entry.as_dict(), sort_keys=True).encode()
+    for folder in folders():
+        try:
+            first = _READY.get(folder) != os.getpid()
+            if first:
+                own_folder(folder)
+            path = os.path.join(folder, _name(entry.pid, entry.start))
+            replace_file(path, data, 0o644)
+        except OSError as exc:
+            log.debug("pin record not written in %s: %s", folder, exc)
+            continue
+        if first:  # once a process: the folder checked, and what dead processes left there removed
+            _READY[folder] = os.getpid()
+            _sweep(folder, keep=path)
+        return path
+    return None
+
+
+#: The folders this process has checked (and swept) already, with the process id that did it.
+_READY: dict[str, int] = {}
+
+
+def _sweep(folder: str, keep: str) -> None:
+    """Remove this process's older records and the stale ones of any process (those we may remove)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(folder, name)
+        if path != keep and _stale(name):
+            _remove(path)
+
+
+def _remove(path: str) -> None:
+    """Remove a file if this user may (another user's stale record stays for its owner or root)."""
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _stale(name: str) -> bool:
+    stem = name.removesuffix(".json")
+    pid, _, start = stem.partition("-")
+    if name.endswith(".tmp"):
+        # A write that did not finish: stale once its writer is gone.
+        writer = name.rsplit(".", 2)[-2]
+        return writer.isdigit() and not os.path.exists(f"/proc/{writer}")
+    if not (name.endswith(".json") and pid.isdigit() and start.isdigit()):
+        return False
+    return start_time(int(pid)) != int(start)
+
+
+def withdraw(pid: int | None = None) -> None:
+    """Remove the record of process ``pid`` (default: this one), wherever this user wrote it."""
+    target = os.getpid() if pid is None else pid
+    start = start_time(target)
+    if start is None:
+        return
+    for folder in folders():
+        _remove(os.path.join(folder, _name(target, start)))
+
+
+def stamp(entry: Entry) -> Entry:
+    """``entry`` with the time it is written."""
+    return replace(entry, written=time.time())
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def _read(path: str) -> Entry | None:
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1 << 16))
+    except (OSError, ValueError):
+        return None
+    return Entry.from_dict(data) if isinstance(data, dict) else None
+
+
+def lookup(pid: int) -> Entry | None:
+    """The record of the live process ``pid``, or None (none written, or left by a process now gone)."""
+    start = start_time(pid)
+    uid = _owner(pid)
+    if start is None or uid is None:
+        return None
+    for folder in _reading_folders({uid, os.geteuid()}):
+        entry = _read(os.path.join(folder, _name(pid, start)))
+        if entry is not None and (entry.pid, entry.start) == (pid, start):
+            return entry
+    return None
+
+
+def entries(uids: Iterable[int] = ()) -> dict[int, Entry]:
+    """Every live process's record in the folders of these users (and this one's), by process id.
+
+    Stale records met on the way are removed where this user may remove them.
+    """
+    found: dict[int, Entry] = {}
+    for folder in _reading_folders({*uids, os.geteuid()}):
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            if _stale(name):
+                _remove(os.path.join(folder, name))
+                continue
+            if name.endswith(".json"):
+                entry = _read(os.path.join(folder, name))
+                if entry is not None and start_time(entry.pid) == entry.start:
+                    found.setdefault(entry.pid, entry)
+    return found

@@ -1,0 +1,227 @@
+"""What numapin applied in this process, and everything else it remembers: the only state of numapin.
+
+The record (process id, the mask read back, the target) is what makes a mask
+numapin's own rather than someone else's; with it, the threads placed on
+purpose, the leases held, the pin under way and the warnings given, behind one
+lock (:class:`PinState`, one per process: a forked child gets its own).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator, Mapping
+
+from ..base.environment import APPLIED
+from ..base.frozen import record, replace
+from ..base.logger import log
+from ..cpuset import CpuSet
+from .record import Entry
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ..kernel.affinity import ThreadKernel
+
+__all__ = ["Acting", "PinState", "Record", "Saved", "acting", "exec_marker", "state"]
+
+
+@record
+class Record:
+    """What numapin applied in this process."""
+
+    pid: int
+    mask: CpuSet
+    target: CpuSet
+    gpu: int | None = None
+    source: str = "pin"
+
+
+@record
+class Acting:
+    """Who is pinning (for the ledger): ``exec``, ``autopin``, ``lease`` or ``compat``, and what else it set."""
+
+    how: str
+    pools: tuple[tuple[str, str], ...] = ()
+    """Thread-pool variables set for the process (exec and the start-up hook set them)."""
+
+
+@contextlib.contextmanager
+def acting(how: str, pools: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
+    """Pins made inside are recorded as ``how``'s (the outermost caller's, when these nest)."""
+    pins = state()
+    with pins.lock:
+        before = pins.acting
+        pins.acting = before or Acting(how, pools)
+        try:
+            yield
+        finally:
+            pins.acting = before
+
+
+def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
+    """The mask ``numapin exec`` applied, from its environment marker (None when absent or malformed)."""
+    text = environ.get(APPLIED)
+    if not text:
+        return None
+    try:
+        return CpuSet.parse(text)
+    except ValueError:
+        log.debug("ignoring malformed %s=%r", APPLIED, text)
+        return None
+
+
+class PinState:
+    """Everything numapin remembers in this process, behind one lock.
+
+    A forked child gets a fresh one (:func:`os.register_at_fork`) that says
+    the mask it was born with is numapin's, so it can re-pin quietly.
+    """
+
+    def __init__(self, record: Record | None = None) -> None:
+        self.lock = threading.RLock()
+        self.record = record
+        #: Threads that pin_thread() (or reserve=) placed: their mask, the mask each had before,
+        #: and when each started (a reused thread id is another thread).
+        self.deliberate: dict[int, CpuSet] = {}
+        self.before_deliberate: dict[int, CpuSet] = {}
+        self.started: dict[int, int | None] = {}
+        self._warned: set[str] = set()
+        #: Threads holding a lease, innermost last (all the same thread: leases do not overlap across threads).
+        self.lease_holders: list[int] = []
+        #: The target of a pin whose walk is under way (another thread may fork meanwhile).
+        self.in_flight: CpuSet | None = None
+        #: Who is pinning now (exec, the start-up hook, a lease, a compatibility function), when not pin().
+        self.acting: Acting | None = None
+        #: What this process last wrote to the host's ledger (numapin.ledger), None when nothing.
+        self.published: Entry | None = None
+        #: The TensorRT-LLM function's pins, held until their last release: (the state before the
+        #: first, the first's result, the calls not yet released). A forked child holds none.
+        self.compat_hold: tuple[Any, Any, int] | None = None
+
+    def forked(self, forking_tid: int) -> PinState:
+        """The state of a child just forked from this process by its thread ``forking_tid``.
+
+        The child's one thread was copied from the forking thread, whose mask
+        may be the record's, a pin's under way in another thread (before or
+        after the walk reached it), or a deliberate one: when it is any of
+        numapin's, the child's record is the mask it was born with, so its
+        own pin never mistakes it for someone else's. Leases that thread held
+        are the child's to leave.
+        """
+        record, flight = self.record, self.in_flight
+        child = PinState()
+        child.lease_holders = [threading.get_native_id() for tid in self.lease_holders if tid == forking_tid]
+        if record is None and flight is None:
+            return child
+        ours = {*self.deliberate.values(), *(() if flight is None else (flight,)),
+                *(() if record is None else (record.mask, record.target))}
+        try:
+            born: CpuSet | None = CpuSet(os.sched_getaffinity(0))
+        except OSError:
+            born = None
+        if born is not None and born in ours:
+            gpu = record.gpu if record is not None and flight is None else None
+            child.record = Record(os.getpid(), born, born, gpu, "inherited")
+        elif record is not None:
+            child.record = replace(record, pid=os.getpid(), source="inherited")
+        return child
+
+    def live_record(self) -> Record | None:
+        record = self.record
+        return record if record is not None and record.pid == os.getpid() else None
+
+    def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
+        """The masks that are numapin's in this process: its record and the exec marker."""
+        record = self.live_record()
+        marker = exec_marker(environ)
+        return [m for m in (None if record is None else record.mask, marker) if m is not None]
+
+    def thread_masks(self) -> set[CpuSet]:
+        """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
+        record = self.live_record()
+        return {*(() if record is None else (record.mask,)), *self.deliberate.values()}
+
+    def warn_once(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("%s", message)
+
+    def mark_deliberate(self, ops: ThreadKernel, tid: int, mask: CpuSet, before: CpuSet) -> None:
+        if tid not in self.deliberate:
+            self.before_deliberate[tid] = before
+            self.started[tid] = ops.start_time(tid)
+        self.deliberate[tid] = mask
+
+    def forget_exited(self, ops: ThreadKernel) -> None:
+        """Drop what is remembered of deliberate threads that exited, even when their id is back."""
+        for tid in list(self.deliberate):
+            if ops.start_time(tid) != self.started.get(tid):
+                self.deliberate.pop(tid, None)
+                self.before_deliberate.pop(tid, None)
+                self.started.pop(tid, None)
+
+    def process_mask_of_caller(self, tid: int, mask: CpuSet) -> CpuSet:
+        """The process mask as the calling thread sees it: a thread placed on purpose does
+        not carry it, so then it is numapin's record, or the mask the thread had before."""
+        if self.deliberate.get(tid) != mask:
+            return mask
+        record = self.live_record()
+        return record.mask if record is not None else self.before_deliberate.get(tid, mask)
+
+    def saved(self) -> Saved:
+        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate), self.published)
+
+    def applied_since(self, saved: Saved) -> set[CpuSet]:
+        """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
+        found = {m for tid, m in self.deliberate.items() if saved.deliberate.get(tid) != m}
+        if self.record is not None and self.record is not saved.record:
+            found |= {self.record.mask, self.record.target}
+        return found
+
+    def restore(self, saved: Saved) -> None:
+        record = saved.record
+        if record is not None and record.pid != os.getpid():
+            # Saved in the parent before a fork: the mask it names is the one this child inherited.
+            record = replace(record, pid=os.getpid(), source="inherited")
+        self.record, self.deliberate, self.before_deliberate = (record, dict(saved.deliberate),
+                                                                dict(saved.before_deliberate))
+        # What the ledger says goes back too: a record saved in the parent before a fork is not this child's.
+        self.published = saved.published if record is saved.record else None
+
+
+@record
+class Saved:
+    """What a lease remembers of the pin state, to put back on exit."""
+
+    record: Record | None
+    deliberate: Mapping[int, CpuSet]
+    before_deliberate: Mapping[int, CpuSet]
+    published: Entry | None = None
+
+
+_STATE = PinState()
+
+
+def state() -> PinState:
+    """This process's pin state (a new one in each forked child)."""
+    return _STATE
+
+
+_FORKING = [0]  # the native id of the thread that forks, in the parent (register_at_fork's before)
+
+
+def _before_fork() -> None:
+    _FORKING[0] = threading.get_native_id()
+
+
+def _after_fork_in_child() -> None:
+    # The child is a new process: a fresh lock (the parent's may have been
+    # held by another thread at fork time, even mid-walk) and what it inherited as its own.
+    global _STATE
+    _STATE = _STATE.forked(_FORKING[0])
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)

@@ -1,0 +1,59 @@
+"""Where workers would run on a machine: read its facts, then ask :func:`numapin.placement.resolve`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from ..base.environment import RANK_MAP
+from ..cpuset import CpuSpec
+from ..facts.machine import cached
+from .modes import Cores, Placement, PlacementMode, resolve
+from .ranks import LocalRank
+
+__all__ = ["plan", "plan_ranks"]
+
+
+def plan(
+    gpu: int | None = None,
+    *,
+    mode: str | PlacementMode = PlacementMode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    cores: str | Cores = Cores.ALL,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Placement:
+    """Where this process's worker would run: for GPU ``gpu``, or the GPU of its local rank.
+
+    Reads the machine under ``root``; changes nothing. The same answer
+    :func:`numapin.pin` would act on. ``cores="fastest"`` keeps only the
+    fastest kind of CPU among them (``pin(placement=plan(..., cores="fastest"))``).
+    """
+    env = os.environ if environ is None else environ
+    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve, cores=cores)
+
+
+def plan_ranks(
+    *,
+    mode: str | PlacementMode = PlacementMode.NODE,
+    reserve: int = 0,
+    cpus: CpuSpec | None = None,
+    cores: str | Cores = Cores.ALL,
+    gpus: Sequence[int] | None = None,
+    root: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[Placement, ...]:
+    """One placement per local rank: rank i drives ``gpus[i]`` when given; else as a launcher's
+    ranks would, one per visible GPU (rank r drives GPU r, or entry r of ``NUMAPIN_RANK_MAP``)."""
+    env = os.environ if environ is None else environ
+    facts = cached(root, env)
+    if gpus is None:
+        rank_map = env.get(RANK_MAP, "")
+        count = len(rank_map.split(",")) if rank_map else len(facts.visible)
+        if not count:
+            facts.gpu(0)  # raises the "no GPU visible" error
+        return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve,
+                             cores=cores) for r in range(count))
+    return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve,
+                         cores=cores) for r, g in enumerate(gpus))

@@ -1,0 +1,454 @@
+"""``numapin doctor``: what in the job would undo the pin or waste it, each finding with its fix.
+
+Reads an environment (this process's, or another's from ``/proc/PID/environ``),
+the machine's facts and the placement numapin would make, and checks them
+against each other. Nothing is changed. Every finding has a stable id (for
+scripts: ``--json``), a severity — ``error``: the pin will be undone or cannot
+hold; ``warning``: it will be wasted; ``info``: worth knowing — what was seen,
+why it matters, and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ..base.environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RESERVED, THREAD_POOLS
+from ..base.errors import EnvironmentProblem, UsageError
+from ..base.frozen import record
+from ..base.text import counted, decimal, plural
+from ..cpuset import CpuSet, hex_word
+from ..facts.host import Host
+from ..facts.interrupts import Irq, device_irqs, running
+from ..facts.machine import Facts, gather
+from ..facts.network import assign
+from ..facts.topology import Topology, read_topology
+from ..kernel.affinity import exited, process_environ
+from ..pinning import record as ledger
+from ..pinning.decision import MaskOwner, classify
+from ..pinning.state import exec_marker
+from ..placement.modes import Placement, PlacementMode, resolve
+from ..placement.ranks import LocalRank, requested_rank
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Diagnosis", "Finding", "diagnose", "read_environ"]
+
+_OFF = ("", "none", "disabled", "false")
+
+
+@record
+class Finding:
+    """One thing that fights or wastes the pin."""
+
+    id: str
+    severity: str  # "error", "warning" or "info"
+    sees: str
+    why: str
+    fix: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"id": self.id, "severity": self.severity, "sees": self.sees, "why": self.why, "fix": self.fix}
+
+    def text(self) -> str:
+        return f"{self.severity}: [{self.id}] {self.sees}\n    why: {self.why}\n    fix: {self.fix}"
+
+
+@record
+class Diagnosis:
+    """What ``numapin doctor`` found, and the placement it checked against."""
+
+    placement: Placement | None
+    findings: tuple[Finding, ...]
+    pid: int | None = None
+    basis: str | None = None
+    """What the placement was judged by: the process's record, its launcher's rank, an option, or an assumption."""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when nothing is a warning or an error, else 1."""
+        return 1 if any(f.severity in ("error", "warning") for f in self.findings) else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"pid": self.pid, "placement": None if self.placement is None else self.placement.as_dict(),
+                "basis": self.basis, "findings": [f.as_dict() for f in self.findings]}
+
+    def text(self) -> str:
+        who = "this process" if self.pid is None else f"process {self.pid}"
+        lines = [f"numapin doctor: {who}"]
+        if self.placement is not None:
+            p = self.placement
+            lines.append(f"placement: {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")
+        if self.basis:
+            lines.append(f"judged by: {self.basis}")
+        lines.extend(f.text() for f in self.findings)
+        lines.append(counted(len(self.findings), "finding") if self.findings else "no findings")
+        return "\n".join(lines)
+
+
+def read_environ(pid: int) -> dict[str, str]:
+    """Process ``pid``'s environment at its start; UsageError when it cannot be read."""
+    if exited(pid):
+        raise UsageError(f"process {pid} has exited (a zombie its parent has not reaped yet)", value=pid)
+    try:
+        return process_environ(pid)
+    except FileNotFoundError:
+        raise UsageError(f"no process {pid}", value=pid) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read the environment of process {pid} ({exc.strerror})", value=pid) from None
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
+    except OSError:
+        return {}
+
+
+def diagnose(
+    environ: Mapping[str, str] | None = None,
+    *,
+    gpu: int | None = None,
+    rank: str = "auto",
+    mode: str | PlacementMode | None = None,
+    root: str | os.PathLike[str] | None = None,
+    pid: int | None = None,
+) -> Diagnosis:
+    """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
+
+    The GPU is ``gpu``, else ``rank``'s; with neither (``rank="auto"``), the one
+    numapin's record of the process names (the host's ledger: a pin made inside
+    the process is there too), else its launcher's local rank. The mode is
+    ``mode``, else the record's, else ``node``. What was used is the
+    diagnosis's ``basis``, an assumption said as one.
+    """
+    if pid is not None and environ is None:
+        environ = read_environ(pid)
+    env = dict(os.environ if environ is None else environ)
+    entry = ledger.lookup(os.getpid() if pid is None else pid)
+    if entry is not None:
+        for name, value in entry.pools:  # set inside the process: its environ at start does not show them
+            env.setdefault(name, value)
+    facts = gather(root, env)
+    findings: list[Finding] = []
+    chosen = None if gpu is not None else requested_rank(rank, env)
+    by_record = entry is not None and entry.gpu is not None and gpu is None and rank == "auto"
+    if by_record and entry is not None:
+        gpu, chosen = entry.gpu, None if entry.rank is None else LocalRank(entry.rank, "its record")
+    if mode is None:
+        mode = entry.mode if entry is not None and entry.mode in _MODES else PlacementMode.NODE
+    basis = _basis(gpu if not by_record else None, chosen, entry if by_record else None, facts)
+    try:
+        placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
+    except EnvironmentProblem as exc:
+        placement = None
+        fix = ("list GPUs of this machine in CUDA_VISIBLE_DEVICES (or unset it)" if facts.cut else
+               "check the launcher's local rank and NUMAPIN_RANK_MAP" if facts.visible else
+               "to try numapin as on a GPU host: numapin doctor --machine dgx-h100" if not facts.inventory.gpus else
+               "check CUDA_VISIBLE_DEVICES and the launcher's local rank")
+        findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to", fix))
+    host = Host(facts.topology.root)
+    findings += _machine(facts, host, placement, env, mode)
+    if placement is not None:
+        findings += _interrupts(facts, host, placement, _reserved(env, placement))
+        status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
+        findings += _launcher(env, facts, placement, chosen, status, entry)
+        findings += _thread_pools(env, facts, placement, pid, status)
+    findings += _openmp(env)
+    return Diagnosis(placement, tuple(findings), pid, basis)
+
+
+_MODES = {m.value for m in PlacementMode}
+
+
+def _basis(gpu: int | None, rank: LocalRank | None, entry: ledger.Entry | None, facts: Facts) -> str:
+    """What the placement is judged by, in words; an assumption is said as one."""
+    if entry is not None:
+        return f"numapin's record of the process ({entry.how}: GPU {entry.gpu}, mode {entry.mode})"
+    if gpu is not None:
+        return f"GPU {gpu}, as asked"
+    if rank is not None:
+        return str(rank)
+    if len(facts.visible) > 1:
+        return (f"assumed local rank 0 (GPU 0 of {len(facts.visible)} visible): no record of numapin's and no "
+                "launcher variable; name it with --gpu or --local-rank")
+    return "its one visible GPU (no record of numapin's, no launcher variable)"
+
+
+# -- the checks ---------------------------------------------------------------
+
+
+def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping[str, str],
+             mode: str | PlacementMode) -> list[Finding]:
+    found = []
+    t = facts.topology
+    balancing = decimal(host.read("proc/sys/kernel/numa_balancing"))
+    if balancing:
+        found.append(Finding(
+            "numa-balancing", "warning", f"automatic NUMA balancing is on (kernel.numa_balancing={balancing})",
+            "the kernel moves pages and tasks between nodes behind numapin's memory policy and pins, and its "
+            "page-fault scanning stalls the threads it samples (16-31 ms stalls on a GPU dispatch path were "
+            "measured with it on, deepseek-ai/DeepEP#624)",
+            "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
+    gpus = [v.gpu for v in facts.visible]
+    if facts.cut and gpus:  # with none visible, no-placement says it
+        found.append(Finding(
+            "cuda-visible-devices", "warning", facts.cut,
+            f"CUDA shows this process {counted(len(gpus), 'GPU')} of the {len(facts.inventory.gpus)} found: "
+            "the entries after it are ignored, by CUDA as by numapin",
+            "correct or remove that entry of CUDA_VISIBLE_DEVICES"))
+    # The firmware's answer itself: numapin infers a node from the local CPUs when it says -1.
+    unknown = [g for g in gpus if g.node is None or (g.firmware_node or 0) < 0]
+    if unknown:
+        guessed = ", ".join(f"{g.pci} (taken as node {g.node}, from its local CPUs)" if g.node is not None
+                            else f"{g.pci} (no node)" for g in unknown)
+        found.append(Finding(
+            "gpu-node-unknown", "warning", f"the firmware reports NUMA node -1 for GPU(s) {guessed}",
+            "numapin can only go by the GPU's local CPU list, which may span nodes or be the whole machine",
+            "update the BIOS/firmware (ACPI _PXM of the PCIe root port), or pin with --cpus"))
+    models = {g.model for g in gpus if g.model}
+    order = env.get(CUDA_DEVICE_ORDER, "")
+    if len(models) > 1 and order != "PCI_BUS_ID":
+        found.append(Finding(
+            "mixed-gpu-models", "warning", f"GPUs of {len(models)} models ({', '.join(sorted(models))}) and "
+            f"{CUDA_DEVICE_ORDER}={order or 'unset'}",
+            "CUDA then numbers the fastest GPU first, not in PCI order: cuda:N may not be the GPU numapin places",
+            f"export {CUDA_DEVICE_ORDER}=PCI_BUS_ID"))
+    if placement is None or placement.node is None:
+        return found
+    node = next((n for n in t.nodes if n.id == placement.node), None)
+    if node is not None and node.cpus - t.allowed:
+        severity = "error" if not node.cpus & t.allowed else "warning"
+        found.append(Finding(
+            "cgroup-cuts-node", severity, f"the cgroup cpuset {t.cgroup.cpus} holds {len(node.cpus & t.allowed)} "
+            f"of the {len(node.cpus)} CPUs of GPU {placement.gpu}'s node {node.id}",
+            "the worker gets only part of its node (or none of it)",
+            "give the container the whole node (docker --cpuset-cpus, Kubernetes CPU manager static policy)"))
+    gpu_mems = next((g.memory_nodes for g in gpus if g.pci == placement.pci), CpuSet())
+    if gpu_mems and not gpu_mems <= t.allowed_mems and t.cgroup.mems is not None:
+        found.append(Finding(
+            "cgroup-excludes-memory", "error", f"the cgroup allows memory on node(s) {t.cgroup.mems}, not "
+            f"GPU {placement.gpu}'s {gpu_mems}",
+            "the worker's memory cannot live on its GPU's node: every host-to-device copy crosses the interconnect",
+            "allow the node in the container's cpuset.mems"))
+    sharing = [g.pci for g in gpus if g.node == placement.node]
+    if str(mode) == PlacementMode.NODE.value and len(sharing) > 1:
+        found.append(Finding(
+            "shared-node", "warning", f"{len(sharing)} visible GPUs on node {placement.node} and mode node",
+            "their workers all get the whole node and compete for the same CPUs",
+            "use --mode exclusive (each GPU its share of the node's cores)"))
+    return found
+
+
+def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:
+    """The hot thread's cores: the placement's, else those numapin exec --reserve exported to the process."""
+    if placement.reserved:
+        return placement.reserved
+    try:
+        return CpuSet.parse(env.get(RESERVED, ""))
+    except ValueError:
+        return CpuSet()
+
+
+def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet) -> list[Finding]:
+    """The GPU's and its NIC's interrupts: on another node, on the reserved cores; irqbalance moving them."""
+    t = facts.topology
+    gpu = next((v.gpu for v in facts.visible if v.gpu.pci == placement.pci), None)
+    if gpu is None:
+        return []
+    devices = [(f"GPU {placement.gpu}", gpu.pci, gpu.node)]
+    nic = assign(facts.network(), [(placement.rank, placement.pci)])[0]
+    if nic is not None:
+        devices.append((f"{nic.nic.name}, the NIC of GPU {placement.gpu}", nic.nic.pci, nic.nic.node))
+    balancer = running(host, "irqbalance")
+    again = (f"; irqbalance (PID {balancer}) would move them back: ban them "
+             f"(its --banirq=N for each) or stop it") if balancer else ""
+    found = []
+    irqs_of = device_irqs(host, [pci for _, pci, _ in devices])
+    for what, pci, node in devices:
+        irqs = [i for i in irqs_of[pci] if i.delivered]
+        if node is None or not irqs:
+            continue
+        home = t.node(node).cpus
+        away = [i for i in irqs if not i.delivered & home]  # type: ignore[operator]
+        if away:
+            where = CpuSet.union(i.delivered for i in away if i.delivered)
+            found.append(Finding(
+                "irq-other-node", "warning",
+                f"{len(away)} of the {counted(len(irqs), 'interrupt')} of {what} ({pci}) go to CPUs {where}, "
+                f"off its node {node} (IRQ {_numbers(away)})",
+                "each completion then wakes a CPU of another node and its data crosses the interconnect, "
+                "away from the worker's threads and memory",
+                f"for N in {_numbers(away, ' ')}; do echo {home} > /proc/irq/$N/smp_affinity_list; done{again}"))
+        hot = [i for i in irqs if reserved and i.delivered & reserved]  # type: ignore[operator]
+        if hot:
+            found.append(Finding(
+                "irq-on-reserved", "warning",
+                f"{counted(len(hot), 'interrupt')} of {what} ({pci}) go to the reserved cores {reserved} "
+                f"(IRQ {_numbers(hot)})",
+                "the latency-critical thread on those cores is interrupted by every one of them",
+                f"move them to the worker's other CPUs: for N in {_numbers(hot, ' ')}; "
+                f"do echo {placement.workers - reserved} > /proc/irq/$N/smp_affinity_list; done{again}"))
+    if balancer:
+        found.append(Finding(
+            "irqbalance", "warning" if found or reserved else "info",
+            f"irqbalance is running (PID {balancer})",
+            "it moves interrupts between CPUs every few seconds, under the worker's feet: onto its reserved cores, "
+            "or its GPU's and NIC's onto another node",
+            "ban the GPU's and NIC's interrupts and the reserved cores (IRQBALANCE_BANNED_CPULIST, --banirq), "
+            "or stop it where interrupt affinities are set by hand"))
+    return found
+
+
+def _numbers(irqs: list[Irq], sep: str = ",") -> str:
+    shown = [str(i.number) for i in irqs[:16]]
+    return sep.join(shown) + (f"{sep}..." if len(irqs) > 16 else "")
+
+
+#: Slurm's --cpu-bind types that name CPUs or nodes per task, and those that let Slurm choose.
+_SLURM_LISTS = ("map_cpu", "mask_cpu", "map_ldom", "mask_ldom")
+_SLURM_NONE = ("none", "no")
+
+
+def slurm_binding(env: Mapping[str, str], rank: int, topology: Topology) -> tuple[str | None, CpuSet | None]:
+    """Slurm's CPU binding of this task: its type (None when Slurm binds nothing) and its CPUs when the
+    type says which (``map_cpu``, ``mask_cpu``, ``map_ldom``, ``mask_ldom``, ``rank``, ``rank_ldom``).
+
+    Read as srun writes it: ``SLURM_CPU_BIND`` is ``[quiet|verbose,]TYPE[:LIST]``, whose LIST holds
+    commas of its own (``quiet,map_cpu:0,1``); ``SLURM_CPU_BIND_TYPE`` (``map_cpu:``) and
+    ``SLURM_CPU_BIND_LIST`` (``0,1``) say the same apart, and win where set. Task ``rank`` takes
+    entry ``rank`` of the list, which is reused from its start when there are fewer entries.
+    """
+    bind = env.get("SLURM_CPU_BIND", "").strip()
+    kind_text = env.get("SLURM_CPU_BIND_TYPE", "").strip().rstrip(":")
+    listing = env.get("SLURM_CPU_BIND_LIST", "").strip()
+    head, _, tail = bind.partition(":")  # the list after the first colon, commas and all
+    words = [w.strip().lower() for w in head.split(",") if w.strip()]
+    modifiers = {"quiet", "verbose"}
+    kind = kind_text.lower().split(",")[-1] if kind_text else next(
+        (w for w in reversed(words) if w not in modifiers), None)
+    if kind is None or kind in _SLURM_NONE:
+        return None, None
+    entries = [v.strip() for v in (listing or tail).split(",") if v.strip()]
+    try:
+        if kind == "rank":
+            return kind, CpuSet([rank]) if rank in topology.online else None
+        if kind == "rank_ldom":
+            nodes = topology.cpu_nodes
+            return kind, nodes[rank % len(nodes)].cpus if nodes else None
+        if kind not in _SLURM_LISTS or not entries:
+            return kind, None
+        entry = entries[rank % len(entries)]
+        if kind.startswith("map_"):
+            number = decimal(entry)
+            if number is None or number < 0:
+                return kind, None
+            return kind, CpuSet([number]) if kind == "map_cpu" else _nodes_cpus(topology, CpuSet([number]))
+        word = entry.lower().removeprefix("0x")
+        if not hex_word(word, longest=len(word)):
+            return kind, None
+        chosen = CpuSet.from_bits(int(word, 16))
+        return kind, chosen if kind == "mask_cpu" else _nodes_cpus(topology, chosen)
+    except ValueError:  # an id or mask past CpuSet's limit
+        return kind, None
+
+
+def _nodes_cpus(topology: Topology, nodes: CpuSet) -> CpuSet | None:
+    return topology.cpus_of_nodes(nodes) or None
+
+
+def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
+              status: dict[str, str] | None, entry: ledger.Entry | None) -> list[Finding]:
+    found = []
+    target = placement.workers
+    bind = env.get("SLURM_CPU_BIND", "")
+    kind, cpus = slurm_binding(env, 0 if rank is None else rank.rank, facts.topology)
+    if kind is not None:
+        if cpus is not None and not cpus <= target:
+            found.append(Finding(
+                "launcher-binding", "error", f"Slurm binds this task to {plural(len(cpus), 'CPU')} {cpus} "
+                f"({kind}; SLURM_CPU_BIND={bind}), not within GPU {placement.gpu}'s {target}",
+                "numapin respects a launcher's mask: the worker stays where Slurm put it, away from its GPU",
+                "srun --cpu-bind=none (numapin then places each task), or a map_cpu/mask_cpu list per GPU"))
+        elif cpus is None:
+            found.append(Finding(
+                "launcher-binding", "warning", f"Slurm binds this task (SLURM_CPU_BIND={bind})",
+                "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
+                "srun --cpu-bind=none, and let numapin place each task"))
+    policy = env.get("OMPI_MCA_hwloc_base_binding_policy", "").strip().lower()
+    if policy and policy not in _OFF:
+        found.append(Finding(
+            "launcher-binding", "warning", f"Open MPI binds each rank (OMPI_MCA_hwloc_base_binding_policy={policy})",
+            "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
+            "mpirun --bind-to none, and let numapin place each rank"))
+    mask = _process_mask(facts, status)
+    if mask is not None:
+        own = [m for m in (exec_marker(env), None if entry is None else entry.mask) if m is not None]
+        # A live mask is someone else's only against the live machine's baseline: a 2-CPU host read as a
+        # DGX (--machine) is not "constrained" to its two CPUs.
+        live = facts.topology.allowed if Host(facts.topology.root).is_live else read_topology("/").allowed
+        if classify(mask, live, own) is MaskOwner.EXTERNAL and not target <= mask:
+            found.append(Finding(
+                "external-mask", "error" if not mask & target else "warning",
+                f"the process mask {mask} was set by someone else (a launcher, numactl, taskset) and does not "
+                f"hold GPU {placement.gpu}'s {target}",
+                "numapin respects it (policy respect): the worker cannot reach its GPU's CPUs",
+                "remove the outer binding, or pin with --policy override"))
+    return found
+
+
+def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
+    """This process's live mask, or another's from its status (never a synthetic root's stand-in)."""
+    if status is None:
+        try:
+            return CpuSet(os.sched_getaffinity(0))
+        except OSError:
+            return facts.topology.process
+    text = status.get("Cpus_allowed_list")
+    try:
+        return None if text is None else CpuSet.parse(text)
+    except ValueError:
+        return None
+
+
+def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
+                  status: dict[str, str] | None) -> list[Finding]:
+    found = []
+    cpus = len(placement.workers)
+    for name in THREAD_POOLS:
+        text = env.get(name, "").strip()
+        size = decimal(text.split(",")[0]) if text else None  # OpenMP allows a list per nesting level
+        if size is not None and size > cpus:
+            found.append(Finding(
+                "thread-pool-oversized", "warning", f"{name}={text} but the placement has {cpus} CPU(s)",
+                f"{size} threads share {cpus} CPU(s): they preempt each other and wait on each other at every barrier",
+                f"export {name}={cpus} (numapin exec does it with --threads auto when it is unset)"))
+    if "OMP_NUM_THREADS" not in env and len(facts.topology.online) > cpus:
+        found.append(Finding(
+            "thread-pool-default", "warning",
+            f"OMP_NUM_THREADS is unset: thread pools size themselves to the machine ({len(facts.topology.online)} "
+            f"CPUs), the placement has {cpus}",
+            "more threads than CPUs to run on (MKL and OpenBLAS fall back to OMP_NUM_THREADS too)",
+            f"export OMP_NUM_THREADS={cpus}, or start the worker with numapin exec (--threads auto)"))
+    if pid is not None and status is not None:
+        threads = decimal(status.get("Threads"))
+        if threads is not None and threads > cpus:
+            found.append(Finding(
+                "live-threads", "info", f"process {pid} has {threads} threads for {cpus} CPU(s)",
+                "fine when most of them wait; a pool of busy threads larger than the CPUs is not",
+                "size the busy pools to the placement"))
+    return found
+
+
+def _openmp(env: Mapping[str, str]) -> list[Finding]:
+    set_ = [f"{name}={env[name]}" for name in OPENMP_BINDING if env.get(name, "").strip().lower() not in _OFF]
+    if not set_:
+        return []
+    return [Finding(
+        "openmp-affinity", "warning", f"OpenMP binding is set: {', '.join(set_)}",
+        "the OpenMP runtime re-pins each thread it starts after numapin, often several threads to one CPU",
+        f"unset {', '.join(s.split('=')[0] for s in set_)} (numapin's mask already holds every thread), "
+        "or OMP_PROC_BIND=false")]

@@ -1,0 +1,368 @@
+"""A picture of the machine and of a plan: packages, NUMA nodes, caches, cores, CPUs, GPUs, and each rank's CPUs.
+
+Standard library only: the SVG is written as text. Packages are stacked top to
+bottom; each holds its NUMA nodes; a node shows its GPUs, then its last-level
+cache groups (outlined) side by side, wrapping; a cache group holds its cores
+in rows, a core its SMT siblings side by side. Memory-only nodes (Grace,
+POWER9) come last, with their size and the GPU whose memory they hold.
+
+Every CPU is one ``rect`` with ``id="cpu-N"`` and ``data-cpu``, ``data-core``,
+``data-node`` and ``data-ranks`` (the ranks whose placement holds it, comma
+separated; ``data-reserved`` when it is set aside for a rank's hot thread),
+and a ``title`` that browsers show on hover. Every GPU is one ``g`` with
+``id="gpu-N"`` (CUDA's index). A rank's colour comes from Paul Tol's "muted"
+palette (nine colours that people with the common colour-vision deficiencies
+tell apart) and is never the only label: cells carry the rank's number when
+they are big enough, each GPU and node names its ranks, the legend spells
+each rank's CPUs out, and a CPU several ranks share (mode node) shows a band
+of each one's colour.
+
+Every label fits its box: boxes grow to their label's width, measured with
+DejaVu Sans's advance widths (the widest of the usual sans-serif faces and
+Debian's default, so narrower faces fit too), and a label wider than the
+picture may grow is shortened with an ellipsis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+from ..base.text import format_size, plural
+from ..cpuset import CpuSet
+from ..facts.machine import Facts
+from ..facts.network import Network, assign
+from ..facts.topology import Core, Node
+from ..placement.modes import Placement
+
+__all__ = ["PALETTE", "html", "svg"]
+
+#: Paul Tol's "muted" palette: nine colours for qualitative data that colour-blind readers tell apart
+#: (his pale grey for "no data" is left out: free CPUs are drawn in a grey of their own).
+PALETTE = ("#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
+#: The palette's dark colours, on which a rank's number is written in white.
+_DARK = frozenset({"#332288", "#117733", "#882255", "#AA4499"})
+FREE = "#F2F2F2"
+_FONT = "font-family:sans-serif"
+_MAX_WIDTH = 1400  # cache groups wrap to the next row past this width; labels are cut to it
+_PAD = 6
+
+#: DejaVu Sans's advance widths in ems (from its hmtx table), by the characters that share one.
+_EMS = {chars: width for width, chars in (
+    (0.278, "ijl'"), (0.318, " ,.·"), (0.337, ":;/|\\"), (0.352, "f"), (0.361, "-"), (0.39, "()[]"),
+    (0.392, "t"), (0.411, "r"), (0.5, "*_"), (0.521, "s"), (0.525, "z"), (0.55, "c"), (0.557, "L"),
+    (0.579, "k"), (0.592, "vxy"), (0.603, "P"), (0.611, "TY"), (0.613, "a"), (0.615, "e"), (0.612, "o"),
+    (0.632, "E"), (0.575, "F"), (0.634, "hnu"), (0.635, "bdgpqS"), (0.636, "0123456789$"), (0.656, "K"),
+    (0.684, "AV"), (0.685, "XZ"), (0.686, "B"), (0.695, "R"), (0.698, "C"), (0.732, "U"), (0.748, "N"),
+    (0.752, "H"), (0.77, "D"), (0.775, "G"), (0.787, "OQ"), (0.818, "w"), (0.838, "→+=<>#"), (0.863, "M"),
+    (0.974, "m"), (0.989, "W"), (0.295, "IJ"))}
+_WIDTH = {ch: width for chars, width in _EMS.items() for ch in chars}
+
+
+def _text_width(words: str, size: float, bold: bool = False) -> float:
+    """How wide ``words`` is drawn at ``size`` px (DejaVu Sans; bold about 9% wider; 0.7 em for the unknown)."""
+    return sum(_WIDTH.get(ch, 0.7) for ch in words) * size * (1.09 if bold else 1.0)
+
+
+def _fit(words: str, size: float, room: float) -> str:
+    """``words``, shortened with an ellipsis when wider than ``room``."""
+    if _text_width(words, size) <= room:
+        return words
+    while words and _text_width(words + "…", size) > room:
+        words = words[:-1]
+    return words.rstrip(" ·,") + "…"
+
+
+def _colour(rank: int) -> str:
+    return PALETTE[rank % len(PALETTE)]
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    """Ranks as a list with runs: "0-3", "0,2", "5"."""
+    return str(CpuSet(ranks))
+
+
+class _Canvas:
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def rect(self, x: float, y: float, w: float, h: float, style: str, extra: str = "", inner: str = "") -> None:
+        tag = f'<rect x="{x:g}" y="{y:g}" width="{w:g}" height="{h:g}" style="{style}"{extra}'
+        self.parts.append(f"{tag}>{inner}</rect>" if inner else f"{tag}/>")
+
+    def text(self, x: float, y: float, words: str, size: int = 12, extra: str = "") -> None:
+        self.parts.append(f'<text x="{x:g}" y="{y:g}" style="{_FONT};font-size:{size}px"{extra}>'
+                          f"{escape(words)}</text>")
+
+
+class _Plan:
+    """Which ranks hold each CPU, GPU and node, which CPUs are reserved, from the placements."""
+
+    def __init__(self, plans: Sequence[Placement], network: Network) -> None:
+        self.plans = plans
+        #: Each rank's NIC (None without a GPU or a NIC near it).
+        self.nics = assign(network, [(p.rank, p.pci) for p in plans])
+        self.ranks: dict[int, list[int]] = {}
+        self.reserved: set[int] = set()
+        self.of_gpu: dict[int, list[int]] = {}
+        for i, p in enumerate(plans):
+            rank = self.rank(i)
+            for cpu in p.cpus:
+                self.ranks.setdefault(cpu, []).append(rank)
+            self.reserved.update(p.reserved)
+            if p.gpu is not None:
+                self.of_gpu.setdefault(p.gpu, []).append(rank)
+        #: Each set of ranks that shares a CPU: drawn as bands of their colours (an SVG gradient).
+        self.shared = sorted({tuple(r) for r in self.ranks.values() if len(r) > 1})
+
+    def rank(self, i: int) -> int:
+        p = self.plans[i]
+        return i if p.rank is None else p.rank
+
+    def on(self, cpus: CpuSet) -> list[int]:
+        """The ranks whose placement holds any of ``cpus``."""
+        return sorted({r for cpu in cpus for r in self.ranks.get(cpu, ())})
+
+
+def _bands_id(ranks: Sequence[int]) -> str:
+    return "bands-" + "-".join(map(str, ranks))
+
+
+def _bands(c: _Canvas, plan: _Plan) -> None:
+    """One gradient per set of sharing ranks: equal vertical bands, one in each rank's colour."""
+    if not plan.shared:
+        return
+    c.parts.append("<defs>")
+    for ranks in plan.shared:
+        stops = []
+        for i, rank in enumerate(ranks):
+            for at in (i / len(ranks), (i + 1) / len(ranks)):
+                stops.append(f'<stop offset="{at:.4g}" stop-color="{_colour(rank)}"/>')
+        c.parts.append(f'<linearGradient id="{_bands_id(ranks)}">{"".join(stops)}</linearGradient>')
+    c.parts.append("</defs>")
+
+
+def _label(c: _Canvas, x: float, y: float, words: str, size: int = 12) -> float:
+    """Write a label cut to the picture's width; return the width it takes."""
+    words = _fit(words, size, _MAX_WIDTH - x)
+    c.text(x, y, words, size)
+    return _text_width(words, size)
+
+
+def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, int, int]:
+    t = facts.topology
+    network = facts.network()
+    plan = _Plan(plans, network)
+    cell = 14 if len(t.online) <= 256 else 9
+    c = _Canvas()
+    _bands(c, plan)
+    y = 40.0
+    title = _fit(title, 16 * 1.09, _MAX_WIDTH)
+    c.text(_PAD, 24, title, 16, ' font-weight="bold"')
+    width = _PAD + _text_width(title, 16, bold=True)
+    gpus_by_node: dict[int | None, list[tuple[int, str]]] = {}
+    for v in facts.visible:
+        g = v.gpu
+        ranks = plan.of_gpu.get(v.index, [])
+        who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+        label = f"GPU {v.index}{who} · {g.pci} · {g.model or 'NVIDIA GPU'}"
+        nearest = network.nearest(g.pci)
+        if nearest:
+            label += f" · {plural(len(nearest), 'NIC')} {','.join(n.name for n in nearest)}"
+        gpus_by_node.setdefault(g.node, []).append((v.index, label))
+    node_of_package: dict[int | None, list[Node]] = {}
+    for node in t.cpu_nodes:
+        first = node.cpus.first() if node.cpus else None
+        package = next((p.id for p in t.packages if first is not None and first in p.cpus), None)
+        node_of_package.setdefault(package, []).append(node)
+    boxes = [(f"package {p.id} · CPUs {p.cpus}", node_of_package.get(p.id, [])) for p in t.packages]
+    if None in node_of_package:  # nodes whose CPUs no package claims (partial captures)
+        boxes.append(("no package", node_of_package[None]))
+    for label, nodes in boxes:
+        top = y
+        y += 22
+        inner_width = 0.0
+        for node in nodes:
+            w, h = _node(c, facts, plan, node.id, node.cpus, gpus_by_node.get(node.id, []), _PAD * 3, y, cell)
+            inner_width = max(inner_width, w)
+            y += h + _PAD
+        label_width = _label(c, _PAD * 2, top + 15, label, 13)
+        box = max(inner_width + _PAD * 4, label_width + _PAD * 2)
+        c.rect(_PAD, top, box, y - top, "fill:none;stroke:#333;stroke-width:1.5")
+        width = max(width, box + _PAD)
+        y += _PAD * 2
+    memory = t.memory_only_nodes
+    if memory:
+        owners = {n: g.pci for g in facts.inventory.gpus for n in g.gpu_memory_nodes}
+        x = float(_PAD)
+        for node in memory:
+            label = f"memory-only node {node.id} · {_size(node.memory_bytes)}"
+            if node.id in owners:
+                label += f" · memory of GPU {owners[node.id]}"
+            label = _fit(label, 12, _MAX_WIDTH - 2 * _PAD)
+            w = _text_width(label, 12) + 2 * _PAD
+            if x + w > _MAX_WIDTH and x > _PAD:  # wrap, as cache groups do
+                x, y = float(_PAD), y + 28 + _PAD
+            c.rect(x, y, w, 28, "fill:#FFFFFF;stroke:#333;stroke-dasharray:4 2",
+                   f' id="node-{node.id}" data-memory-only="true"')
+            c.text(x + _PAD, y + 18, label)
+            x += w + _PAD
+            width = max(width, x)
+        y += 28 + _PAD * 2
+    y, legend_width = _legend(c, plan, y)
+    width = max(width, legend_width)
+    return "\n".join(c.parts), int(width + 1) + _PAD, int(y) + _PAD
+
+
+def _size(value: int | None) -> str:
+    return "size unknown" if value is None else format_size(value)
+
+
+def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpus: list[tuple[int, str]],
+          x: float, y: float, cell: int) -> tuple[float, float]:
+    t = facts.topology
+    top = y
+    node = t.node(node_id)
+    y += 20
+    gx, gpus_right = x + _PAD, x + _PAD
+    for index, label in gpus:
+        label = _fit(label, 12, _MAX_WIDTH - x - 24 - 3 * _PAD)
+        w = _text_width(label, 12) + 24 + 2 * _PAD
+        if gx + w > x + _MAX_WIDTH and gx > x + _PAD:  # the next row, as cache groups wrap
+            gx, y = x + _PAD, y + 22 + _PAD
+        c.parts.append(f'<g id="gpu-{index}" data-gpu="{index}">')
+        c.rect(gx, y, w, 22, "fill:#FFFFFF;stroke:#000;stroke-width:1.5", inner=f"<title>{escape(label)}</title>")
+        ranks = plan.of_gpu.get(index, [])
+        if ranks:  # the GPU's swatch: its rank's colour (the first one's, when several ranks drive it)
+            c.rect(gx + 4, y + 4, 14, 14, f"fill:{_colour(ranks[0])};stroke:#333", f' data-rank="{ranks[0]}"')
+        c.text(gx + 24, y + 15, label, 12)
+        c.parts.append("</g>")
+        gx += w + _PAD
+        gpus_right = max(gpus_right, gx)
+    if gpus:
+        y += 22 + _PAD
+    groups = _cache_groups(facts, cpus)
+    row_x, row_y, row_h, widest = x + _PAD, y, 0.0, gpus_right - x
+    for group in groups:
+        w, h = _group_size(group, cell)
+        if row_x + w > x + _MAX_WIDTH and row_x > x + _PAD:
+            row_x, row_y = x + _PAD, row_y + row_h + _PAD
+            row_h = 0.0
+        _group(c, facts, plan, group, row_x, row_y, cell)
+        row_x += w + _PAD
+        row_h = max(row_h, h)
+        widest = max(widest, row_x - x)
+    y = row_y + row_h + _PAD
+    ranks = plan.on(cpus)
+    who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+    label_width = _label(c, x + _PAD, top + 14, f"node {node_id} · CPUs {cpus} · {_size(node.memory_bytes)}{who}")
+    widest = max(widest, label_width + _PAD)
+    c.rect(x, top, widest + _PAD, y - top, "fill:none;stroke:#555;stroke-width:1", f' id="node-{node_id}"')
+    return widest + _PAD, y - top
+
+
+def _cache_groups(facts: Facts, cpus: CpuSet) -> list[list[CpuSet]]:
+    """The node's cores, grouped by their last-level cache (one group when caches are unknown)."""
+    t = facts.topology
+    cores = [core.cpus & cpus for core in t.cores if core.cpus & cpus]
+    groups: dict[int, list[CpuSet]] = {}
+    for core in cores:
+        cache = next((i for i, g in enumerate(t.caches) if core.first() in g.cpus), -1)
+        groups.setdefault(cache, []).append(core)
+    return list(groups.values())
+
+
+def _per_row(cell: int) -> int:
+    return 8 if cell >= 14 else 16
+
+
+def _group_size(cores: list[CpuSet], cell: int) -> tuple[float, float]:
+    widest = max(len(core) for core in cores)
+    per_row = _per_row(cell)
+    rows = -(-len(cores) // per_row)
+    return min(len(cores), per_row) * (widest * cell + 3) + 2 * 3, rows * (cell + 3) + 2 * 3
+
+
+def _group(c: _Canvas, facts: Facts, plan: _Plan, cores: list[CpuSet], x: float, y: float, cell: int) -> None:
+    t = facts.topology
+    w, h = _group_size(cores, cell)
+    c.rect(x, y, w, h, "fill:none;stroke:#888;stroke-dasharray:3 2", ' class="cache"')
+    widest = max(len(core) for core in cores)
+    per_row = _per_row(cell)
+    for i, core in enumerate(cores):
+        cx = x + 3 + (i % per_row) * (widest * cell + 3)
+        cy = y + 3 + (i // per_row) * (cell + 3)
+        for j, cpu in enumerate(core):
+            _cpu(c, t.core_of(cpu), t.node_of(cpu), plan, cpu, cx + j * cell, cy, cell)
+        c.rect(cx - 0.5, cy - 0.5, len(core) * cell + 1, cell + 1, "fill:none;stroke:#444;stroke-width:0.8")
+
+
+def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int, x: float, y: float,
+         cell: int) -> None:
+    ranks = plan.ranks.get(cpu, [])
+    fill = FREE if not ranks else _colour(ranks[0]) if len(ranks) == 1 else f"url(#{_bands_id(ranks)})"
+    reserved = cpu in plan.reserved
+    core_id = "?" if core is None else core.id
+    node_id = "?" if node is None else node.id
+    who = "no rank" if not ranks else "rank " + ",".join(map(str, ranks))
+    hover = f"CPU {cpu} · core {core_id} · node {node_id} · {who}" + (" · reserved" if reserved else "")
+    stroke = "stroke:#000;stroke-width:2.5" if reserved else "stroke:#FFFFFF;stroke-width:0.5"
+    extra = (f' id="cpu-{cpu}" class="cpu" data-cpu="{cpu}" data-core="{core_id}" data-node="{node_id}"'
+             f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else ""))
+    c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{escape(hover)}</title>")
+    # A number for one rank (R when reserved); the bands of a shared CPU say its ranks, and the hover lists them.
+    if len(ranks) == 1 and cell >= 14:
+        label = "R" if reserved else str(ranks[0])
+        label = label if _text_width(label, 9) <= cell - 2 else "…"
+        ink = ";fill:#FFFFFF" if _colour(ranks[0]) in _DARK else ""
+        c.parts.append(f'<text x="{x + cell / 2:g}" y="{y + cell - 3.5:g}" style="{_FONT};font-size:9px{ink}" '
+                       f'text-anchor="middle" pointer-events="none">{escape(label)}</text>')
+
+
+def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
+    """The legend, listing only what the picture holds; returns its bottom and its width."""
+    if not plan.plans:
+        return y, 0.0
+    c.text(_PAD, y + 14, "legend", 13, ' font-weight="bold"')
+    y += 22
+    width = 0.0
+    x = _PAD + 20
+    for i, p in enumerate(plan.plans):
+        rank = plan.rank(i)
+        c.rect(_PAD, y, 14, 14, f"fill:{_colour(rank)};stroke:#333", f' class="swatch" data-rank="{rank}"')
+        words = (f"rank {rank} → GPU {p.gpu} ({p.pci}) · CPUs {p.workers} · memory "
+                 f"{plural(len(p.mems), 'node')} {p.mems}")
+        if p.reserved:
+            words += f" · reserved {p.reserved}"
+        nic = plan.nics[i]
+        if nic is not None:
+            words += f" · NIC {nic.nic.name} ({nic.relation}{', shared' if nic.shared_with else ''})"
+        width = max(width, x + _label(c, x, y + 12, words))
+        y += 20
+    if plan.shared:
+        ranks = plan.shared[0]
+        c.rect(_PAD, y, 14, 14, f"fill:url(#{_bands_id(ranks)});stroke:#333")
+        width = max(width, x + _label(c, x, y + 12, "a CPU several ranks share: a band of each one's colour"))
+        y += 20
+    if plan.reserved:
+        c.rect(_PAD, y, 14, 14, f"fill:{FREE};stroke:#000;stroke-width:2.5")
+        words = "thick border (R): reserved for the rank's latency-critical thread"
+        width = max(width, x + _label(c, x, y + 12, words))
+        y += 20
+    return y + 2, width
+
+
+def svg(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin") -> str:
+    """The picture as a standalone SVG document."""
+    body, width, height = _draw(facts, plans, title)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">\n'
+            f'<rect x="0" y="0" width="{width}" height="{height}" style="fill:#FFFFFF"/>\n{body}\n</svg>\n')
+
+
+def html(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin") -> str:
+    """The picture in a self-contained HTML page (inline SVG, no script: hover shows each CPU's title)."""
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{escape(title)}</title>"
+            "<style>body{margin:12px;font-family:sans-serif} rect.cpu:hover{stroke:#000;stroke-width:2}</style>"
+            f"</head><body>\n{svg(facts, plans, title)}</body></html>\n")

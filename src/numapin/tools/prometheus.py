@@ -1,0 +1,65 @@
+"""``numapin ps --prometheus``: the host's GPU workers in Prometheus's text exposition format.
+
+For node_exporter's textfile collector (``numapin ps --prometheus > DIR/numapin.prom``,
+from a timer), the way fleets already collect host facts. The names and labels
+are stable: every per-worker series carries ``pid``, ``rank``, ``gpu`` (CUDA's
+index in the worker's view) and ``pci`` (the physical device); a label numapin
+cannot tell is the empty string, which Prometheus treats as absent.
+"""
+
+from __future__ import annotations
+
+from .ps import Survey, Verdict, Worker
+
+__all__ = ["METRICS", "exposition"]
+
+#: name -> (type, help). The names are stable: dashboards and alerts match on them.
+METRICS = {
+    "numapin_worker": ("gauge", "A GPU worker process on this host (always 1), with its verdict and what placed it."),
+    "numapin_worker_threads": ("gauge", "Threads of the worker."),
+    "numapin_worker_threads_outside": ("gauge", "Threads of the worker running outside its placement's CPUs."),
+    "numapin_worker_remote_memory_ratio": ("gauge", "Share (0 to 1) of the worker's own memory on other NUMA "
+                                                    "nodes than its placement's."),
+    "numapin_worker_misplaced": ("gauge", "1 when a thread of the worker runs outside its placement, else 0."),
+    "numapin_workers": ("gauge", "GPU worker processes found on this host."),
+    "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host with a thread outside their placement."),
+}
+
+
+def _value(text: object) -> str:
+    """A label value as the format escapes it: backslash, double quote and line feed."""
+    return "" if text is None else str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: dict[str, object]) -> str:
+    return "{" + ",".join(f'{k}="{_value(v)}"' for k, v in pairs.items()) + "}"
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if isinstance(value, float) else str(value)
+
+
+def exposition(found: Survey) -> str:
+    """The survey as Prometheus text: one series per worker and metric, and the host's totals."""
+    series: dict[str, list[str]] = {name: [] for name in METRICS}
+
+    def add(metric: str, worker: Worker | None, value: float, **extra: object) -> None:
+        labels = {} if worker is None else {"pid": worker.pid, "rank": worker.rank, "gpu": worker.gpu,
+                                            "pci": worker.pci, **extra}
+        series[metric].append(f"{metric}{_labels(labels) if labels else ''} {_number(value)}")
+
+    for w in found.workers:
+        add("numapin_worker", w, 1, name=w.name, placed_by=w.placed_by, verdict=str(w.verdict))
+        if w.verdict in (Verdict.OK, Verdict.MISPLACED):
+            add("numapin_worker_threads", w, w.threads)
+            add("numapin_worker_threads_outside", w, w.outside)
+            add("numapin_worker_misplaced", w, int(w.verdict is Verdict.MISPLACED))
+            if w.remote is not None:
+                add("numapin_worker_remote_memory_ratio", w, round(w.remote, 6))
+    add("numapin_workers", None, len(found.workers))
+    add("numapin_workers_misplaced", None, len(found.misplaced))
+    lines = []
+    for name, (kind, helptext) in METRICS.items():
+        if series[name]:
+            lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}", *series[name]]
+    return "\n".join(lines) + "\n"
