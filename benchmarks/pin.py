@@ -40,7 +40,6 @@ from pathlib import Path
 
 import numapin
 from numapin.base.environment import RUNTIME_DIR
-from numapin.base.frozen import record as ledger
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
 from numapin.kernel.affinity import Outcome
@@ -130,10 +129,10 @@ def large_masks(allowed: list[int], rounds: int) -> None:
 def record(cpus: set[int]) -> None:
     """The record a changing pin writes (numapin.pinning.record), alone."""
     mask = CpuSet(cpus)
-    ledger.publish(ledger.stamp(ledger.Entry(os.getpid(), START, "pin", mask, mask)))
+    record.publish(record.stamp(record.Record(os.getpid(), START, "pin", mask, mask)))
 
 
-START = ledger.start_time(os.getpid()) or 0
+START = record.start_time(os.getpid()) or 0
 
 
 def main() -> None:
@@ -192,7 +191,7 @@ def main() -> None:
         for worker in workers:
             worker.join()
         floor(original)
-        ledger.withdraw()
+        record.withdraw()
         shutil.rmtree(os.environ[RUNTIME_DIR], ignore_errors=True)
     print("ratios below 1 mean numapin is faster; numapin also reads and classifies every thread's mask")
 

@@ -206,4 +206,4 @@ def _no_leaked_pin() -> Iterator[None]:
     before = os.sched_getaffinity(0)
     yield
     assert os.sched_getaffinity(0) == before, "a test leaked a CPU pin into the test process"
-    assert pinning.state().record is None, "a test left numapin's record in the test process"
+    assert pinning.state().applied is None, "a test left numapin's record in the test process"

@@ -30,13 +30,13 @@ def test_a_worker_handed_a_gpu_is_pinned_for_it_and_again_for_another(pair_root:
     def child() -> list[object]:
         import os
 
-        from numapin.pinning import record as ledger
+        from numapin.pinning import record
 
         seen: list[object] = []
         for cuda in ("1", "1", "0", ""):  # as Ray hands one reused worker its tasks' GPUs
             os.environ["CUDA_VISIBLE_DEVICES"] = cuda
             result = pin_for_ray(os.environ)
-            entry = ledger.lookup(os.getpid())
+            entry = record.lookup(os.getpid())
             seen.append(None if result is None else (sorted(os.sched_getaffinity(0)), result.changed,
                                                      None if entry is None else entry.how))
         return seen

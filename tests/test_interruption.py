@@ -102,7 +102,7 @@ def test_a_child_forked_while_another_thread_pins_owns_the_mask_it_was_born_with
                     code = 1
                     try:
                         born = CpuSet(os.sched_getaffinity(0))
-                        record = state().record
+                        record = state().applied
                         if record is not None and record.mask == born and numapin.current().matches:
                             code = 0 if numapin.pin(1).action is PinAction.PINNED else 3
                         else:

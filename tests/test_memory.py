@@ -331,7 +331,7 @@ def test_strict_memory_failure_leaves_the_reserved_thread_where_it_was(refusing_
         with pytest.raises(numapin.PinError, match="rolled back"):
             # Every CPU's nodes include one the real kernel lacks: binding to them is refused.
             numapin.pin(cpus=ALL, reserve=1, memory="bind", strict=True)
-        return os.sched_getaffinity(0), numapin.current().record.mask  # type: ignore[union-attr,return-value]
+        return os.sched_getaffinity(0), numapin.current().applied.mask  # type: ignore[union-attr,return-value]
 
     mine, recorded = in_child(body)
     assert mine == {max(ALL)} and recorded == CpuSet(ALL - {max(ALL)})

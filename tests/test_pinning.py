@@ -241,7 +241,7 @@ def test_pin_reports_every_thread_and_reads_back(pair_root: Path) -> None:
             "a line that names a GPU names its physical device too"
         assert [r.levelname for r in records] == ["INFO"]
         now = numapin.current()
-        assert now.matches and now.record is not None and now.record.target == CpuSet(NODE1)
+        assert now.matches and now.applied is not None and now.applied.target == CpuSet(NODE1)
         workers.close()
 
     in_child(body)
@@ -303,7 +303,7 @@ def test_pin_thread_on_the_main_thread_before_any_pin(pair_root: Path) -> None:
         assert os.sched_getaffinity(0) == NODE1, "the caller stays on its own CPUs"
         assert all(os.sched_getaffinity(t) == NODE0 for t in workers.tids)
         now = numapin.current()
-        assert now.record is not None and now.record.mask == CpuSet(NODE0) and now.matches
+        assert now.applied is not None and now.applied.mask == CpuSet(NODE0) and now.matches
         forced = numapin.pin(gpu=0, all_threads=True)
         assert forced.tids(Outcome.PINNED) == (me,) and os.sched_getaffinity(0) == NODE0
         workers.close()
@@ -437,7 +437,7 @@ def test_pin_from_eight_threads_at_once(pair_root: Path) -> None:
             t.join()
         assert len(results) == 8 and all(r.count(Outcome.FAILED) == 0 for r in results)
         live = set(map(frozenset, masks().values()))
-        record = numapin.current().record
+        record = numapin.current().applied
         assert record is not None and live == {frozenset(record.mask)}, "one consistent outcome"
 
     in_child(body)
@@ -452,7 +452,7 @@ def test_forked_child_repins_quietly(pair_root: Path) -> None:
                 result = numapin.pin(1)
             assert result.ownership == "numapin", "the mask it was born with is numapin's"
             assert all(m == NODE1 for m in masks().values())
-            assert numapin.current().record is not None
+            assert numapin.current().applied is not None
             return warnings(records)
 
         assert in_child(child) == []
@@ -477,7 +477,7 @@ def test_lease_restores_and_keeps_others_changes(pair_root: Path) -> None:
         assert after[born.tids[0]] == ALL, "new threads get the lease-taker's original mask"
         assert after[meddled] == NODE1, "someone else's change is kept"
         assert all(after[t] == ALL for t in [threading.get_native_id(), *workers.tids[1:]])
-        assert numapin.current().record is None
+        assert numapin.current().applied is None
         workers.close()
         born.close()
 
@@ -507,7 +507,7 @@ def test_a_pin_inside_a_lease_is_part_of_it(pair_root: Path) -> None:
             numapin.pin(gpu=1)
             assert all(m == NODE1 for m in masks().values())
         assert all(m == ALL for m in masks().values())
-        assert numapin.current().record is None
+        assert numapin.current().applied is None
         with logs() as records:
             again = numapin.pin(gpu=0)
         assert again.ownership == "unconstrained" and all(m == NODE0 for m in masks().values())

@@ -116,7 +116,7 @@ def test_kernel_refusal_strict_rolls_back(gb300: Path) -> None:
         numapin.pin(0, kernel=kernel, strict=True)
     assert set(kernel.masks.values()) == {ALL}, "every change rolled back"
     assert info.value.result.count(Outcome.FAILED) == 1
-    assert numapin.current(kernel=kernel).record is None
+    assert numapin.current(kernel=kernel).applied is None
 
 
 def test_unreadable_task_folder(gb300: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -140,7 +140,7 @@ def test_every_thread_refused_is_not_success(gb300: Path, caplog: pytest.LogCapt
         result = numapin.pin(0, kernel=kernel)
     assert result.action == "nothing pinned"
     assert all(r.levelno >= logging.WARNING for r in caplog.records)
-    assert numapin.current(kernel=kernel).record is None
+    assert numapin.current(kernel=kernel).applied is None
 
 
 def test_lease_at_scale(gb300: Path) -> None:

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from numapin.base.frozen import field, fields, record, replace
+from numapin.base.frozen import field, fields, frozen, replace
 
 
-@record
+@frozen
 class Point:
     x: int
     y: int = 0
@@ -50,7 +50,7 @@ def test_frozen() -> None:
 
 
 def test_equality_and_hash_over_compared_fields() -> None:
-    @record
+    @frozen
     class Key:
         a: int
         label: str = field(default="", compare=False)
@@ -71,14 +71,14 @@ def test_replace_makes_a_changed_copy() -> None:
 
 
 def test_inheritance_and_own_methods() -> None:
-    @record
+    @frozen
     class Base:
         a: int
 
         def __str__(self) -> str:
             return f"a={self.a}"
 
-    @record
+    @frozen
     class Child(Base):
         b: int = 2
 
@@ -91,7 +91,7 @@ def test_inheritance_and_own_methods() -> None:
 
 def test_a_field_without_default_after_one_with_is_refused() -> None:
     with pytest.raises(TypeError, match="'b' without a default follows 'a'"):
-        @record
+        @frozen
         class Bad:
             a: int = 0
             b: int  # type: ignore[misc]

@@ -24,7 +24,7 @@ from conftest import REPO, Python, in_child
 from numapin.base.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, PRIORITY_CORES, RUNTIME_DIR
 from numapin.base.frozen import replace
 from numapin.cpuset import CpuSet
-from numapin.pinning import record as ledger
+from numapin.pinning import record
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: A worker: start threads, say so, then wait to be looked at.
@@ -75,8 +75,8 @@ def _numapin(*args: str) -> subprocess.CompletedProcess[str]:
 # -- the ledger itself ---------------------------------------------------------------------
 
 
-def _entry(**changes: object) -> ledger.Entry:
-    base = ledger.Entry(os.getpid(), ledger.start_time(os.getpid()) or 0, "pin", CpuSet([0]), CpuSet([0]), gpu=1,
+def _entry(**changes: object) -> record.Record:
+    base = record.Record(os.getpid(), record.start_time(os.getpid()) or 0, "pin", CpuSet([0]), CpuSet([0]), gpu=1,
                         pci="0000:28:00.0", node=1, mode="node", rank=1, memory="bind", mems=CpuSet([1]),
                         policy="respect", pools=(("OMP_NUM_THREADS", "1"),), written=1.5)
     return replace(base, **changes)
@@ -84,7 +84,7 @@ def _entry(**changes: object) -> ledger.Entry:
 
 def test_an_entry_reads_back_as_written() -> None:
     entry = _entry()
-    assert ledger.Entry.from_dict(json.loads(json.dumps(entry.as_dict()))) == entry
+    assert record.Record.from_dict(json.loads(json.dumps(entry.as_dict()))) == entry
 
 
 @given(st.dictionaries(st.sampled_from(["version", "pid", "start", "how", "mask", "target", "gpu", "mems", "pools",
@@ -93,24 +93,24 @@ def test_an_entry_reads_back_as_written() -> None:
                                  st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3),
                                                                                       st.text(max_size=3)))))
 def test_any_file_content_is_an_entry_or_none_never_an_error(data: dict[str, object]) -> None:
-    found = ledger.Entry.from_dict(data)
-    assert found is None or isinstance(found, ledger.Entry)
+    found = record.Record.from_dict(data)
+    assert found is None or isinstance(found, record.Record)
 
 
 def test_a_record_names_one_process_not_a_reused_id(records: Path) -> None:
     # A record left by a process that died, whose id now names another process: its start time differs.
-    start = ledger.start_time(os.getpid())
+    start = record.start_time(os.getpid())
     assert start is not None
     records.mkdir()
     old = _entry(start=start - 1)
     (records / f"{os.getpid()}-{start - 1}.json").write_text(json.dumps(old.as_dict()))
-    assert ledger.lookup(os.getpid()) is None
-    assert os.getpid() not in ledger.entries()
+    assert record.lookup(os.getpid()) is None
+    assert os.getpid() not in record.entries()
     assert list(records.iterdir()) == [], "the stale record is removed"
-    path = ledger.publish(_entry())
-    assert path == str(records / f"{os.getpid()}-{start}.json") and ledger.lookup(os.getpid()) == _entry()
-    ledger.withdraw()
-    assert ledger.lookup(os.getpid()) is None
+    path = record.publish(_entry())
+    assert path == str(records / f"{os.getpid()}-{start}.json") and record.lookup(os.getpid()) == _entry()
+    record.withdraw()
+    assert record.lookup(os.getpid()) is None
 
 
 def test_a_record_that_cannot_be_written_leaves_the_worker_pinned(pair_root: Path, tmp_path: Path,
@@ -121,16 +121,16 @@ def test_a_record_that_cannot_be_written_leaves_the_worker_pinned(pair_root: Pat
 
     def child() -> tuple[str, bool, set[int]]:
         result = numapin.pin(1)
-        return str(result.action), ledger.lookup(os.getpid()) is None, os.sched_getaffinity(0)
+        return str(result.action), record.lookup(os.getpid()) is None, os.sched_getaffinity(0)
 
     action, unrecorded, mask = in_child(child)
     assert action == "pinned" and unrecorded and mask == live.NODE1
 
 
 def test_the_explicit_folder_is_the_only_one(tmp_path: Path) -> None:
-    assert ledger.folders(environ={RUNTIME_DIR: str(tmp_path)}) == [str(tmp_path)]
-    assert ledger.folders(0, environ={})[0] == "/run/numapin"
-    assert ledger.folders(1000, environ={})[0] == "/run/user/1000/numapin"
+    assert record.folders(environ={RUNTIME_DIR: str(tmp_path)}) == [str(tmp_path)]
+    assert record.folders(0, environ={})[0] == "/run/numapin"
+    assert record.folders(1000, environ={})[0] == "/run/user/1000/numapin"
 
 
 # -- who pinned, as the ledger says ----------------------------------------------------------
@@ -141,7 +141,7 @@ def test_each_way_in_is_recorded_as_itself(pair_root: Path, records: Path) -> No
         seen = []
 
         def now() -> tuple[str | None, str | None]:
-            entry = ledger.lookup(os.getpid())
+            entry = record.lookup(os.getpid())
             return (None, None) if entry is None else (entry.how, str(entry.target))
 
         numapin.pin(0)
@@ -162,8 +162,8 @@ def test_each_way_in_is_recorded_as_itself(pair_root: Path, records: Path) -> No
 def test_a_lease_with_no_pin_before_leaves_no_record(pair_root: Path, records: Path) -> None:
     def child() -> tuple[bool, bool]:
         with numapin.pinned(1):
-            inside = ledger.lookup(os.getpid()) is not None
-        return inside, ledger.lookup(os.getpid()) is None
+            inside = record.lookup(os.getpid()) is not None
+        return inside, record.lookup(os.getpid()) is None
 
     assert in_child(child) == (True, True)
 
@@ -177,7 +177,7 @@ def test_a_record_is_removed_when_its_process_ends(pair_root: Path, records: Pat
 
 
 def test_exec_records_the_program_it_becomes_and_current_reads_it(pair_root: Path, records: Path) -> None:
-    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.entry.how, c.entry.gpu, c.matches]))"
+    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.record.how, c.record.gpu, c.matches]))"
     proc = subprocess.run([*NUMAPIN, "exec", "--gpu", "1", "--memory", "none", "--", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=60,
                           env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root)})
@@ -321,11 +321,11 @@ def test_a_killed_workers_record_is_not_taken_for_a_live_one(pair_root: Path, re
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, FSROOT: str(pair_root)})
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
-    assert ledger.lookup(proc.pid) is not None
+    assert record.lookup(proc.pid) is not None
     proc.send_signal(signal.SIGKILL)  # no exit handler runs: the record stays behind
     proc.wait()
     deadline = time.monotonic() + 10
-    while ledger.start_time(proc.pid) is not None and time.monotonic() < deadline:
+    while record.start_time(proc.pid) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(list(records.iterdir())) == 1
-    assert proc.pid not in ledger.entries() and list(records.iterdir()) == [], "stale: ignored and removed"
+    assert proc.pid not in record.entries() and list(records.iterdir()) == [], "stale: ignored and removed"

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 
 from .base.environment import APPLIED, AUTOPIN, NIC_VARIABLES, PATCH, RESERVED, THREAD_POOLS
 from .base.errors import UsageError, quoted
-from .base.frozen import record
+from .base.frozen import frozen
 from .base.logger import log
 from .compat import tensorrt_llm
 from .compat.patching import PatchReport
@@ -63,7 +63,7 @@ PATCHES: dict[str, Callable[[], tuple[PatchReport, ...]]] = {
 }
 
 
-@record
+@frozen
 class Activation:
     """What :func:`activate` did."""
 

@@ -15,9 +15,9 @@ import ray
 def _report() -> dict[str, object]:
     import report
 
-    from numapin.pinning import record as ledger
+    from numapin.pinning import record
 
-    entry = ledger.lookup(os.getpid())
+    entry = record.lookup(os.getpid())
     return {"pid": os.getpid(), "cuda": os.environ.get("CUDA_VISIBLE_DEVICES"), "masks": report.masks(),
             "how": None if entry is None else entry.how}
 

@@ -3,7 +3,7 @@
 ``dataclasses`` costs more to import than all of a pin's work (it pulls in
 ``inspect``), and it generates each class's methods as source text compiled
 at import: about 0.5 ms per class, 25 classes on the path of ``numapin exec``.
-:func:`record` builds the same kind of class from shared, precompiled methods:
+:func:`frozen` builds the same kind of class from shared, precompiled methods:
 ``__init__`` (positional or keyword, defaults, ``field(default_factory=...)``),
 ``__repr__``, ``__eq__`` and ``__hash__`` over the fields compared, and
 assignment refused. Type checkers see a frozen dataclass (PEP 681).
@@ -26,7 +26,7 @@ else:
     def dataclass_transform(**_: object) -> object:
         return lambda function: function
 
-__all__ = ["field", "fields", "record", "replace"]
+__all__ = ["field", "fields", "frozen", "replace"]
 
 _MISSING = object()
 
@@ -124,7 +124,7 @@ def _delattr(self: Any, name: str) -> None:
 
 
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
-def record(cls: type[T]) -> type[T]:
+def frozen(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen record of its annotated fields."""
     specs: list[_Field] = [f for base in reversed(cls.__mro__[1:]) for f in getattr(base, "__record_fields__", ())]
     known = {f.name for f in specs}

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.logger import log
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -34,7 +34,7 @@ __all__ = ["FunctionPatch", "PatchReport"]
 _MARK = "__numapin_original__"
 
 
-@record
+@frozen
 class PatchReport:
     """What one ``install()`` or ``uninstall()`` did."""
 

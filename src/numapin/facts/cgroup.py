@@ -12,14 +12,14 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable
 
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from .host import Host
 
 __all__ = ["Cgroup", "read_cgroup"]
 
 
-@record
+@frozen
 class Cgroup:
     """The cpuset a process lives in; ``cpus``/``mems`` None when unrestricted or unknown."""
 
@@ -35,7 +35,7 @@ class Cgroup:
         return f"cgroup v{self.version} {self.path}: cpus {self.cpus}, mems {self.mems}"
 
 
-@record
+@frozen
 class _Mount:
     point: str
     root: str

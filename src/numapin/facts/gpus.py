@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from ..base.errors import EnvironmentProblem, UsageError, quoted
-from ..base.frozen import field, record, replace
+from ..base.frozen import field, frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet, hex_word
@@ -85,7 +85,7 @@ def normalize_pci(bus_id: str) -> str:
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
 
 
-@record
+@frozen
 class Gpu:
     """One physical NVIDIA GPU and what lies near it.
 
@@ -115,7 +115,7 @@ class Gpu:
         return f"{self.pci} {name} node {node} cpus {self.cpus}"
 
 
-@record
+@frozen
 class Inventory:
     """Every NVIDIA GPU of the machine, in PCI order."""
 
@@ -128,7 +128,7 @@ class Inventory:
         return next((g for g in self.gpus if g.pci == wanted), None)
 
 
-@record
+@frozen
 class VisibleGpu:
     """A GPU as CUDA numbers it in this process (``index`` = ``cuda:index``)."""
 
@@ -361,7 +361,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------
 
 
-@record
+@frozen
 class _Resolution:
     visible: tuple[VisibleGpu, ...]
     notes: tuple[str, ...] = field(default=())

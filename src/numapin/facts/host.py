@@ -181,7 +181,7 @@ class Host:
         return target[len(base):]
 
     def listdir(self, rel: str) -> list[str]:
-        """Entry names of a folder, or an empty list when it cannot be listed."""
+        """Record names of a folder, or an empty list when it cannot be listed."""
         try:
             return os.listdir(self.path(rel))
         except OSError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
 from .host import Host
@@ -19,7 +19,7 @@ from .host import Host
 __all__ = ["Irq", "device_irqs", "running"]
 
 
-@record
+@frozen
 class Irq:
     """One interrupt line or vector of a device."""
 

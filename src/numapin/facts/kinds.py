@@ -29,7 +29,7 @@ Read on demand, not with the topology: a pin without ``reserve`` or
 from __future__ import annotations
 
 from ..base.choices import Choice
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.logger import log
 from ..base.text import decimal
 from ..cpuset import CpuSet
@@ -58,7 +58,7 @@ class PriorityRule(Choice):
     """Also the published Priority Core Turbo layouts of :data:`PCT_SKUS`, where the kernel tells nothing apart."""
 
 
-@record
+@frozen
 class PctSku:
     """One Priority Core Turbo part as vLLM published it (``vllm/utils/numa_utils.py``, vllm#43270, #43775)."""
 
@@ -78,7 +78,7 @@ PCT_SKUS: dict[str, PctSku] = {
 }
 
 
-@record
+@frozen
 class CpuKind:
     """CPUs alike in everything the kernel says of their performance; ``rank`` 0 is the fastest kind."""
 
@@ -101,7 +101,7 @@ class CpuKind:
         return out
 
 
-@record
+@frozen
 class CpuKinds:
     """The machine's CPU kinds, fastest first, and every CPU in the order to take them."""
 
@@ -130,7 +130,7 @@ class CpuKinds:
         return {cpu: i for i, cpu in enumerate(self.order)}
 
 
-@record
+@frozen
 class _Cpu:
     cpu: int
     core_type: int | None  # index into _CORE_TYPES (lower is faster)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from ..base.choices import parse_choice
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
 from ..base.errors import UsageError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, cached_kinds, forget_kinds
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["Facts", "cached", "forget", "gather", "machine", "priority_rule"]
 
 
-@record
+@frozen
 class Facts:
     """What numapin knows of a machine: its topology, its GPUs, and those this process may use."""
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..base.choices import Choice
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from .gpus import Gpu, device_locality
 from .host import Host
@@ -75,7 +75,7 @@ class Relation(Choice):
         return list(Relation).index(self)
 
 
-@record
+@frozen
 class Nic:
     """One network device: its PCI function, where it sits, and what the libraries call it.
 
@@ -98,7 +98,7 @@ class Nic:
                 "netdevs": list(self.netdevs), "ports": list(self.ports)}
 
 
-@record
+@frozen
 class GpuLink:
     """A NIC as one GPU sees it."""
 
@@ -109,7 +109,7 @@ class GpuLink:
         return {"name": self.name, "relation": str(self.relation)}
 
 
-@record
+@frozen
 class Network:
     """The machine's NICs, in PCI order, and for each GPU (by PCI address) every NIC nearest first."""
 
@@ -250,7 +250,7 @@ def forget_network() -> None:
     _CACHE.clear()
 
 
-@record
+@frozen
 class RankNic:
     """The NIC one rank's GPU should use: the nearest, spread over ranks where several are as near."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 
 __all__ = ["MARKER", "SHAPES", "MachineSpec", "shape_named", "synthetic", "write", "written"]
@@ -24,7 +24,7 @@ _NVIDIA = "0x10de"
 _GIB = 1 << 30
 
 
-@record
+@frozen
 class MachineSpec:
     """The shape of a machine: CPUs are numbered the way Linux numbers x86 threads.
 
@@ -345,7 +345,7 @@ def _gpu_device(spec: MachineSpec, gpu: int) -> str:
     return f"{path}/{_bdf(gpu)}"
 
 
-@record
+@frozen
 class _Nic:
     device: str  # sysfs path of the PCI function
     bdf: str

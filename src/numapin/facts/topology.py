@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 
-from ..base.frozen import field, record
+from ..base.frozen import field, frozen
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 from .cgroup import Cgroup, read_cgroup
@@ -28,7 +28,7 @@ _CPU = "sys/devices/system/cpu"
 _NODE = "sys/devices/system/node"
 
 
-@record
+@frozen
 class Node:
     """A NUMA node. ``cpus`` are its online CPUs; a node without CPUs is memory-only."""
 
@@ -43,7 +43,7 @@ class Node:
         return dict(self.distances).get(other)
 
 
-@record
+@frozen
 class Package:
     """A socket (``physical_package_id``), or the reader's stand-in grouping."""
 
@@ -51,7 +51,7 @@ class Package:
     cpus: CpuSet
 
 
-@record
+@frozen
 class Core:
     """A physical core: its online SMT siblings."""
 
@@ -60,7 +60,7 @@ class Core:
     cpus: CpuSet
 
 
-@record
+@frozen
 class CacheGroup:
     """CPUs sharing one last-level cache (an L3 slice, a CCX, ...)."""
 
@@ -68,7 +68,7 @@ class CacheGroup:
     cpus: CpuSet
 
 
-@record
+@frozen
 class Topology:
     root: str
     online: CpuSet

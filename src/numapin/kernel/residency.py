@@ -10,7 +10,7 @@ import os
 import re
 
 from ..base.errors import UsageError
-from ..base.frozen import field, record
+from ..base.frozen import field, frozen
 from ..base.text import format_size
 from ..cpuset import CpuSet, CpuSpec
 
@@ -24,7 +24,7 @@ _NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
 _OWN_FILES = ("/dev/zero", "/SYSV", "/memfd:", "/dev/shm/", "/anon_hugepage")
 
 
-@record
+@frozen
 class Residency:
     """Pages and bytes of a process per NUMA node, from ``numa_maps``.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from ..base.choices import Choice, parse_choice
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 
 __all__ = ["Decision", "ExternalMaskPolicy", "MaskOwner", "PinAction", "classify", "decide", "parse_policy"]
@@ -59,7 +59,7 @@ class PinAction(Choice):
     PINNED_CALLER = "pinned the calling thread"
 
 
-@record
+@frozen
 class Decision:
     """What to do with the process mask: the action, whose mask it is, and the CPUs to apply."""
 

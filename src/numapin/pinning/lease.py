@@ -11,14 +11,14 @@ import os
 from collections.abc import Iterator, Mapping
 
 from ..base.errors import NumapinError, UsageError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.logger import log
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.machine import cached as cached_facts
 from ..kernel.affinity import LinuxThreads, Outcome, ThreadKernel
 from ..placement.modes import Placement, PlacementMode
 from . import memory as _memory
-from . import record as ledger
+from . import record
 from .decision import ExternalMaskPolicy
 from .memory import MemoryMode
 from .process import pin
@@ -84,7 +84,7 @@ def pinned(
             give_back(held, result)
 
 
-@record
+@frozen
 class Held:
     """What a lease gives back: every thread's mask, numapin's state and the memory policy, as before it."""
 
@@ -167,7 +167,7 @@ def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinRe
 def _republish(pins: PinState) -> None:
     """After a lease: the ledger says again what the restored record says."""
     if pins.published is None:
-        ledger.withdraw()
+        record.withdraw()
     else:
-        ledger.publish(ledger.stamp(pins.published))
+        record.publish(record.stamp(pins.published))
 

@@ -19,7 +19,7 @@ import os
 
 from ..base.choices import Choice, parse_choice
 from ..base.errors import EnvironmentProblem, UsageError, errno_name, quoted
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import plural
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.host import Host
@@ -96,7 +96,7 @@ def allowed_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
     return system_nodes(root)
 
 
-@record
+@frozen
 class MemoryNodes:
     """The nodes memory may be asked of: those that hold memory, and those this process may use."""
 
@@ -188,7 +188,7 @@ def _policy_named(name: str) -> KernelMemoryPolicy:
         raise UsageError(f"unknown memory policy {quoted(name)} (expected one of: {known})", value=name) from None
 
 
-@record
+@frozen
 class MigrateResult:
     to_nodes: CpuSet
     from_nodes: CpuSet
@@ -249,7 +249,7 @@ def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
     return parse_choice(MemoryMode, mode, "memory mode")
 
 
-@record
+@frozen
 class MemoryResult:
     """What was done with memory: the policy in force, migration, and any step-down."""
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ..base.environment import LOCAL_RANK_VARIABLES
 from ..base.errors import EnvironmentProblem, NumapinError, UsageError, errno_name
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.logger import log
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.machine import Facts
@@ -28,11 +28,12 @@ from ..kernel.threadpools import resize as resize_pools
 from ..placement.modes import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
 from ..placement.ranks import local_rank
 from . import memory as _memory
-from . import record as ledger
+from . import record as records
 from .decision import Decision, ExternalMaskPolicy, MaskOwner, PinAction, classify, decide, parse_policy
 from .memory import MemoryMode
+from .record import Record
 from .results import PinError, PinResult, ThreadResult
-from .state import PinState, Record, exec_marker, state
+from .state import Applied, PinState, exec_marker, state
 from .walk import Walk
 
 __all__ = ["Constraint", "Current", "constraint", "current", "pin", "pin_thread", "refresh"]
@@ -47,19 +48,19 @@ def refresh() -> None:
     forget_facts()
 
 
-@record
+@frozen
 class Current:
     """What numapin applied in this process, and whether the live mask still matches it."""
 
-    record: Record | None
+    applied: Applied | None
     live: CpuSet
     matches: bool
     marker: CpuSet | None
-    entry: ledger.Entry | None = None
-    """The host's ledger's record of this process, when this process's own memory has none (``numapin exec``)."""
+    record: Record | None = None
+    """This process's record on the host, when this process's own memory has none (``numapin exec``)."""
 
     def __str__(self) -> str:
-        applied = self.record.mask if self.record is not None else self.entry.mask if self.entry is not None \
+        applied = self.applied.mask if self.applied is not None else self.record.mask if self.record is not None \
             else self.marker
         if applied is None:
             return f"numapin has not pinned this process; live mask {self.live}"
@@ -68,22 +69,22 @@ class Current:
 
 
 def current(*, kernel: ThreadKernel | None = None) -> Current:
-    """Report numapin's record (or the exec marker) against the process's live mask."""
+    """Report what numapin applied (or the exec marker) against the process's live mask."""
     ops = kernel or LinuxThreads()
     me = ops.self_tid()
     live = ops.get_affinity(me)
     pins = state()
     with pins.lock:
-        record = pins.live_record()
+        applied = pins.live_applied()
         if pins.deliberate.get(me) == live:
             # The caller sits on cores of its own (pin_thread): the process
             # mask is what the other threads carry.
             live = _other_thread_mask(ops, me, pins.deliberate, live)
     marker = exec_marker(os.environ)
-    # Before the marker: the ledger's record, which says how (exec at birth, the start-up hook) and for which GPU.
-    entry = ledger.lookup(os.getpid()) if record is None else None
-    applied = record.mask if record is not None else entry.mask if entry is not None else marker
-    return Current(record, live, applied == live, marker, entry)
+    # Before the marker: the process's record, which says how (exec at birth, the start-up hook) and for which GPU.
+    found = records.lookup(os.getpid()) if applied is None else None
+    mask = applied.mask if applied is not None else found.mask if found is not None else marker
+    return Current(applied, live, mask == live, marker, found)
 
 
 def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuSet], fallback: CpuSet) -> CpuSet:
@@ -96,7 +97,7 @@ def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuS
     return fallback
 
 
-@record
+@frozen
 class Constraint:
     """The calling thread's process mask, whose it is, and the baseline it is compared with."""
 
@@ -209,7 +210,7 @@ def pin(
                                                             migrate, env, threadpools))
 
 
-@record
+@frozen
 class _Options:
     policy: ExternalMaskPolicy
     all_threads: bool
@@ -309,7 +310,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     # Built once, now that the mask read back, the memory placement and the pools are known.
     result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
                        counts=counts, threadpools=pools)
-    pins.record = Record(os.getpid(), result.mask or wanted, wanted, placement.gpu)
+    pins.applied = Applied(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     walk.settled = True  # from here on the pin stands: an interruption below leaves it complete
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
@@ -333,14 +334,14 @@ def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
         return
     how = pins.acting.how if pins.acting is not None else "pin"
     memory = result.memory
-    entry = ledger.Entry(
+    entry = records.Record(
         pid, start, how, result.mask, result.target or placement.workers, placement.gpu, placement.pci,
         placement.node, str(placement.mode), placement.rank,
         None if memory is None else str(memory.applied), None if memory is None else placement.mems,
         str(options.policy), pins.acting.pools if pins.acting is not None else ())
     if entry.same_pin(pins.published):
         return
-    if ledger.publish(ledger.stamp(entry)) is not None:
+    if records.publish(records.stamp(entry)) is not None:
         if pins.published is None:
             atexit.register(_withdraw_at_exit)
         pins.published = entry
@@ -353,14 +354,14 @@ def _start_time() -> int | None:
     """This process's start time (read once per process: a forked child has its own)."""
     pid = os.getpid()
     if pid not in _STARTS:
-        _STARTS[pid] = ledger.start_time(pid)
+        _STARTS[pid] = records.start_time(pid)
     return _STARTS[pid]
 
 
 def _withdraw_at_exit() -> None:
     pins = state()
     if pins.published is not None and pins.published.pid == os.getpid():
-        ledger.withdraw()
+        records.withdraw()
 
 
 def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: CpuSet) -> CpuSet:

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
 from ..base.files import own_folder, replace_file
-from ..base.frozen import record, replace
+from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..cpuset import CpuSet
 
@@ -42,7 +42,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["HOW", "VERSION", "Entry", "entries", "folders", "lookup", "publish", "stamp", "start_time", "withdraw"]
+__all__ = ["HOW", "VERSION", "Record", "entries", "folders", "lookup", "publish", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
 VERSION = 1
@@ -52,8 +52,8 @@ VERSION = 1
 HOW = ("exec", "autopin", "pin", "lease", "compat")
 
 
-@record
-class Entry:
+@frozen
+class Record:
     """What numapin applied to one process, as the ledger holds it."""
 
     pid: int
@@ -88,7 +88,7 @@ class Entry:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Entry | None:
+    def from_dict(cls, data: Mapping[str, Any]) -> Record | None:
         """The entry a file holds; None for anything else (another version, a damaged file)."""
         try:
             if data.get("version") != VERSION or data.get("how") not in HOW:
@@ -108,7 +108,7 @@ class Entry:
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
-    def same_pin(self, other: Entry | None) -> bool:
+    def same_pin(self, other: Record | None) -> bool:
         """True when ``other`` records the same pin (only the time written may differ)."""
         return other is not None and replace(other, written=self.written) == self
 
@@ -189,7 +189,7 @@ def _name(pid: int, start: int) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-def publish(entry: Entry) -> str | None:
+def publish(entry: Record) -> str | None:
     """Write ``entry`` for its process, replacing its earlier one; the path written, or None.
 
     Never raises: a folder that cannot be made or written is one debug line.
@@ -258,7 +258,7 @@ def withdraw(pid: int | None = None) -> None:
         _remove(os.path.join(folder, _name(target, start)))
 
 
-def stamp(entry: Entry) -> Entry:
+def stamp(entry: Record) -> Record:
     """``entry`` with the time it is written."""
     return replace(entry, written=time.time())
 
@@ -266,7 +266,7 @@ def stamp(entry: Entry) -> Entry:
 # -- reading ----------------------------------------------------------------------------
 
 
-def _read(path: str) -> Entry | None:
+def _read(path: str) -> Record | None:
     import json
 
     try:
@@ -274,10 +274,10 @@ def _read(path: str) -> Entry | None:
             data = json.loads(f.read(1 << 16))
     except (OSError, ValueError):
         return None
-    return Entry.from_dict(data) if isinstance(data, dict) else None
+    return Record.from_dict(data) if isinstance(data, dict) else None
 
 
-def lookup(pid: int) -> Entry | None:
+def lookup(pid: int) -> Record | None:
     """The record of the live process ``pid``, or None (none written, or left by a process now gone)."""
     start = start_time(pid)
     uid = _owner(pid)
@@ -290,12 +290,12 @@ def lookup(pid: int) -> Entry | None:
     return None
 
 
-def entries(uids: Iterable[int] = ()) -> dict[int, Entry]:
+def entries(uids: Iterable[int] = ()) -> dict[int, Record]:
     """Every live process's record in the folders of these users (and this one's), by process id.
 
     Stale records met on the way are removed where this user may remove them.
     """
-    found: dict[int, Entry] = {}
+    found: dict[int, Record] = {}
     for folder in _reading_folders({*uids, os.geteuid()}):
         try:
             names = os.listdir(folder)

@@ -6,7 +6,7 @@ from collections import namedtuple
 from collections.abc import Mapping
 
 from ..base.errors import NumapinError
-from ..base.frozen import field, record
+from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
 from ..kernel.affinity import Outcome
 from ..placement.modes import Placement, PlacementMode
@@ -44,7 +44,7 @@ class ThreadResult(_ThreadFields):
         return text
 
 
-@record
+@frozen
 class PinResult:
     """The truthful outcome of one pin: the decision, the target and every thread's fate."""
 

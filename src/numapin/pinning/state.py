@@ -1,7 +1,7 @@
 """What numapin applied in this process, and everything else it remembers: the only state of numapin.
 
-The record (process id, the mask read back, the target) is what makes a mask
-numapin's own rather than someone else's; with it, the threads placed on
+What a pin applied (process id, the mask read back, the target) is what makes a
+mask numapin's own rather than someone else's; with it, the threads placed on
 purpose, the leases held, the pin under way and the warnings given, behind one
 lock (:class:`PinState`, one per process: a forked child gets its own).
 """
@@ -14,10 +14,10 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from ..base.environment import APPLIED
-from ..base.frozen import record, replace
+from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..cpuset import CpuSet
-from .record import Entry
+from .record import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
 
     from ..kernel.affinity import ThreadKernel
 
-__all__ = ["Acting", "PinState", "Record", "Saved", "acting", "exec_marker", "state"]
+__all__ = ["Acting", "Applied", "PinState", "Saved", "acting", "exec_marker", "state"]
 
 
-@record
-class Record:
+@frozen
+class Applied:
     """What numapin applied in this process."""
 
     pid: int
@@ -39,7 +39,7 @@ class Record:
     source: str = "pin"
 
 
-@record
+@frozen
 class Acting:
     """Who is pinning (for the ledger): ``exec``, ``autopin``, ``lease`` or ``compat``, and what else it set."""
 
@@ -80,9 +80,9 @@ class PinState:
     the mask it was born with is numapin's, so it can re-pin quietly.
     """
 
-    def __init__(self, record: Record | None = None) -> None:
+    def __init__(self, applied: Applied | None = None) -> None:
         self.lock = threading.RLock()
-        self.record = record
+        self.applied = applied
         #: Threads that pin_thread() (or reserve=) placed: their mask, the mask each had before,
         #: and when each started (a reused thread id is another thread).
         self.deliberate: dict[int, CpuSet] = {}
@@ -95,8 +95,8 @@ class PinState:
         self.in_flight: CpuSet | None = None
         #: Who is pinning now (exec, the start-up hook, a lease, a compatibility function), when not pin().
         self.acting: Acting | None = None
-        #: What this process last wrote to the host's ledger (numapin.ledger), None when nothing.
-        self.published: Entry | None = None
+        #: What this process last wrote to the host's ledger (numapin.pinning.record), None when nothing.
+        self.published: Record | None = None
         #: The TensorRT-LLM function's pins, held until their last release: (the state before the
         #: first, the first's result, the calls not yet released). A forked child holds none.
         self.compat_hold: tuple[Any, Any, int] | None = None
@@ -105,44 +105,44 @@ class PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.
 
         The child's one thread was copied from the forking thread, whose mask
-        may be the record's, a pin's under way in another thread (before or
+        may be what numapin applied, a pin's under way in another thread (before or
         after the walk reached it), or a deliberate one: when it is any of
-        numapin's, the child's record is the mask it was born with, so its
+        numapin's, what the child applied is the mask it was born with, so its
         own pin never mistakes it for someone else's. Leases that thread held
         are the child's to leave.
         """
-        record, flight = self.record, self.in_flight
+        applied, flight = self.applied, self.in_flight
         child = PinState()
         child.lease_holders = [threading.get_native_id() for tid in self.lease_holders if tid == forking_tid]
-        if record is None and flight is None:
+        if applied is None and flight is None:
             return child
         ours = {*self.deliberate.values(), *(() if flight is None else (flight,)),
-                *(() if record is None else (record.mask, record.target))}
+                *(() if applied is None else (applied.mask, applied.target))}
         try:
             born: CpuSet | None = CpuSet(os.sched_getaffinity(0))
         except OSError:
             born = None
         if born is not None and born in ours:
-            gpu = record.gpu if record is not None and flight is None else None
-            child.record = Record(os.getpid(), born, born, gpu, "inherited")
-        elif record is not None:
-            child.record = replace(record, pid=os.getpid(), source="inherited")
+            gpu = applied.gpu if applied is not None and flight is None else None
+            child.applied = Applied(os.getpid(), born, born, gpu, "inherited")
+        elif applied is not None:
+            child.applied = replace(applied, pid=os.getpid(), source="inherited")
         return child
 
-    def live_record(self) -> Record | None:
-        record = self.record
-        return record if record is not None and record.pid == os.getpid() else None
+    def live_applied(self) -> Applied | None:
+        applied = self.applied
+        return applied if applied is not None and applied.pid == os.getpid() else None
 
     def own_masks(self, environ: Mapping[str, str]) -> list[CpuSet]:
-        """The masks that are numapin's in this process: its record and the exec marker."""
-        record = self.live_record()
+        """The masks that are numapin's in this process: what it applied and the exec marker."""
+        applied = self.live_applied()
         marker = exec_marker(environ)
-        return [m for m in (None if record is None else record.mask, marker) if m is not None]
+        return [m for m in (None if applied is None else applied.mask, marker) if m is not None]
 
     def thread_masks(self) -> set[CpuSet]:
-        """Every mask numapin gave a thread of this process (the record's and the deliberate ones)."""
-        record = self.live_record()
-        return {*(() if record is None else (record.mask,)), *self.deliberate.values()}
+        """Every mask numapin gave a thread of this process (the applied one and the deliberate ones)."""
+        applied = self.live_applied()
+        return {*(() if applied is None else (applied.mask,)), *self.deliberate.values()}
 
     def warn_once(self, message: str) -> None:
         if message not in self._warned:
@@ -165,41 +165,41 @@ class PinState:
 
     def process_mask_of_caller(self, tid: int, mask: CpuSet) -> CpuSet:
         """The process mask as the calling thread sees it: a thread placed on purpose does
-        not carry it, so then it is numapin's record, or the mask the thread had before."""
+        not carry it, so then it is the mask numapin applied, or the mask the thread had before."""
         if self.deliberate.get(tid) != mask:
             return mask
-        record = self.live_record()
-        return record.mask if record is not None else self.before_deliberate.get(tid, mask)
+        applied = self.live_applied()
+        return applied.mask if applied is not None else self.before_deliberate.get(tid, mask)
 
     def saved(self) -> Saved:
-        return Saved(self.record, dict(self.deliberate), dict(self.before_deliberate), self.published)
+        return Saved(self.applied, dict(self.deliberate), dict(self.before_deliberate), self.published)
 
     def applied_since(self, saved: Saved) -> set[CpuSet]:
         """The masks numapin applied after ``saved`` was taken (pins and pin_thread calls inside a lease)."""
         found = {m for tid, m in self.deliberate.items() if saved.deliberate.get(tid) != m}
-        if self.record is not None and self.record is not saved.record:
-            found |= {self.record.mask, self.record.target}
+        if self.applied is not None and self.applied is not saved.applied:
+            found |= {self.applied.mask, self.applied.target}
         return found
 
     def restore(self, saved: Saved) -> None:
-        record = saved.record
-        if record is not None and record.pid != os.getpid():
+        applied = saved.applied
+        if applied is not None and applied.pid != os.getpid():
             # Saved in the parent before a fork: the mask it names is the one this child inherited.
-            record = replace(record, pid=os.getpid(), source="inherited")
-        self.record, self.deliberate, self.before_deliberate = (record, dict(saved.deliberate),
+            applied = replace(applied, pid=os.getpid(), source="inherited")
+        self.applied, self.deliberate, self.before_deliberate = (applied, dict(saved.deliberate),
                                                                 dict(saved.before_deliberate))
         # What the ledger says goes back too: a record saved in the parent before a fork is not this child's.
-        self.published = saved.published if record is saved.record else None
+        self.published = saved.published if applied is saved.applied else None
 
 
-@record
+@frozen
 class Saved:
     """What a lease remembers of the pin state, to put back on exit."""
 
-    record: Record | None
+    applied: Applied | None
     deliberate: Mapping[int, CpuSet]
     before_deliberate: Mapping[int, CpuSet]
-    published: Entry | None = None
+    published: Record | None = None
 
 
 _STATE = PinState()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from ..base.choices import Choice, parse_choice
 from ..base.environment import RANK_MAP
 from ..base.errors import EnvironmentProblem, UsageError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import counted, plural
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.gpus import Gpu, Inventory, VisibleGpu
@@ -75,7 +75,7 @@ def parse_mode(mode: str | PlacementMode) -> PlacementMode:
     return parse_choice(PlacementMode, mode, "mode", among=askable)
 
 
-@record
+@frozen
 class Placement:
     """Where one GPU's worker runs.
 

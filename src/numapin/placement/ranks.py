@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 
 from ..base.environment import LOCAL_RANK_VARIABLES, RANK_MAP
 from ..base.errors import UsageError, quoted
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import decimal
 
 __all__ = ["LocalRank", "gpu_for_rank", "local_rank", "rank_number", "requested_rank"]
 
 
-@record
+@frozen
 class LocalRank:
     """A local rank and the variable it came from; ``ignored`` lists other launchers' differing values."""
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from ..base.environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RESERVED, THREAD_POOLS
 from ..base.errors import EnvironmentProblem, UsageError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet, hex_word
 from ..facts.host import Host
@@ -24,7 +24,7 @@ from ..facts.machine import Facts, gather
 from ..facts.network import assign
 from ..facts.topology import Topology, read_topology
 from ..kernel.affinity import exited, process_environ
-from ..pinning import record as ledger
+from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
 from ..placement.modes import Placement, PlacementMode, resolve
@@ -39,7 +39,7 @@ __all__ = ["Diagnosis", "Finding", "diagnose", "read_environ"]
 _OFF = ("", "none", "disabled", "false")
 
 
-@record
+@frozen
 class Finding:
     """One thing that fights or wastes the pin."""
 
@@ -56,7 +56,7 @@ class Finding:
         return f"{self.severity}: [{self.id}] {self.sees}\n    why: {self.why}\n    fix: {self.fix}"
 
 
-@record
+@frozen
 class Diagnosis:
     """What ``numapin doctor`` found, and the placement it checked against."""
 
@@ -128,7 +128,7 @@ def diagnose(
     if pid is not None and environ is None:
         environ = read_environ(pid)
     env = dict(os.environ if environ is None else environ)
-    entry = ledger.lookup(os.getpid() if pid is None else pid)
+    entry = record.lookup(os.getpid() if pid is None else pid)
     if entry is not None:
         for name, value in entry.pools:  # set inside the process: its environ at start does not show them
             env.setdefault(name, value)
@@ -164,7 +164,7 @@ def diagnose(
 _MODES = {m.value for m in PlacementMode}
 
 
-def _basis(gpu: int | None, rank: LocalRank | None, entry: ledger.Entry | None, facts: Facts) -> str:
+def _basis(gpu: int | None, rank: LocalRank | None, entry: record.Record | None, facts: Facts) -> str:
     """What the placement is judged by, in words; an assumption is said as one."""
     if entry is not None:
         return f"numapin's record of the process ({entry.how}: GPU {entry.gpu}, mode {entry.mode})"
@@ -361,7 +361,7 @@ def _nodes_cpus(topology: Topology, nodes: CpuSet) -> CpuSet | None:
 
 
 def _launcher(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
-              status: dict[str, str] | None, entry: ledger.Entry | None) -> list[Finding]:
+              status: dict[str, str] | None, entry: record.Record | None) -> list[Finding]:
     found = []
     target = placement.workers
     bind = env.get("SLURM_CPU_BIND", "")

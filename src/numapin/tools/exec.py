@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..base.choices import Choice, parse_choice
 from ..base.environment import APPLIED, AUTOPIN_OPTIONS, NIC_VARIABLES, RESERVED, THREAD_POOLS
 from ..base.errors import EnvironmentProblem, UsageError, quoted
-from ..base.frozen import record, replace
+from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
@@ -70,7 +70,7 @@ class Nics(Choice):
     """Set nothing network-related (the default): the libraries choose."""
 
 
-@record
+@frozen
 class ExecRequest:
     """What ``numapin exec`` was asked to do.
 
@@ -105,7 +105,7 @@ class ExecRequest:
         return self.mems is not None and self.gpu is None and self.cpus is None and self.nodes is None
 
 
-@record
+@frozen
 class PreparedExec:
     """The decision, made before anything changes: what to pin, then what to run."""
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from ..base.errors import UsageError, quoted
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
@@ -51,7 +51,7 @@ _UNSUPPORTED = {
 }
 
 
-@record
+@frozen
 class NumactlRequest:
     """numactl's options, as numapin reads them."""
 

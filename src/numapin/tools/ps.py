@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from ..base.choices import Choice
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import NumapinError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from ..facts.gpus import Gpu, load_nvml
 from ..facts.host import Host
@@ -25,7 +25,7 @@ from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
 from ..kernel.affinity import LinuxThreads, exited, process_environ
 from ..kernel.residency import residency
-from ..pinning import record as ledger
+from ..pinning import record
 from ..pinning.state import exec_marker
 from ..placement.modes import Placement, resolve
 from ..placement.ranks import local_rank
@@ -50,7 +50,7 @@ class Verdict(Choice):
     """Another user's process, and this user is not root."""
 
 
-@record
+@frozen
 class Worker:
     """One process of the host as ``numapin ps`` sees it."""
 
@@ -82,7 +82,7 @@ class Worker:
         }
 
 
-@record
+@frozen
 class Survey:
     """Every worker found, and whether any is misplaced."""
 
@@ -174,7 +174,7 @@ def survey(
             owners.add(os.stat(f"/proc/{pid}").st_uid)
         except OSError:
             continue
-    records = ledger.entries(owners)
+    records = record.entries(owners)
     nvml = _nvml_processes(base)
     found = []
     for pid in chosen:
@@ -186,7 +186,7 @@ def survey(
     return Survey(tuple(found))
 
 
-def _look(pid: int, records: Mapping[int, ledger.Entry], nvml: Mapping[int, set[str]], base: Facts,
+def _look(pid: int, records: Mapping[int, record.Record], nvml: Mapping[int, set[str]], base: Facts,
           root: str | os.PathLike[str] | None, memory: bool, asked: bool) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone)."""
     if not os.path.isdir(f"/proc/{pid}") or exited(pid):
@@ -241,7 +241,7 @@ def _look(pid: int, records: Mapping[int, ledger.Entry], nvml: Mapping[int, set[
                   remote, note)
 
 
-def _expected(entry: ledger.Entry | None, env: Mapping[str, str], facts: Facts, base: Facts,
+def _expected(entry: record.Record | None, env: Mapping[str, str], facts: Facts, base: Facts,
               by_device: list[Gpu], on_gpus: set[str]) -> tuple[Placement | None, str | None]:
     """The placement the process should have, and a note when it cannot be told or had to be assumed."""
     try:
@@ -260,8 +260,8 @@ def _expected(entry: ledger.Entry | None, env: Mapping[str, str], facts: Facts, 
     return None, "no record, no local rank, and not one GPU of its own: nothing says which GPU it drives"
 
 
-def _placed_by(pid: int, entry: ledger.Entry | None, env: Mapping[str, str], masks: list[CpuSet],
-               records: Mapping[int, ledger.Entry], facts: Facts) -> str:
+def _placed_by(pid: int, entry: record.Record | None, env: Mapping[str, str], masks: list[CpuSet],
+               records: Mapping[int, record.Record], facts: Facts) -> str:
     """Who put the process where it runs (its main thread's mask is the process's)."""
     mask = masks[0] if masks else None
     if entry is not None:

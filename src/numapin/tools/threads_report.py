@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 
 from ..base.errors import UsageError
-from ..base.frozen import record
+from ..base.frozen import frozen
 from ..base.text import counted, plural, table
 from ..cpuset import CpuSet
 from ..facts.machine import cached as cached_facts
 from ..kernel.affinity import LinuxThreads, exited, process_environ
 from ..kernel.residency import Residency, residency
-from ..pinning import record as ledger
-from ..pinning.record import Entry
+from ..pinning import record
+from ..pinning.record import Record
 from ..pinning.state import exec_marker, state
 from ..placement.plan import plan
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["Audit", "ThreadRow", "audit"]
 
 
-@record
+@frozen
 class ThreadRow:
     tid: int
     name: str | None
@@ -43,7 +43,7 @@ class ThreadRow:
         }
 
 
-@record
+@frozen
 class Audit:
     """Every thread of ``pid`` against a placement (None when no placement was named)."""
 
@@ -54,7 +54,7 @@ class Audit:
     memory: Residency | None
     """None when its numa_maps cannot be read (another user's process)."""
     marker: CpuSet | None
-    entry: Entry | None = None
+    entry: Record | None = None
     """What numapin applied to it, from the host's ledger (pins made inside the process included)."""
 
     @property
@@ -158,7 +158,7 @@ def audit(
     marker = _marker(target)
     # What numapin applied, however it did (exec, the start-up hook, pin() inside the process), comes
     # first; the exec marker in its environment is only what it was started with.
-    entry = ledger.lookup(target)
+    entry = record.lookup(target)
     placement: CpuSet | None = None
     nodes: CpuSet | None = None
     if gpu is not None or cpus is not None:
