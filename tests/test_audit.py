@@ -16,8 +16,8 @@ import pytest
 from live import ALL, NODE0, NODE1, REAL_NODES, cpus
 from numapin.cli import main
 from numapin.cpuset import CpuSet
+from numapin.facts import procfs
 from numapin.facts import synthetic as machines
-from numapin.kernel import affinity as threads
 from numapin.tools.snapshot import TOP
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -86,7 +86,8 @@ def test_threads_reports_each_way_of_pinning(pair_root: Path,
     from numapin.tools.threads_report import audit
 
     seen = audit(pid, gpu=0)
-    assert len(seen.outside) == 2 and seen.marker == CpuSet(NODE0) and seen.memory.total > 0
+    j = seen.judgement
+    assert len(j.outside) == 2 and j.marker == CpuSet(NODE0) and j.memory is not None and j.memory.total > 0
     share = seen.as_dict()["memory"]["remote_share"]
     # With one real node nothing can be remote; with more, the page cache and
     # what the program touched before its threads moved may lie anywhere.
@@ -138,7 +139,8 @@ def test_another_users_process_lists_its_masks_with_memory_unreadable() -> None:
         os.setgid(65534)
         os.setuid(65534)  # nobody, looking at init (root's): masks are anyone's to read, numa_maps is not
         report = audit(1)
-        return [r.tid for r in report.rows], str(report.rows[0].cpus), report.summary()
+        rows = report.judgement.threads
+        return [r.tid for r in rows], str(rows[0].cpus), report.summary()
 
     tids, mask, summary = in_child(body)
     assert tids and 1 in tids
@@ -237,10 +239,10 @@ def test_snapshot_keeps_only_the_cpuset_lines_of_proc_self_cgroup(tmp_path: Path
 def test_a_zombie_is_named_as_exited_by_threads_and_doctor() -> None:
     proc = subprocess.Popen(["true"])
     deadline = time.monotonic() + 30
-    while not threads.exited(proc.pid) and time.monotonic() < deadline:
+    while not procfs.stat(proc.pid).exited and time.monotonic() < deadline:
         time.sleep(0.01)  # exited, not reaped: a zombie until wait()
     try:
-        assert threads.exited(proc.pid)
+        assert procfs.stat(proc.pid).exited
         for command in (["threads", str(proc.pid)], ["doctor", "--pid", str(proc.pid)]):
             done = subprocess.run([sys.executable, "-m", "numapin", *command], capture_output=True, text=True,
                                   timeout=60)
@@ -248,4 +250,4 @@ def test_a_zombie_is_named_as_exited_by_threads_and_doctor() -> None:
             assert f"process {proc.pid} has exited" in done.stderr
     finally:
         proc.wait()
-    assert not threads.exited(os.getpid())
+    assert not procfs.stat(os.getpid()).exited

@@ -111,9 +111,11 @@ def test_another_process_mask_and_threads(pair: Path) -> None:
     finally:
         child.kill()
         child.wait()
-    assert sorted(ids(found)) == ["external-mask", "live-threads"]
+    # On node 1, judged for GPU 0 (node 0): the one verdict is misplaced, and doctor says it too.
+    assert sorted(ids(found)) == ["external-mask", "live-threads", "misplaced"]
     severities = {f.id: f.severity for f in found.findings}
-    assert severities == {"external-mask": "error", "live-threads": "info"}
+    assert severities == {"external-mask": "error", "live-threads": "info", "misplaced": "error"}
+    assert found.verdict == "misplaced"
 
 
 def test_bad_input_exits_2(pair: Path) -> None:

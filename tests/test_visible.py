@@ -25,6 +25,9 @@ from numapin.base.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, PRIO
 from numapin.base.frozen import replace
 from numapin.cpuset import CpuSet
 from numapin.pinning import record
+from numapin.pinning.decision import ExternalMaskPolicy
+from numapin.pinning.memory import MemoryMode
+from numapin.placement.modes import Placement, PlacementMode
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: A worker: start threads, say so, then wait to be looked at.
@@ -76,9 +79,10 @@ def _numapin(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _entry(**changes: object) -> record.Record:
-    base = record.Record(os.getpid(), record.start_time(os.getpid()) or 0, "pin", CpuSet([0]), CpuSet([0]), gpu=1,
-                        pci="0000:28:00.0", node=1, mode="node", rank=1, memory="bind", mems=CpuSet([1]),
-                        policy="respect", pools=(("OMP_NUM_THREADS", "1"),), written=1.5)
+    placement = Placement(CpuSet([0]), CpuSet([1]), "GPU 1 (0000:28:00.0) on node 1", PlacementMode.NODE, gpu=1,
+                          pci="0000:28:00.0", node=1, rank=1)
+    base = record.Record(os.getpid(), record.start_time(os.getpid()) or 0, "pin", CpuSet([0]), CpuSet([0]), placement,
+                         MemoryMode.BIND, ExternalMaskPolicy.RESPECT, pools=(("OMP_NUM_THREADS", "1"),), written=1.5)
     return replace(base, **changes)
 
 
@@ -87,8 +91,8 @@ def test_an_entry_reads_back_as_written() -> None:
     assert record.Record.from_dict(json.loads(json.dumps(entry.as_dict()))) == entry
 
 
-@given(st.dictionaries(st.sampled_from(["version", "pid", "start", "how", "mask", "target", "gpu", "mems", "pools",
-                                        "written", "rank"]),
+@given(st.dictionaries(st.sampled_from(["version", "pid", "start", "how", "mask", "target", "placement", "memory",
+                                        "policy", "pools", "written"]),
                        st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12), st.floats(),
                                  st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3),
                                                                                       st.text(max_size=3)))))
@@ -177,7 +181,7 @@ def test_a_record_is_removed_when_its_process_ends(pair_root: Path, records: Pat
 
 
 def test_exec_records_the_program_it_becomes_and_current_reads_it(pair_root: Path, records: Path) -> None:
-    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.record.how, c.record.gpu, c.matches]))"
+    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.record.how, c.record.placement.gpu, c.matches]))"
     proc = subprocess.run([*NUMAPIN, "exec", "--gpu", "1", "--memory", "none", "--", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=60,
                           env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root)})
@@ -199,7 +203,7 @@ def test_an_autopinned_worker_is_seen_as_numapins(python: Python, pair_root: Pat
     rows = [line.split() for line in threads.stdout.splitlines()[1:] if line.split()[:1] and
             line.split()[0].isdigit()]
     assert len(rows) == 3 and all(row[-1] == "yes" for row in rows), threads.stdout
-    assert "placed by numapin (autopin, GPU 1)" in threads.stdout
+    assert "judged by numapin's record (autopin: GPU 1 in its view" in threads.stdout
     doctor = _numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json")
     report = json.loads(doctor.stdout)
     assert report["placement"]["gpu"] == 1 and report["placement"]["cpus"] == live.cpus(live.NODE1)
@@ -218,10 +222,15 @@ def test_doctor_judges_an_exec_worker_by_its_gpu(pair_root: Path, records: Path,
 
 def test_doctor_says_what_it_assumed(pair_root: Path, records: Path, workers: Workers) -> None:
     pid = workers.start([sys.executable, "-c", WORKER])  # no record, no rank, both GPUs visible
+    # A running process is judged, not assumed: as ps and threads say, nothing names its GPU.
     report = json.loads(_numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json").stdout)
-    assert report["placement"]["gpu"] == 0 and report["basis"].startswith("assumed local rank 0")
+    assert report["placement"] is None and report["verdict"] == "unknown"
+    assert [f["id"] for f in report["findings"]][:1] == ["no-placement"]
     text = _numapin("doctor", "--pid", str(pid), "--root", str(pair_root)).stdout
-    assert "judged by: assumed local rank 0" in text
+    assert "verdict: unknown" in text and "nothing says which GPU it drives" in text
+    # An environment about to start is assumed to be local rank 0, and doctor says so.
+    env_report = _numapin("doctor", "--root", str(pair_root)).stdout
+    assert "judged by: assumed local rank 0" in env_report
 
 
 # -- numapin ps ------------------------------------------------------------------------------

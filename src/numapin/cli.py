@@ -468,9 +468,9 @@ def cmd_threads(args: argparse.Namespace) -> int:
     if args.max_remote_memory is not None and not args.check:
         raise CliError("--max-remote-memory is a bound for --check: add --check")
     with _root(args) as root:
-        report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=root)
-    bound = 100.0 if args.max_remote_memory is None else args.max_remote_memory
-    verdict = report.check(bound) if args.check else 0  # no placement to check against: the error, before any table
+        bound = None if args.max_remote_memory is None else args.max_remote_memory / 100
+        report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=root, max_remote=bound)
+    verdict = report.check() if args.check else 0  # no placement to check against: the error, before any table
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:
@@ -502,7 +502,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
                   "verdict"]
         rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.pci or "-", w.placed_by,
-                 "-" if w.expected is None else str(w.expected.workers), str(w.threads), str(w.outside),
+                 "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
                  "-" if w.remote is None else f"{100 * w.remote:.1f}%", str(w.verdict)] for w in found.workers]
         print("\n".join(table(header, rows)))
         for w in found.workers:
@@ -742,7 +742,9 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
                       "then memory by node.")
     th.add_argument("pid", type=_count, metavar="PID", help="the process to inspect")
     which = th.add_mutually_exclusive_group()
-    which.add_argument("--gpu", type=_count, metavar="N", help="compare with GPU N's node placement")
+    which.add_argument("--gpu", type=_count, metavar="N",
+                       help="compare with GPU N's node placement, N as the process sees its GPUs (its "
+                            "CUDA_VISIBLE_DEVICES), as in every numapin command")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
     th.add_argument("--json", action="store_true",
                     help="one JSON object: the placement compared with, every thread, the count outside, "
@@ -750,7 +752,8 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
     th.add_argument("--max-remote-memory", type=_percent, metavar="PCT",
-                    help="with --check: the largest share of its own memory allowed on other nodes (default 100)")
+                    help="with --check: the largest share of its own memory allowed on other nodes before the "
+                         "verdict is misplaced (default: memory is reported, not judged)")
     _add_root(th)
     th.set_defaults(func=cmd_threads)
 

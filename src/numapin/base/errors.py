@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["EnvironmentProblem", "NumapinError", "UsageError", "errno_name", "quoted"]
+__all__ = ["AccessDenied", "EnvironmentProblem", "NoSuchProcess", "NumapinError", "ProcessError", "UsageError",
+           "errno_name", "quoted"]
 
 
 class NumapinError(Exception):
@@ -46,6 +47,30 @@ class EnvironmentProblem(NumapinError):
     def __init__(self, message: str, *, errno: str | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+class ProcessError(NumapinError):
+    """Another process could not be read: ``pid`` names it. Raised by :mod:`numapin.facts.procfs` alone,
+    which translates the kernel's answers once for every tool."""
+
+    def __init__(self, message: str, *, pid: int) -> None:
+        super().__init__(message)
+        self.pid = pid
+
+
+class NoSuchProcess(ProcessError):
+    """The process does not exist, or exited (a zombie counts as exited)."""
+
+    def __init__(self, pid: int, message: str | None = None) -> None:
+        super().__init__(message or f"process {pid} does not exist", pid=pid)
+
+
+class AccessDenied(ProcessError):
+    """The process belongs to another user, and this one may not read what was asked."""
+
+    def __init__(self, pid: int, what: str = "it") -> None:
+        super().__init__(f"process {pid}: permission denied to read {what} (it belongs to another user; "
+                         "its owner or root may)", pid=pid)
 
 
 def _rebuilt(cls: type[NumapinError], args: tuple[object, ...], fields: dict[str, object]) -> NumapinError:

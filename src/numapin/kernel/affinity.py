@@ -14,7 +14,9 @@ import os
 import threading
 
 from ..base.choices import Choice
+from ..base.errors import ProcessError
 from ..cpuset import MAX_ID, CpuSet
+from ..facts import procfs
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
 
-__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "process_environ", "walk_calls"]
+__all__ = ["LinuxThreads", "Outcome", "ThreadKernel", "outcome_of", "walk_calls"]
 
 
 class Outcome(Choice):
@@ -104,31 +106,25 @@ class LinuxThreads:
 
     def thread_name(self, tid: int) -> str | None:
         try:
-            with open(f"/proc/{self.pid}/task/{tid}/comm") as f:
-                return f.read().strip()
-        except OSError:
+            return procfs.comm(self.pid, tid)
+        except ProcessError:
             return None
 
-    def _stat_field(self, tid: int, index: int) -> int | None:
+    def _stat(self, tid: int) -> procfs.Stat | None:
         try:
-            with open(f"/proc/{self.pid}/task/{tid}/stat") as f:
-                text = f.read()
-        except OSError:
-            return None
-        # The name (field 2) may hold spaces and parentheses: split after the last ')'.
-        fields = text[text.rfind(")") + 2:].split()
-        try:
-            return int(fields[index])
-        except (IndexError, ValueError):
+            return procfs.stat(self.pid, tid)
+        except ProcessError:
             return None
 
     def last_cpu(self, tid: int) -> int | None:
         """The CPU the thread last ran on (field 39 of its ``stat``)."""
-        return self._stat_field(tid, 36)
+        found = self._stat(tid)
+        return None if found is None else found.last_cpu
 
     def start_time(self, tid: int) -> int | None:
         """Field 22 of the thread's ``stat``: its start time in clock ticks since boot."""
-        return self._stat_field(tid, 19)
+        found = self._stat(tid)
+        return None if found is None else found.start
 
 
 #: Up to this many CPU ids, Python's own affinity calls are as fast as raw buffers.
@@ -203,29 +199,6 @@ def _libc() -> Any:
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
-
-
-def process_environ(pid: int) -> dict[str, str]:
-    """Process ``pid``'s environment as it started (``/proc/PID/environ``); OSError when it cannot be read."""
-    with open(f"/proc/{pid}/environ", "rb") as f:
-        entries = f.read().split(b"\0")
-    pairs = (entry.split(b"=", 1) for entry in entries if b"=" in entry)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
-def exited(pid: int) -> bool:
-    """Whether ``pid`` is a zombie: it has exited, and its parent has not reaped it yet.
-
-    Such a process still has a ``/proc`` folder and a main thread to list, but no
-    memory, environment or mask worth inspecting.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    # The state follows the command name, which is in parentheses and may itself hold them.
-    return stat[stat.rfind(b")") + 2:][:1] in (b"Z", b"X")
 
 
 def outcome_of(exc: OSError) -> Outcome:

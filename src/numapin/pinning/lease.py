@@ -169,5 +169,5 @@ def _republish(pins: PinState) -> None:
     if pins.published is None:
         record.withdraw()
     else:
-        record.publish(record.stamp(pins.published))
+        record.publish(record.stamp(pins.published), pins.ready_folders)
 

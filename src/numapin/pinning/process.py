@@ -327,35 +327,21 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
 
 
 def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
-    """Write the pin to the host's ledger, for numapin's tools outside this process (when it differs)."""
-    placement, pid = result.placement, os.getpid()
-    start = _start_time()
+    """Write the pin to the process's record, for numapin's tools outside this process (when it differs)."""
+    placement = result.placement
+    start = pins.start_time()
     if placement is None or result.mask is None or start is None:
         return
     how = pins.acting.how if pins.acting is not None else "pin"
-    memory = result.memory
-    entry = records.Record(
-        pid, start, how, result.mask, result.target or placement.workers, placement.gpu, placement.pci,
-        placement.node, str(placement.mode), placement.rank,
-        None if memory is None else str(memory.applied), None if memory is None else placement.mems,
-        str(options.policy), pins.acting.pools if pins.acting is not None else ())
-    if entry.same_pin(pins.published):
+    memory = None if result.memory is None else result.memory.applied
+    record = records.Record(os.getpid(), start, how, result.mask, result.target or placement.workers, placement,
+                            memory, options.policy, pins.acting.pools if pins.acting is not None else ())
+    if record.same_pin(pins.published):
         return
-    if records.publish(records.stamp(entry)) is not None:
+    if records.publish(records.stamp(record), pins.ready_folders) is not None:
         if pins.published is None:
             atexit.register(_withdraw_at_exit)
-        pins.published = entry
-
-
-_STARTS: dict[int, int | None] = {}
-
-
-def _start_time() -> int | None:
-    """This process's start time (read once per process: a forked child has its own)."""
-    pid = os.getpid()
-    if pid not in _STARTS:
-        _STARTS[pid] = records.start_time(pid)
-    return _STARTS[pid]
+        pins.published = record
 
 
 def _withdraw_at_exit() -> None:

@@ -33,10 +33,15 @@ import time
 from collections.abc import Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
+from ..base.errors import ProcessError
 from ..base.files import own_folder, replace_file
 from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..cpuset import CpuSet
+from ..facts import procfs
+from ..placement.modes import Placement
+from .decision import ExternalMaskPolicy
+from .memory import MemoryMode
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -45,16 +50,15 @@ if TYPE_CHECKING:
 __all__ = ["HOW", "VERSION", "Record", "entries", "folders", "lookup", "publish", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
-VERSION = 1
+VERSION = 2
 
-#: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function,
-#: or a forked child's inheritance of its parent's.
+#: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function.
 HOW = ("exec", "autopin", "pin", "lease", "compat")
 
 
 @frozen
 class Record:
-    """What numapin applied to one process, as the ledger holds it."""
+    """What numapin applied to one process, whole: enough to judge the process without deciding again."""
 
     pid: int
     start: int
@@ -64,15 +68,14 @@ class Record:
     mask: CpuSet
     """The process mask numapin read back after applying it."""
     target: CpuSet
-    gpu: int | None = None
-    pci: str | None = None
-    node: int | None = None
-    mode: str | None = None
-    rank: int | None = None
-    memory: str | None = None
-    """The memory policy in force after the pin (``none``, ``preferred``, ``bind``), None when not asked."""
-    mems: CpuSet | None = None
-    policy: str | None = None
+    """The CPUs numapin put the process's threads on: the placement's workers, or their part inside a
+    launcher's mask (policy ``respect``), or the baseline (policy ``reset``)."""
+    placement: Placement
+    """The decision: CPUs, memory nodes, mode (``explicit`` included), the GPU by its index in the
+    process's own view and by PCI address, rank, reserved cores, kind of cores."""
+    memory: MemoryMode | None = None
+    """The memory policy in force after the pin, None when none was asked."""
+    policy: ExternalMaskPolicy | None = None
     pools: tuple[tuple[str, str], ...] = ()
     """Thread-pool variables set for the process (``OMP_NUM_THREADS`` ...), name and value."""
     written: float = 0.0
@@ -81,27 +84,26 @@ class Record:
     def as_dict(self) -> dict[str, Any]:
         return {
             "version": VERSION, "pid": self.pid, "start": self.start, "how": self.how,
-            "mask": str(self.mask), "target": str(self.target), "gpu": self.gpu, "pci": self.pci,
-            "node": self.node, "mode": self.mode, "rank": self.rank, "memory": self.memory,
-            "mems": None if self.mems is None else str(self.mems), "policy": self.policy,
+            "mask": str(self.mask), "target": str(self.target), "placement": self.placement.as_dict(),
+            "memory": None if self.memory is None else self.memory.value,
+            "policy": None if self.policy is None else self.policy.value,
             "pools": dict(self.pools), "written": self.written,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record | None:
-        """The entry a file holds; None for anything else (another version, a damaged file)."""
+        """The record a file holds; None for anything else (another version, a damaged file)."""
         try:
             if data.get("version") != VERSION or data.get("how") not in HOW:
                 return None
             pools = data.get("pools") or {}
-            mems = data.get("mems")
+            memory, policy = data.get("memory"), data.get("policy")
             return cls(
                 pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
                 mask=CpuSet.parse(str(data["mask"])), target=CpuSet.parse(str(data["target"])),
-                gpu=_maybe_int(data.get("gpu")), pci=_maybe_str(data.get("pci")),
-                node=_maybe_int(data.get("node")), mode=_maybe_str(data.get("mode")),
-                rank=_maybe_int(data.get("rank")), memory=_maybe_str(data.get("memory")),
-                mems=None if mems is None else CpuSet.parse(str(mems)), policy=_maybe_str(data.get("policy")),
+                placement=Placement.from_dict(data["placement"]),
+                memory=None if memory is None else MemoryMode(memory),
+                policy=None if policy is None else ExternalMaskPolicy(policy),
                 pools=tuple((str(k), str(v)) for k, v in dict(pools).items()),
                 written=float(data.get("written") or 0.0),
             )
@@ -117,14 +119,6 @@ def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"not an int: {value!r}")
     return value
-
-
-def _maybe_int(value: object) -> int | None:
-    return None if value is None else _int(value)
-
-
-def _maybe_str(value: object) -> str | None:
-    return None if value is None else str(value)
 
 
 # -- where ------------------------------------------------------------------------------
@@ -162,23 +156,16 @@ def _reading_folders(uids: Iterable[int]) -> list[str]:
 
 def _owner(pid: int) -> int | None:
     try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
+        return procfs.owner(pid)
+    except ProcessError:
         return None
 
 
 def start_time(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks since boot (``/proc/PID/stat`` field 22); None when gone."""
+    """Process ``pid``'s start time in clock ticks since boot; None when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: count fields after the last ')'.
-    fields = text[text.rfind(b")") + 2:].split()
-    try:
-        return int(fields[19])
-    except (IndexError, ValueError):
+        return procfs.stat(pid).start
+    except ProcessError:
         return None
 
 
@@ -189,33 +176,33 @@ def _name(pid: int, start: int) -> str:
 # -- writing ----------------------------------------------------------------------------
 
 
-def publish(entry: Record) -> str | None:
-    """Write ``entry`` for its process, replacing its earlier one; the path written, or None.
+def publish(record: Record, ready: set[str] | None = None) -> str | None:
+    """Write ``record`` for its process, replacing its earlier one; the path written, or None.
 
-    Never raises: a folder that cannot be made or written is one debug line.
+    ``ready`` holds the folders this process has checked and swept already (its
+    pin state's): each is checked, and what dead processes left there removed,
+    once a process. Never raises: a folder that cannot be made or written is one
+    debug line.
     """
     import json
 
-    data = json.dumps(entry.as_dict(), sort_keys=True).encode()
+    checked = set() if ready is None else ready
+    data = json.dumps(record.as_dict(), sort_keys=True).encode()
     for folder in folders():
         try:
-            first = _READY.get(folder) != os.getpid()
+            first = folder not in checked
             if first:
                 own_folder(folder)
-            path = os.path.join(folder, _name(entry.pid, entry.start))
+            path = os.path.join(folder, _name(record.pid, record.start))
             replace_file(path, data, 0o644)
         except OSError as exc:
             log.debug("pin record not written in %s: %s", folder, exc)
             continue
-        if first:  # once a process: the folder checked, and what dead processes left there removed
-            _READY[folder] = os.getpid()
+        if first:
+            checked.add(folder)
             _sweep(folder, keep=path)
         return path
     return None
-
-
-#: The folders this process has checked (and swept) already, with the process id that did it.
-_READY: dict[str, int] = {}
 
 
 def _sweep(folder: str, keep: str) -> None:

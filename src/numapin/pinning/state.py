@@ -17,7 +17,7 @@ from ..base.environment import APPLIED
 from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..cpuset import CpuSet
-from .record import Record
+from .record import Record, start_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -100,6 +100,15 @@ class PinState:
         #: The TensorRT-LLM function's pins, held until their last release: (the state before the
         #: first, the first's result, the calls not yet released). A forked child holds none.
         self.compat_hold: tuple[Any, Any, int] | None = None
+        #: This process's start time, read once (with the pid it names the process in its record).
+        self._start: list[int | None] = []
+        #: The record folders this process has checked (and swept) already.
+        self.ready_folders: set[str] = set()
+
+    def start_time(self) -> int | None:
+        if not self._start:
+            self._start.append(start_time(os.getpid()))
+        return self._start[0]
 
     def forked(self, forking_tid: int) -> PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.

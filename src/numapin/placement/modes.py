@@ -92,6 +92,8 @@ class Placement:
     node: int | None = None
     rank: int | None = None
     reserved: CpuSet = CpuSet()
+    cores: Cores = Cores.ALL
+    """Which kind of core was asked for: a judge of the process holds it to the same."""
 
     @property
     def workers(self) -> CpuSet:
@@ -117,7 +119,26 @@ class Placement:
         if self.reserved:
             out["reserved"] = str(self.reserved)
             out["workers"] = str(self.workers)
+        if self.cores is not Cores.ALL:
+            out["cores"] = self.cores.value
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Placement:
+        """The placement :meth:`as_dict` wrote; ValueError, KeyError or TypeError for anything else."""
+
+        def number(key: str) -> int | None:
+            value = data.get(key)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{key}: not an integer: {value!r}")
+            return value
+
+        pci = data.get("pci")
+        return cls(CpuSet.parse(str(data["cpus"])), CpuSet.parse(str(data["mems"])), str(data["reason"]),
+                   PlacementMode(data["mode"]), number("gpu"), None if pci is None else str(pci), number("node"),
+                   number("rank"), CpuSet.parse(str(data.get("reserved") or "")), Cores(data.get("cores", "all")))
 
 
 def _domain(topology: Topology, gpu: Gpu) -> tuple[CpuSet, str]:
@@ -255,6 +276,7 @@ def place(
             node=None,
             rank=rank,
             reserved=_reserve(topology, chosen, reserve, kinds),
+            cores=Cores(cores),
         )
     chosen_mode = parse_choice(PlacementMode, mode, "mode")
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
@@ -304,6 +326,7 @@ def place(
         node=physical.node,
         rank=rank,
         reserved=_reserve(topology, chosen, reserve, kinds),
+        cores=Cores(cores),
     )
 
 

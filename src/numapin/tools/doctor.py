@@ -13,28 +13,29 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..base.environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RESERVED, THREAD_POOLS
-from ..base.errors import EnvironmentProblem, UsageError
+from ..base.environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RANK_MAP, RESERVED, THREAD_POOLS
+from ..base.errors import EnvironmentProblem, ProcessError
 from ..base.frozen import frozen
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet, hex_word
+from ..facts import procfs
 from ..facts.host import Host
 from ..facts.interrupts import Irq, device_irqs, running
 from ..facts.machine import Facts, gather
 from ..facts.network import assign
 from ..facts.topology import Topology, read_topology
-from ..kernel.affinity import exited, process_environ
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
-from ..placement.modes import Placement, PlacementMode, resolve
-from ..placement.ranks import LocalRank, requested_rank
+from ..pinning.verdict import Expected, Judgement, Verdict, expected, judge
+from ..placement.modes import Placement, PlacementMode, parse_mode, resolve
+from ..placement.ranks import LocalRank, gpu_for_rank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Diagnosis", "Finding", "diagnose", "read_environ"]
+__all__ = ["Diagnosis", "Finding", "diagnose"]
 
 _OFF = ("", "none", "disabled", "false")
 
@@ -65,6 +66,8 @@ class Diagnosis:
     pid: int | None = None
     basis: str | None = None
     """What the placement was judged by: the process's record, its launcher's rank, an option, or an assumption."""
+    verdict: Verdict | None = None
+    """With ``--pid``: the one judge's verdict on the process (as ``threads`` and ``ps`` give it)."""
 
     @property
     def exit_code(self) -> int:
@@ -73,7 +76,8 @@ class Diagnosis:
 
     def as_dict(self) -> dict[str, Any]:
         return {"pid": self.pid, "placement": None if self.placement is None else self.placement.as_dict(),
-                "basis": self.basis, "findings": [f.as_dict() for f in self.findings]}
+                "basis": self.basis, "verdict": None if self.verdict is None else self.verdict.value,
+                "findings": [f.as_dict() for f in self.findings]}
 
     def text(self) -> str:
         who = "this process" if self.pid is None else f"process {self.pid}"
@@ -83,29 +87,11 @@ class Diagnosis:
             lines.append(f"placement: {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")
         if self.basis:
             lines.append(f"judged by: {self.basis}")
+        if self.verdict is not None:
+            lines.append(f"verdict: {self.verdict}")
         lines.extend(f.text() for f in self.findings)
         lines.append(counted(len(self.findings), "finding") if self.findings else "no findings")
         return "\n".join(lines)
-
-
-def read_environ(pid: int) -> dict[str, str]:
-    """Process ``pid``'s environment at its start; UsageError when it cannot be read."""
-    if exited(pid):
-        raise UsageError(f"process {pid} has exited (a zombie its parent has not reaped yet)", value=pid)
-    try:
-        return process_environ(pid)
-    except FileNotFoundError:
-        raise UsageError(f"no process {pid}", value=pid) from None
-    except OSError as exc:
-        raise UsageError(f"cannot read the environment of process {pid} ({exc.strerror})", value=pid) from None
-
-
-def _status(pid: int) -> dict[str, str]:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return dict(line.split(":\t", 1) for line in f.read().splitlines() if ":\t" in line)
-    except OSError:
-        return {}
 
 
 def diagnose(
@@ -119,55 +105,78 @@ def diagnose(
 ) -> Diagnosis:
     """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
 
-    The GPU is ``gpu``, else ``rank``'s; with neither (``rank="auto"``), the one
-    numapin's record of the process names (the host's ledger: a pin made inside
-    the process is there too), else its launcher's local rank. The mode is
-    ``mode``, else the record's, else ``node``. What was used is the
-    diagnosis's ``basis``, an assumption said as one.
+    The GPU is ``gpu`` (an index in the process's own view, as everywhere),
+    else ``rank``'s; with neither (``rank="auto"``), what numapin's record of the
+    process says (a pin made inside the process is there too), else its
+    launcher's local rank. The mode is ``mode``, else the record's, else
+    ``node``. With ``pid``, the placement and the verdict are the one judge's
+    (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``ps`` give them.
+    What was used is the diagnosis's ``basis``, an assumption said as one.
     """
     if pid is not None and environ is None:
-        environ = read_environ(pid)
+        procfs.alive(pid)
+        environ = procfs.environ(pid)
+    # The record of the process judged: PID's, or this process's when its own environment is checked
+    # (an environment handed in is another process's to be, which numapin has not placed).
+    found = record.lookup(pid) if pid is not None else record.lookup(os.getpid()) if environ is None else None
     env = dict(os.environ if environ is None else environ)
-    entry = record.lookup(os.getpid() if pid is None else pid)
-    if entry is not None:
-        for name, value in entry.pools:  # set inside the process: its environ at start does not show them
+    if found is not None:
+        for name, value in found.pools:  # set inside the process: its environ at start does not show them
             env.setdefault(name, value)
-    facts = gather(root, env)
-    findings: list[Finding] = []
+    facts = gather(root, env)  # a diagnosis reads the machine afresh
     chosen = None if gpu is not None else requested_rank(rank, env)
-    by_record = entry is not None and entry.gpu is not None and gpu is None and rank == "auto"
-    if by_record and entry is not None:
-        gpu, chosen = entry.gpu, None if entry.rank is None else LocalRank(entry.rank, "its record")
-    if mode is None:
-        mode = entry.mode if entry is not None and entry.mode in _MODES else PlacementMode.NODE
-    basis = _basis(gpu if not by_record else None, chosen, entry if by_record else None, facts)
+    asked_mode = None if mode is None else parse_mode(mode)
+    if chosen is not None and rank != "auto":  # --local-rank N: that rank's GPU, in the process's view
+        gpu = gpu_for_rank(chosen.rank, len(facts.visible), env.get(RANK_MAP)) if facts.visible else 0
+    findings: list[Finding] = []
+    judged: Judgement | None = None
+    placement: Placement | None = None
     try:
-        placement: Placement | None = resolve(facts, env, gpu=gpu, rank=chosen, mode=mode)
+        if pid is not None:
+            judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, record=found, environ=env)
+            want, why = judged.expected, judged.note
+        else:
+            want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode)
     except EnvironmentProblem as exc:
-        placement = None
+        want, why = None, str(exc)
+    if want is None and pid is None:
+        # An environment about to start a worker, not a process to judge: assume what numapin exec would.
+        try:
+            assumed = resolve(facts, env, gpu=gpu, rank=chosen, mode=asked_mode or PlacementMode.NODE)
+            want = Expected(assumed, assumed.workers, _assumption(gpu, chosen, facts))
+        except EnvironmentProblem as exc:
+            why = str(exc)
+    if want is None:
         fix = ("list GPUs of this machine in CUDA_VISIBLE_DEVICES (or unset it)" if facts.cut else
                "check the launcher's local rank and NUMAPIN_RANK_MAP" if facts.visible else
                "to try numapin as on a GPU host: numapin doctor --machine dgx-h100" if not facts.inventory.gpus else
-               "check CUDA_VISIBLE_DEVICES and the launcher's local rank")
-        findings.append(Finding("no-placement", "error", str(exc), "numapin has nothing to pin this process to", fix))
+               "name the GPU with --gpu (or --local-rank), or place the process with numapin")
+        findings.append(Finding("no-placement", "error", why or "nothing says which GPU the process drives",
+                                "numapin has nothing to pin this process to", fix))
+        basis = None
+    else:
+        placement, basis = want.placement, want.basis
+        if placement.rank is not None and chosen is None:
+            chosen = LocalRank(placement.rank, "its record" if want.record is not None else "its placement")
     host = Host(facts.topology.root)
-    findings += _machine(facts, host, placement, env, mode)
+    findings += _machine(facts, host, placement, env, placement.mode if placement else asked_mode or "node")
     if placement is not None:
         findings += _interrupts(facts, host, placement, _reserved(env, placement))
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
-        findings += _launcher(env, facts, placement, chosen, status, entry)
+        findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
+    if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
+        findings.append(Finding(
+            "misplaced", "error",
+            f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}",
+            "the process is not where its placement puts it: numapin threads PID and numapin ps PID say the same",
+            "run it under numapin exec (or pin() it again); numapin threads PID shows which threads moved"))
     findings += _openmp(env)
-    return Diagnosis(placement, tuple(findings), pid, basis)
+    return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
 
 
-_MODES = {m.value for m in PlacementMode}
-
-
-def _basis(gpu: int | None, rank: LocalRank | None, entry: record.Record | None, facts: Facts) -> str:
-    """What the placement is judged by, in words; an assumption is said as one."""
-    if entry is not None:
-        return f"numapin's record of the process ({entry.how}: GPU {entry.gpu}, mode {entry.mode})"
+def _assumption(gpu: int | None, rank: LocalRank | None, facts: Facts) -> str:
+    """What the placement of an environment is judged by, in words; an assumption is said as one."""
     if gpu is not None:
         return f"GPU {gpu}, as asked"
     if rank is not None:
@@ -176,6 +185,13 @@ def _basis(gpu: int | None, rank: LocalRank | None, entry: record.Record | None,
         return (f"assumed local rank 0 (GPU 0 of {len(facts.visible)} visible): no record of numapin's and no "
                 "launcher variable; name it with --gpu or --local-rank")
     return "its one visible GPU (no record of numapin's, no launcher variable)"
+
+
+def _status(pid: int) -> dict[str, str]:
+    try:
+        return procfs.status(pid)
+    except ProcessError:
+        return {}
 
 
 # -- the checks ---------------------------------------------------------------

@@ -1,0 +1,276 @@
+"""The one judge of a process: where should it be, and is it there?
+
+``numapin threads``, ``numapin ps`` and ``numapin doctor --pid`` all ask
+:func:`judge`, so they cannot disagree. What the process should have comes from
+the first of these that applies, and the judgement says which (its ``basis``):
+
+1. the caller's own question: a GPU by its index *in the process's own view*
+   (its ``CUDA_VISIBLE_DEVICES``), or explicit CPUs;
+2. numapin's record of the process: the decision as it was applied, whole
+   (mode, GPU, reserved cores, kind of cores, the CPUs it was narrowed to), never
+   decided again;
+3. the ``numapin exec`` marker in its environment (the CPUs exec applied), when
+   no record could be written;
+4. its launcher's local rank, or its one visible GPU, in its own view: what
+   ``numapin exec`` would decide for it;
+5. the one GPU it has open (``/dev/nvidiaN``), or NVML lists it on.
+
+A process is ``misplaced`` when a thread runs outside those CPUs, or (when the
+caller sets a bound) too much of its own memory lies outside their nodes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+
+from ..base.choices import Choice
+from ..base.errors import AccessDenied, NumapinError, ProcessError, UsageError
+from ..base.frozen import frozen
+from ..cpuset import CpuSet
+from ..facts import procfs
+from ..facts.machine import Facts, cached
+from ..kernel.affinity import LinuxThreads
+from ..kernel.residency import Residency, residency
+from ..placement.modes import Placement, PlacementMode, resolve
+from ..placement.ranks import local_rank
+from . import record as records
+from .record import Record
+from .state import exec_marker, state
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = ["Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge", "placed_by"]
+
+
+class Verdict(Choice):
+    """Whether a process is where it should be."""
+
+    OK = "ok"
+    MISPLACED = "misplaced"
+    UNKNOWN = "unknown"
+    """Nothing says which GPU it drives, so there is no placement to judge it by."""
+    UNREADABLE = "unreadable"
+    """Another user's process: nothing this user may read says where it should be."""
+
+
+@frozen
+class Expected:
+    """Where a process should be, and what says so."""
+
+    placement: Placement
+    target: CpuSet
+    """The CPUs every thread must lie within (a record's target; else the placement's workers)."""
+    basis: str
+    """What says so, in words: ``numapin's record (exec)``, ``GPU 1 in its view, as asked``..."""
+    record: Record | None = None
+
+    @property
+    def mems(self) -> CpuSet:
+        return self.placement.mems
+
+
+@frozen
+class ThreadState:
+    """One thread of the judged process."""
+
+    tid: int
+    name: str | None
+    cpus: CpuSet | None
+    """None when it exited while being read."""
+    last_cpu: int | None
+    inside: bool | None
+    """None when there is nothing to judge it by."""
+    numapin: bool
+    """Whether its mask is one numapin applied (the record's, the exec marker's, a deliberate one)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "cpus": None if self.cpus is None else str(self.cpus),
+                "last_cpu": self.last_cpu, "inside": self.inside, "numapin": self.numapin}
+
+
+@frozen
+class Judgement:
+    """One process judged: the verdict, and everything it rests on."""
+
+    pid: int
+    name: str
+    verdict: Verdict
+    expected: Expected | None
+    threads: tuple[ThreadState, ...]
+    placed_by: str
+    memory: Residency | None = None
+    """Where its pages live; None when not read (another user's process, or not asked)."""
+    note: str | None = None
+    """Why there is no verdict, or what had to be assumed."""
+    marker: CpuSet | None = None
+    max_remote: float | None = None
+    """The bound on :meth:`remote_share` the verdict used (0..1), None when memory was not judged."""
+
+    @property
+    def outside(self) -> tuple[ThreadState, ...]:
+        return tuple(t for t in self.threads if t.inside is False)
+
+    def remote_share(self) -> float | None:
+        """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
+        if self.expected is None or self.memory is None:
+            return None
+        return self.memory.share_outside(self.expected.mems, own=True)
+
+    @property
+    def gpu(self) -> str | None:
+        """The GPU, as every tool names it: its index in the process's own view, and its PCI address."""
+        return None if self.expected is None else gpu_words(self.expected.placement)
+
+
+def gpu_words(placement: Placement) -> str | None:
+    """``GPU 0 in its view (0000:1a:00.0)``: an index means nothing without the view it is in."""
+    if placement.gpu is None:
+        return None
+    return f"GPU {placement.gpu} in its view ({placement.pci})" if placement.pci else f"GPU {placement.gpu} in its view"
+
+
+def expected(
+    facts: Facts,
+    environ: Mapping[str, str],
+    *,
+    record: Record | None = None,
+    gpu: int | None = None,
+    cpus: CpuSet | None = None,
+    mode: PlacementMode | None = None,
+    devices: Collection[str] = (),
+) -> tuple[Expected | None, str | None]:
+    """Where a process with this environment (its own view in ``facts``) and record should be, and what says
+    so; or None and why nothing does. ``devices`` are the PCI addresses of the GPUs it has open.
+
+    Raises :class:`UsageError` when the caller's own question (``gpu``, ``cpus``, ``mode``) cannot be answered.
+    """
+    if gpu is not None or cpus is not None or mode is not None:
+        if gpu is None and cpus is None and record is not None:
+            gpu = record.placement.gpu  # another mode for the GPU numapin placed it for
+        asked = resolve(facts, environ, gpu=gpu, cpus=cpus, mode=mode or PlacementMode.NODE)
+        what = f"CPUs {cpus}" if cpus is not None else gpu_words(asked) or "its local rank's GPU"
+        return Expected(asked, asked.workers, f"{what}, as asked" + (f", mode {mode}" if mode else "")), None
+    if record is not None:
+        basis = f"numapin's record ({record.how}: {gpu_words(record.placement) or record.placement.reason}, " \
+                f"mode {record.placement.mode})"
+        return Expected(record.placement, record.target, basis, record), None
+    marker = exec_marker(environ)
+    if marker is not None:
+        placement = Placement(marker, facts.topology.nodes_of(marker), "the CPUs numapin exec applied",
+                              PlacementMode.EXPLICIT)
+        return Expected(placement, marker, "numapin exec's marker (no record of numapin's)"), None
+    try:
+        rank = local_rank(environ)
+        if rank is not None or len(facts.visible) == 1:
+            placement = resolve(facts, environ, rank=rank)
+            said = str(rank) if rank is not None else "its one visible GPU"
+            return Expected(placement, placement.workers, f"{said} (no record of numapin's)"), None
+        if len(set(devices)) == 1:
+            pci = next(iter(devices))
+            index = next((v.index for v in facts.visible if v.gpu.pci == pci), None)
+            if index is not None:
+                placement = resolve(facts, environ, gpu=index)
+                return Expected(placement, placement.workers, f"the one GPU it uses, {gpu_words(placement)}"), None
+    except NumapinError as exc:
+        return None, str(exc)
+    return None, "no record, no local rank, and not one GPU of its own: nothing says which GPU it drives"
+
+
+def placed_by(pid: int, record: Record | None, environ: Mapping[str, str], mask: CpuSet | None,
+              known: Mapping[int, Record], baseline: CpuSet) -> str:
+    """Who put the process where it runs (its main thread's mask is the process's)."""
+    if record is not None:
+        return record.how if mask == record.mask else f"{record.how}, since moved by someone else"
+    marker = exec_marker(environ)
+    if marker is not None and mask == marker:
+        return "exec"
+    parent, depth = _parent(pid), 0
+    while parent and depth < 8:  # a data loader, a compile worker: forked by a worker numapin placed
+        above = known.get(parent) if parent in known else records.lookup(parent)
+        if above is not None and mask == above.mask:
+            return f"inherited from {parent} ({above.how})"
+        parent, depth = _parent(parent), depth + 1
+    if mask is None or mask == baseline:
+        return "nobody"
+    return "someone else"
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return procfs.stat(pid).ppid
+    except ProcessError:
+        return None
+
+
+_LOOK_UP = object()
+
+
+def judge(
+    pid: int,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    gpu: int | None = None,
+    cpus: CpuSet | None = None,
+    mode: PlacementMode | None = None,
+    record: Record | object | None = _LOOK_UP,
+    environ: Mapping[str, str] | None = None,
+    devices: Collection[str] = (),
+    known: Mapping[int, Record] | None = None,
+    memory: bool = True,
+    max_remote: float | None = None,
+) -> Judgement:
+    """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
+
+    ``gpu`` is an index in the process's own view. ``record`` and ``environ``
+    are read unless given (``ps`` reads every record once); ``known`` are the
+    records of other processes, to say a child inherited its parent's pin.
+    ``max_remote`` (0..1) bounds the share of its own memory outside the
+    expected nodes. Raises :class:`NoSuchProcess` for a process that is gone or
+    exited, :class:`UsageError` for a question that cannot be answered.
+    """
+    stat = procfs.alive(pid)
+    found = records.lookup(pid) if record is _LOOK_UP else record
+    assert found is None or isinstance(found, Record)
+    unreadable = False
+    if environ is None:
+        try:
+            environ = os.environ if pid == os.getpid() else procfs.environ(pid)
+        except AccessDenied:
+            environ, unreadable = {}, True
+    facts = cached(root, environ)
+    want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, devices=devices)
+    marker = exec_marker(environ)
+    ops = LinuxThreads(pid)
+    own = state().thread_masks() if pid == os.getpid() else set()
+    own |= {m for m in (marker, None if found is None else found.mask) if m is not None}
+    threads = []
+    for tid in sorted(procfs.tasks(pid)):
+        try:
+            mask: CpuSet | None = ops.get_affinity(tid)
+        except OSError:
+            mask = None  # exited meanwhile
+        threads.append(ThreadState(tid, ops.thread_name(tid), mask, ops.last_cpu(tid),
+                                   None if want is None or mask is None else mask <= want.target,
+                                   mask is not None and mask in own))
+    pages = None
+    if memory:
+        try:
+            pages = residency(pid)
+        except UsageError:
+            pages = None  # another user's process: its numa_maps is for its owner (or root) to read
+    main = next((t.cpus for t in threads if t.tid == pid), None)
+    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed)
+    if want is None:
+        verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
+        if unreadable:
+            note = "another user's process: its environment is for its owner (or root) to read"
+        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
+    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
+    share = judged.remote_share()
+    if judged.outside or (max_remote is not None and share is not None and share > max_remote):
+        return Judgement(pid, stat.name, Verdict.MISPLACED, want, tuple(threads), who, pages, note, marker,
+                         max_remote)
+    return judged
