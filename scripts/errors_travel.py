@@ -4,7 +4,7 @@
 
 Writes a two-GPU synthetic machine to a temporary folder (nothing on this host
 changes, no GPU needed), triggers a usage error (a malformed cpulist), a GPU
-error (a GPU that is not visible) and a strict pin's PinError (no GPU visible),
+error (a GPU that is not visible) and a strict pin's NoGpuVisible (its result attached),
 round-trips each through every pickle protocol and through a
 ``multiprocessing.Pool`` worker, and prints what arrived. Exits 1 when any
 arrives different (type, message or fields).

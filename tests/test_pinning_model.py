@@ -227,3 +227,43 @@ def test_every_thread_has_one_result_agreeing_with_the_counts(gb300: Path) -> No
     failed = result.threads[[r.tid for r in result.threads].index(1004)]
     assert (failed.before, failed.after, failed.error) == (ALL, None, "EPERM")
     assert all(r.after == GRACE0 for r in result.threads if r.outcome is Outcome.PINNED)
+
+
+def test_a_walk_against_endless_thread_creation_stops_and_says_so(gb300: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    from numapin.pinning.walk import LISTINGS
+
+    kernel = ModelKernel(ALL, threads=2)
+    kernel.on_list = lambda _: kernel.spawn()  # a new thread before every listing, for ever
+    with caplog.at_level(logging.WARNING, logger="numapin"):
+        result = numapin.pin(0, kernel=kernel)
+    assert kernel.listings == LISTINGS  # bounded: it did not run for as long as threads come
+    assert result.unconfirmed and set(result.unconfirmed) <= set(kernel.masks)
+    walked = {t.tid for t in result.threads}
+    assert not walked & set(result.unconfirmed), "found by the last listing, reported rather than walked"
+    assert result.message is not None and "not confirmed" in result.message
+    assert any("not confirmed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_walk_that_converges_confirms_every_thread(gb300: Path) -> None:
+    kernel = ModelKernel(ALL, threads=3)
+    kernel.on_list = lambda n: kernel.spawn() if n < 5 else None  # a few births, then calm
+    result = numapin.pin(0, kernel=kernel)
+    assert result.unconfirmed == () and set(kernel.masks.values()) == {GRACE0}
+
+
+def test_a_strict_pin_keeps_the_errors_class_and_attaches_the_result(gb300: Path) -> None:
+    from numapin.facts.gpus import NoGpuVisible
+
+    kernel = ModelKernel(ALL, threads=2)
+    with pytest.raises(NoGpuVisible) as raised:  # the class plan() raises, not a bare PinError
+        numapin.pin(0, strict=True, kernel=kernel, environ={"CUDA_VISIBLE_DEVICES": ""})
+    assert isinstance(raised.value, numapin.EnvironmentProblem)
+    assert raised.value.result.action is numapin.PinAction.NOTHING  # type: ignore[attr-defined]
+    with pytest.raises(NoGpuVisible):
+        numapin.plan(0, environ={"CUDA_VISIBLE_DEVICES": ""})
+    kernel.refuse[list(kernel.masks)[1]] = errno.EPERM
+    with pytest.raises(PinError) as refused:  # no error of numapin's for a refusal: a PinError
+        numapin.pin(0, strict=True, kernel=kernel)
+    assert isinstance(refused.value, numapin.EnvironmentProblem) and refused.value.result is not None
+    assert set(kernel.masks.values()) == {ALL}, "rolled back"

@@ -60,12 +60,13 @@ def test_errors_from_real_triggers_pickle_whole(pair_root: Path, protocol: int) 
         _raised(lambda: numapin.pin(99)),
         _raised(lambda: _no_gpu_strict(str(pair_root))),
     ]
-    assert [type(e) for e in found] == [errors.UsageError, gpus.UnknownGpu, PinError]
+    # A strict pin keeps the class of what went wrong (as plan() raises it), its result attached.
+    assert [type(e) for e in found] == [errors.UsageError, gpus.UnknownGpu, gpus.NoGpuVisible]
     for error in found:
         back = pickle.loads(pickle.dumps(error, protocol))
         assert _fields(back) == _fields(error)
     strict = found[2]
-    assert isinstance(strict, PinError)
+    assert isinstance(strict, errors.EnvironmentProblem)
     back = pickle.loads(pickle.dumps(strict, protocol))
     assert back.result == strict.result and back.result.action is pinning.PinAction.NOTHING
 
@@ -94,10 +95,10 @@ def test_a_pin_result_with_threads_pickles_under_every_protocol(pair_root: Path)
     in_child(child)
 
 
-def test_a_strict_failure_in_a_pool_worker_reaches_the_parent_as_a_pin_error(pair_root: Path) -> None:
+def test_a_strict_failure_in_a_pool_worker_reaches_the_parent_whole(pair_root: Path) -> None:
     with multiprocessing.get_context("fork").Pool(1) as pool:
         waiting = pool.apply_async(_no_gpu_strict, (str(pair_root),))
-        with pytest.raises(PinError) as caught:
+        with pytest.raises(gpus.NoGpuVisible) as caught:
             waiting.get(timeout=60)  # before the fix the pool's result thread died and this waited forever
     assert caught.value.result.action is pinning.PinAction.NOTHING
     assert "no GPU is visible" in str(caught.value)
@@ -177,5 +178,5 @@ def test_the_errors_travel_script_finds_every_error_the_same_after_the_trip() ->
                           text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "NUMAPIN_FSROOT"})
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count("the same") == 3 and "DIFFERENT" not in proc.stdout
-    for kind in ("UsageError", "UnknownGpu", "PinError"):
+    for kind in ("UsageError", "UnknownGpu", "NoGpuVisible"):
         assert f"{kind}: " in proc.stdout

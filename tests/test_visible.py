@@ -181,7 +181,8 @@ def test_a_record_is_removed_when_its_process_ends(pair_root: Path, records: Pat
 
 
 def test_exec_records_the_program_it_becomes_and_current_reads_it(pair_root: Path, records: Path) -> None:
-    code = "import json, numapin; c = numapin.current(); print(json.dumps([c.record.how, c.record.placement.gpu, c.matches]))"
+    code = ("import json, numapin; c = numapin.current(); "
+            "print(json.dumps([c.record.how, c.record.placement.gpu, c.matches]))")
     proc = subprocess.run([*NUMAPIN, "exec", "--gpu", "1", "--memory", "none", "--", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=60,
                           env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root)})

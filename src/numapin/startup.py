@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from .base.environment import APPLIED, AUTOPIN, NIC_VARIABLES, PATCH, RESERVED, THREAD_POOLS
+from .base.environment import AUTOPIN, PATCH
 from .base.errors import UsageError, quoted
 from .base.frozen import frozen
 from .base.logger import log
@@ -38,7 +38,7 @@ from .compat.patching import PatchReport
 from .facts.machine import cached as cached_facts
 from .pinning.results import PinResult
 from .placement.ranks import local_rank
-from .tools.exec import autopin_request, bind, prepare_exec
+from .tools.exec import autopin_request, pin_running
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
 
@@ -130,10 +130,5 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
             ray.install()
             log.debug("start-up: %s; left alone until Ray hands it GPUs, if it is a Ray worker", why)
             return None, why
-    result, bound = bind(prepare_exec(request, env), env)
-    # Children (a framework's workers, data loaders) see this mask as numapin's, as after numapin exec;
-    # the thread-pool sizes reach this process's OpenMP and BLAS, which read them when they load.
-    for name in (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES):
-        if name in bound and env.get(name) != bound[name]:
-            os.environ[name] = bound[name]
+    result = pin_running(request, env)
     return result, None

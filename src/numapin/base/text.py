@@ -12,7 +12,7 @@ _DIGITS = frozenset("0123456789")
 
 def decimal(text: str | None) -> int | None:
     """``text`` as an integer, written as the kernel and launchers write one (ASCII digits, an optional
-    minus sign, at most nine digits), or None: the one integer parser of numapin.
+    minus sign, at most twenty digits: what a 64-bit number takes), or None: the one integer parser of numapin.
 
     ``int()`` alone would take superscripts and other scripts' digits, and
     refuse or crawl through thousands of digits.
@@ -21,7 +21,7 @@ def decimal(text: str | None) -> int | None:
         return None
     text = text.strip()
     digits = text[1:] if text.startswith("-") else text
-    return int(text) if 0 < len(digits) <= 9 and _DIGITS.issuperset(digits) else None
+    return int(text) if 0 < len(digits) <= 20 and _DIGITS.issuperset(digits) else None
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:

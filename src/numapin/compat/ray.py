@@ -21,11 +21,10 @@ import os
 from collections.abc import Callable, Mapping
 
 from ..base.environment import CUDA_VISIBLE_DEVICES
+from ..base.frozen import replace
 from ..base.logger import log
-from ..pinning.process import pin
 from ..pinning.results import PinResult
-from ..pinning.state import acting
-from ..tools.exec import autopin_request
+from ..tools.exec import autopin_request, pin_running
 from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -71,9 +70,8 @@ def pin_for_ray(environ: Mapping[str, str] | None = None,
     if gpu is None:
         return None
 
-    request = autopin_request(env)  # the hook's options, read and checked as numapin exec's
-    with acting("autopin"):
-        return pin(gpu, mode=request.mode, memory=request.memory, policy=request.policy, environ=env)
+    # The hook's whole request, read and checked as numapin exec's options, for the GPU Ray handed the task.
+    return pin_running(replace(autopin_request(env), gpu=gpu), env)
 
 
 def _ray_gpu_ids() -> list[Any]:

@@ -34,7 +34,7 @@ from .memory import MemoryMode
 from .record import Record
 from .results import PinError, PinResult, ThreadResult
 from .state import Applied, PinState, exec_marker, state
-from .walk import Walk
+from .walk import LISTINGS, Walk
 
 __all__ = ["Constraint", "Current", "constraint", "current", "pin", "pin_thread", "refresh"]
 
@@ -123,9 +123,18 @@ def constraint(
         return Constraint(classify(mask, baseline, pins.own_masks(env)), mask, baseline)
 
 
-def _fail(strict: bool, message: str, result: PinResult) -> PinResult:
+def _fail(strict: bool, message: str, result: PinResult, cause: BaseException | None = None) -> PinResult:
+    """The result of a pin that could not be done: one warning, or in strict mode the error, its class kept.
+
+    ``cause``, a numapin error, is raised itself with ``result`` attached; an
+    OSError becomes the cause (``__cause__``) of a :class:`PinError`.
+    """
     if strict:
-        raise PinError(message, result)
+        if isinstance(cause, NumapinError):
+            cause.result = result  # type: ignore[attr-defined]
+            raise cause
+        raise PinError(message, result, errno=None if not isinstance(cause, OSError) else errno_name(cause.errno)) \
+            from cause
     # Once per process and problem: a worker that pins in a loop (or a library
     # that calls pin() per request) must not repeat "no GPU" at every call.
     state().warn_once(f"{message}; the process keeps its mask")
@@ -172,7 +181,7 @@ def pin(
 
     Caller mistakes raise :class:`UsageError` before anything changes. Problems
     of the environment return a result saying nothing was pinned (after one
-    warning), or raise :class:`PinError` when ``strict``.
+    warning), or raise the error when ``strict`` (its own class, with the result attached).
     """
     env = os.environ if environ is None else environ
     chosen_policy = parse_policy(policy)
@@ -205,7 +214,7 @@ def pin(
         except UsageError:
             raise
         except (EnvironmentProblem, OSError) as exc:
-            return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)))
+            return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)), exc)
         return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
                                                             migrate, env, threadpools))
 
@@ -230,7 +239,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
         mine = ops.get_affinity(me)
     except OSError as exc:
         message = f"cannot read this thread's mask ({errno_name(exc.errno)})"
-        return _fail(strict, message, PinResult(PinAction.NOTHING, policy=policy, message=message))
+        return _fail(strict, message, PinResult(PinAction.NOTHING, policy=policy, message=message), exc)
     pins.forget_exited(ops)
     previous = pins.process_mask_of_caller(me, mine)
     own = pins.own_masks(options.environ)
@@ -276,7 +285,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
         walk.rollback()
         message = f"cannot list this process's threads ({errno_name(exc.errno)}); changes rolled back"
         return _fail(strict, message, PinResult(PinAction.NOTHING, wanted, placement=placement, policy=policy,
-                                                ownership=ownership, previous=previous, message=message))
+                                                ownership=ownership, previous=previous, message=message), exc)
     results = tuple(walk.results.values())
     counts = walk.counts()
 
@@ -297,10 +306,10 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
         try:
             placed = _memory.place_memory(placement.mems, options.memory, options.migrate, strict=strict,
                                           limits=_memory.MemoryNodes.of(facts.topology))
-        except NumapinError as exc:  # strict only: the CPU part goes back too
+        except NumapinError as exc:  # strict only: the CPU part goes back too, and the error keeps its class
             walk.rollback()
-            raise PinError(f"memory placement failed, CPU pin rolled back: {exc}",
-                           unapplied(PinAction.ROLLED_BACK, mask)) from exc
+            exc.result = unapplied(PinAction.ROLLED_BACK, mask)  # type: ignore[attr-defined]
+            raise
     pools: tuple[str, ...] = ()
     if options.threadpools:
         try:
@@ -308,8 +317,12 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
         except ThreadpoolsUnavailable as exc:
             pins.warn_once(f"{exc}; thread pools left as they are")
     # Built once, now that the mask read back, the memory placement and the pools are known.
+    unsure = None
+    if walk.unconfirmed:
+        unsure = (f"the process kept creating threads for {LISTINGS} listings: {len(walk.unconfirmed)} "
+                   f"threads found last are not confirmed on {wanted} (numapin threads --check tells)")
     result = PinResult(decision.action, wanted, mask, placement, policy, ownership, previous, results, placed,
-                       counts=counts, threadpools=pools)
+                       unsure, counts=counts, threadpools=pools, unconfirmed=walk.unconfirmed)
     pins.applied = Applied(os.getpid(), result.mask or wanted, wanted, placement.gpu)
     walk.settled = True  # from here on the pin stands: an interruption below leaves it complete
     if reserve_me:
@@ -317,6 +330,8 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     _publish(pins, result, options)
     if placed is not None and placed.warning:
         pins.warn_once(placed.warning)
+    if unsure:
+        log.warning("%s", unsure)
     if counts[Outcome.FAILED]:
         log.warning("%s", result.said)
     elif result.changed:
@@ -389,7 +404,7 @@ def pin_thread(
         except OSError as exc:
             outcome = ThreadResult(me, outcome_of(exc), error=errno_name(exc.errno))
             return _fail(strict, f"cannot pin thread {me} to {placement.cpus} ({errno_name(exc.errno)})",
-                         PinResult(PinAction.NOTHING, placement.cpus, placement=placement, threads=(outcome,)))
+                         PinResult(PinAction.NOTHING, placement.cpus, placement=placement, threads=(outcome,)), exc)
         pins.mark_deliberate(ops, me, after, before)
         return PinResult(PinAction.PINNED_CALLER, placement.cpus, after, placement,
                          threads=(ThreadResult(me, Outcome.PINNED, before, after),))

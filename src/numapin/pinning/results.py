@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import namedtuple
 from collections.abc import Mapping
 
-from ..base.errors import NumapinError
+from ..base.errors import EnvironmentProblem
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
 from ..kernel.affinity import Outcome
@@ -63,6 +63,9 @@ class PinResult:
     """How many threads had each outcome, as the walk counted them (else counted from ``threads``)."""
     threadpools: tuple[str, ...] = ()
     """The thread pools resized (``pin(threadpools=True)``), as ``"openmp (libgomp.so.1): 2 -> 1"``."""
+    unconfirmed: tuple[int, ...] = ()
+    """Threads the walk found but could not confirm: the process kept creating threads for as many
+    listings as a walk takes (:data:`numapin.pinning.walk.LISTINGS`), so it stopped there."""
 
     def count(self, outcome: Outcome) -> int:
         if self.counts is not None:
@@ -128,9 +131,15 @@ class _Said:
         return self.result.summary()
 
 
-class PinError(NumapinError):
-    """A strict pin failed; ``result`` tells what happened (changes were rolled back)."""
+class PinError(EnvironmentProblem):
+    """A strict pin failed where no error of numapin's says why (threads refused, a foreign mask kept);
+    ``result`` tells what happened (changes were rolled back), ``__cause__`` the kernel's error if any.
 
-    def __init__(self, message: str, result: PinResult) -> None:
-        super().__init__(message)
+    A strict pin that fails for a reason numapin has an error for (no GPU visible,
+    a memory policy refused) raises that error itself, its class kept, with the
+    same ``result`` attached.
+    """
+
+    def __init__(self, message: str, result: PinResult, *, errno: str | None = None) -> None:
+        super().__init__(message, errno=errno)
         self.result = result

@@ -16,7 +16,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Walk", "finish"]
+__all__ = ["LISTINGS", "Walk", "finish"]
+
+#: The most listings of the threads a walk takes that still find new ones: a process creating threads
+#: as fast as they are walked would keep it going for as long as they come (hwloc bounds its walk too).
+LISTINGS = 100
 
 
 class Walk:
@@ -40,6 +44,8 @@ class Walk:
         self.known: set[str] = set()
         #: True once the walk's changes were rolled back or recorded: nothing is left to undo.
         self.settled = False
+        #: Threads the last listing found when the walk gave up after LISTINGS listings: not confirmed.
+        self.unconfirmed: tuple[int, ...] = ()
 
     def run(self, first: int) -> None:
         # The calling thread first: threads it creates from now on inherit the
@@ -59,6 +65,7 @@ class Walk:
         known = self.known
         known.add(str(first))
         confirmed = False
+        listings = 0
         while fresh or not confirmed:
             # A listing that finds nobody new is read once more: a clone in
             # flight when the first was taken (copied from a thread not yet
@@ -93,6 +100,10 @@ class Walk:
                 fresh = []
             else:
                 new = [name for name in listed if name not in known]
+                listings += 1
+                if listings >= LISTINGS:  # bounded: said, never an endless walk
+                    self.unconfirmed = tuple(sorted(int(name) for name in new))
+                    return
                 known.update(new)
                 fresh = [int(name) for name in new]
 

@@ -47,6 +47,7 @@ __all__ = [
     "parse_count",
     "parse_exec_policy",
     "parse_threads",
+    "pin_running",
     "prepare_exec",
     "which",
 ]
@@ -373,6 +374,23 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     if prepared.kept_pools:
         log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env
+
+
+def pin_running(request: ExecRequest, environ: Mapping[str, str] | None = None) -> PinResult | None:
+    """Carry a whole request (``numapin exec``'s, without a program) into a pin of this running process.
+
+    The one path of the start-up hook and Ray's workers: the same decision as
+    ``numapin exec`` (mode, memory, policy, reserve, threads, cores, NICs), then
+    what exec would hand a program goes into this process's environment, for its
+    children (they see the mask as numapin's) and for the OpenMP and BLAS
+    libraries it loads later.
+    """
+    env = os.environ if environ is None else environ
+    result, bound = bind(prepare_exec(request, env), env)
+    for name in (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES):
+        if name in bound and env.get(name) != bound[name]:
+            os.environ[name] = bound[name]
+    return result
 
 
 def apply_exec(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
