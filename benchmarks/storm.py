@@ -2,7 +2,7 @@
 
 ``python benchmarks/storm.py [ROUNDS]`` (default 500).
 
-Each round starts the C storm of tests/test_storm.py (4 spawners, 40 sleepers each), pins
+Each round starts the C storm of tests/contract/test_storm.py (4 spawners, 40 sleepers each), pins
 for GPU 0 or 1 of a two-node description of this machine (the tests' pair root), reads
 every thread's mask right after pin() returns and 2 ms later, and stops the storm. Prints
 the threads found outside the target (expected: 0 and 0), and how the storm's process ended: a

@@ -40,7 +40,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["PCT_SKUS", "CpuKind", "CpuKinds", "PctSku", "PriorityRule", "cached_kinds", "read_kinds"]
+__all__ = ["PCT_SKUS", "CpuKind", "CpuKinds", "PctSku", "PriorityRule", "read_kinds"]
 
 # Intel's hybrid PMUs, fastest type first, each with the name show gives its kind.
 _CORE_TYPES = (("cpu_core", "performance"), ("cpu_atom", "efficient"), ("cpu_lowpower", "low power"))
@@ -275,20 +275,3 @@ def _priority_cores(host: Host, cpus: list[_Cpu], kernel: CpuKinds) -> CpuKinds:
     if others:
         kinds.append(CpuKind(1, others, base.core_type, base.capacity, base.max_mhz, base.base_mhz, rule=pct))
     return CpuKinds(tuple(kinds), _order(cpus, {c.cpu: int(c.cpu in others) for c in cpus}))
-
-
-# No lock: reading twice is harmless, and a lock held across fork() would hang the child.
-_CACHE: dict[tuple[str, PriorityRule], CpuKinds] = {}
-
-
-def cached_kinds(topology: Topology, rule: PriorityRule = PriorityRule.KERNEL) -> CpuKinds:
-    """:func:`read_kinds` once per root and rule in this process (``numapin.facts.forget`` drops them)."""
-    key = (topology.root, rule)
-    found = _CACHE.get(key)
-    if found is None:
-        found = _CACHE[key] = read_kinds(topology, rule=rule)
-    return found
-
-
-def forget_kinds() -> None:
-    _CACHE.clear()

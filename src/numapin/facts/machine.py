@@ -1,19 +1,29 @@
-"""Everything numapin knows about a machine, read once: topology, GPUs, CUDA's view."""
+"""The machine, read once per root, and a process's view of it (the GPUs its ``CUDA_VISIBLE_DEVICES`` shows).
+
+:class:`Machine` holds what does not depend on any process: the topology and
+every GPU, read once per root; its CPU kinds and NICs are read on first use.
+:class:`Facts` is one process's view of a machine: which of its GPUs the
+process sees, in CUDA's order, resolved on top of the machine without reading
+it again. ``numapin ps`` over workers with any number of distinct
+``CUDA_VISIBLE_DEVICES`` reads the machine once.
+
+One cache (machines by root, each with its views), one lock, one fork policy:
+a forked child reads afresh; :func:`forget` (``numapin.refresh()``) drops it.
+"""
 
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Mapping
 
 from ..base.choices import parse_choice
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
 from ..base.errors import UsageError
-from ..base.frozen import frozen
+from ..base.frozen import field, frozen
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
-from .kinds import CpuKinds, PriorityRule, cached_kinds, forget_kinds
+from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -22,12 +32,56 @@ if TYPE_CHECKING:
 
     from .network import Network
 
-__all__ = ["Facts", "cached", "forget", "gather", "machine", "priority_rule"]
+__all__ = ["Facts", "Machine", "cached", "forget", "gather", "machine", "priority_rule", "read_machine"]
+
+
+class Machine:
+    """One machine under one root: its topology and GPUs, read once; its CPU kinds and NICs on first use."""
+
+    def __init__(self, topology: Topology, inventory: Inventory) -> None:
+        self.topology = topology
+        self.inventory = inventory
+        self._kinds: dict[PriorityRule, CpuKinds] = {}
+        self._network: list[Network] = []
+        #: The views of this machine processes asked for, by their CUDA variables and priority rule.
+        self.views: dict[tuple[str | None, str | None, PriorityRule], Facts] = {}
+
+    def kinds(self, rule: PriorityRule = PriorityRule.KERNEL) -> CpuKinds:
+        """The CPU kinds, fastest first (a pin without ``reserve`` or ``cores`` never asks)."""
+        found = self._kinds.get(rule)
+        if found is None:
+            found = self._kinds[rule] = read_kinds(self.topology, rule=rule)
+        return found
+
+    def network(self) -> Network:
+        """The NICs and each GPU's relation to them."""
+        if not self._network:
+            from .network import read_network  # imported on first use: most pins never ask
+
+            self._network.append(read_network(self.topology, self.inventory.gpus))
+        return self._network[0]
+
+    def view(self, environ: Mapping[str, str], *, nvml: Any = None) -> Facts:
+        """The machine as a process with ``environ`` sees it (its visible GPUs); the machine is not read again."""
+        priority = priority_rule(environ)
+        key = (environ.get(CUDA_VISIBLE_DEVICES), environ.get(CUDA_DEVICE_ORDER), priority)
+        found = self.views.get(key) if nvml is None else None
+        if found is None:
+            # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
+            module = nvml if nvml not in (None, False) else None
+            if nvml is None and "MIG-" in (key[0] or "").upper() and Host(self.topology.root).is_live:
+                module = load_nvml()
+            resolution = resolve_visible(self.inventory, environ, nvml=module)
+            found = Facts(self.topology, self.inventory, resolution.visible,
+                          resolution.notes + self.inventory.warnings, resolution.cut, priority, self)
+            if nvml is None:
+                self.views[key] = found
+        return found
 
 
 @frozen
 class Facts:
-    """What numapin knows of a machine: its topology, its GPUs, and those this process may use."""
+    """What numapin knows of a machine as one process sees it: its topology, its GPUs, those it may use."""
 
     topology: Topology
     """CPUs, cores, caches, packages, NUMA nodes and the cgroup cpuset (:func:`numapin.read_topology`)."""
@@ -39,20 +93,29 @@ class Facts:
     """Why ``CUDA_VISIBLE_DEVICES`` shows fewer GPUs than it lists, or none (also among the notes)."""
     priority: PriorityRule = PriorityRule.KERNEL
     """What besides the kernel decides the CPU kinds (``NUMAPIN_PRIORITY_CORES``)."""
+    machine: Machine | None = field(default=None, compare=False)
+    """The machine this is a view of: where its CPU kinds and NICs are read, once."""
 
     def gpu(self, index: int) -> VisibleGpu:
         """The visible GPU ``index``; when there is none, the error names the exact cause."""
         return select_gpu(self.visible, index, found=len(self.inventory.gpus), cut=self.cut)
 
+    def _machine(self) -> Machine:
+        return self.machine if self.machine is not None else Machine(self.topology, self.inventory)
+
     def kinds(self) -> CpuKinds:
         """The machine's CPU kinds, fastest first: read on first use (a pin without ``reserve`` never asks)."""
-        return cached_kinds(self.topology, self.priority)
+        return self._machine().kinds(self.priority)
 
     def network(self) -> Network:
         """The machine's NICs and each GPU's relation to them: read on first use."""
-        from .network import cached_network  # imported on first use: most pins never ask
+        return self._machine().network()
 
-        return cached_network(self.topology, self.inventory.gpus)
+
+def read_machine(root: str | os.PathLike[str] | None = None, *, nvml: Any = None) -> Machine:
+    """Read the machine under ``root`` afresh (its topology and GPUs)."""
+    topology = read_topology(root)
+    return Machine(topology, read_gpus(topology, nvml=nvml))
 
 
 def gather(
@@ -61,18 +124,10 @@ def gather(
     *,
     nvml: Any = None,
 ) -> Facts:
-    """Read the machine under ``root`` and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``."""
+    """Read the machine under ``root`` afresh and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``."""
     env = os.environ if environ is None else environ
-    priority = priority_rule(env)
-    topology = read_topology(root)
-    inventory = read_gpus(topology, nvml=nvml)
-    # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
-    module = nvml if nvml not in (None, False) else None
-    if nvml is None and "MIG-" in env.get(CUDA_VISIBLE_DEVICES, "").upper() and Host(topology.root).is_live:
-        module = load_nvml()
-    resolution = resolve_visible(inventory, env, nvml=module)
-    return Facts(topology, inventory, resolution.visible, resolution.notes + inventory.warnings, resolution.cut,
-                 priority)
+    priority_rule(env)  # a bad value is the caller's to hear before anything is read
+    return read_machine(root, nvml=nvml).view(env, nvml=nvml)
 
 
 def priority_rule(environ: Mapping[str, str]) -> PriorityRule:
@@ -83,9 +138,9 @@ def priority_rule(environ: Mapping[str, str]) -> PriorityRule:
         raise UsageError(f"{PRIORITY_CORES}: {exc}", value=exc.value) from None
 
 
-# -- the process's facts, read once -----------------------------------------------
+# -- the one cache: machines by root -------------------------------------------------
 
-_CACHE: dict[tuple[str, str | None, str | None, str | None], Facts] = {}
+_MACHINES: dict[str, Machine] = {}
 _LOCK = [threading.Lock()]
 
 
@@ -93,32 +148,29 @@ def cached(root: str | os.PathLike[str] | None = None, environ: Mapping[str, str
     """The facts of the machine under ``root`` as ``environ``'s CUDA variables show it, read on first use.
 
     Every part of numapin that needs facts in this process asks here (pins,
-    ``numapin exec``, the start-up hook): the machine is read once, and a pin
-    with cached facts opens no file under the root. :func:`forget` drops them.
+    ``numapin exec``, the start-up hook, the judge): the machine is read once
+    per root, whatever the views asked of it, and a pin with cached facts opens
+    no file under the root. :func:`forget` drops them.
     """
     env = os.environ if environ is None else environ
-    key = (resolve_root(root), env.get(CUDA_VISIBLE_DEVICES), env.get(CUDA_DEVICE_ORDER), env.get(PRIORITY_CORES))
+    key = resolve_root(root)
     with _LOCK[0]:
-        found = _CACHE.get(key)
+        found = _MACHINES.get(key)
         if found is None:
-            found = _CACHE[key] = gather(root, env)
-        return found
+            found = _MACHINES[key] = read_machine(root)
+        return found.view(env)
 
 
 def forget() -> None:
     """Drop the cached facts (after CPU hotplug or a change of the cgroup cpuset)."""
     with _LOCK[0]:
-        _CACHE.clear()
-    forget_kinds()
-    network = sys.modules.get(f"{__package__}.network")
-    if network is not None:  # read only if imported
-        network.forget_network()
+        _MACHINES.clear()
 
 
 def _after_fork_in_child() -> None:
     # A fresh lock (another thread may have held it at fork time); a child reads its facts afresh.
     _LOCK[0] = threading.Lock()
-    _CACHE.clear()
+    _MACHINES.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -37,7 +37,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "cached_network", "read_network", "relation"]
+__all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "read_network", "relation"]
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -232,22 +232,6 @@ def read_network(topology: Topology, gpus: tuple[Gpu, ...], *, journal: list[str
         )
         links.append((gpu.pci, tuple(GpuLink(nics[i].name, r) for r, i in ranked)))
     return Network(nics, tuple(links), tuple(paths))
-
-
-# No lock: reading twice is harmless, and a lock held across fork() would hang the child.
-_CACHE: dict[str, Network] = {}
-
-
-def cached_network(topology: Topology, gpus: tuple[Gpu, ...]) -> Network:
-    """:func:`read_network` once per root in this process."""
-    found = _CACHE.get(topology.root)
-    if found is None:
-        found = _CACHE[topology.root] = read_network(topology, gpus)
-    return found
-
-
-def forget_network() -> None:
-    _CACHE.clear()
 
 
 @frozen

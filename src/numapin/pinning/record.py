@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
@@ -223,7 +223,7 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _stale(name: str) -> bool:
+def _stale(name: str, start_of: Callable[[int], int | None] = start_time) -> bool:
     stem = name.removesuffix(".json")
     pid, _, start = stem.partition("-")
     if name.endswith(".tmp"):
@@ -232,7 +232,7 @@ def _stale(name: str) -> bool:
         return writer.isdigit() and not os.path.exists(f"/proc/{writer}")
     if not (name.endswith(".json") and pid.isdigit() and start.isdigit()):
         return False
-    return start_time(int(pid)) != int(start)
+    return start_of(int(pid)) != int(start)
 
 
 def withdraw(pid: int | None = None) -> None:
@@ -277,10 +277,12 @@ def lookup(pid: int) -> Record | None:
     return None
 
 
-def entries(uids: Iterable[int] = ()) -> dict[int, Record]:
+def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = start_time) -> dict[int, Record]:
     """Every live process's record in the folders of these users (and this one's), by process id.
 
-    Stale records met on the way are removed where this user may remove them.
+    ``start_of`` gives a process's start time (a caller that read every
+    ``/proc/PID/stat`` already hands its answers, so none is read twice). Stale
+    records met on the way are removed where this user may remove them.
     """
     found: dict[int, Record] = {}
     for folder in _reading_folders({*uids, os.geteuid()}):
@@ -289,11 +291,12 @@ def entries(uids: Iterable[int] = ()) -> dict[int, Record]:
         except OSError:
             continue
         for name in names:
-            if _stale(name):
+            if _stale(name, start_of):
                 _remove(os.path.join(folder, name))
                 continue
             if name.endswith(".json"):
                 entry = _read(os.path.join(folder, name))
-                if entry is not None and start_time(entry.pid) == entry.start:
+                # Its process, live: the name said so, and the content must name the same process.
+                if entry is not None and name == _name(entry.pid, entry.start):
                     found.setdefault(entry.pid, entry)
     return found

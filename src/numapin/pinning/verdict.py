@@ -180,14 +180,15 @@ def expected(
 
 
 def placed_by(pid: int, record: Record | None, environ: Mapping[str, str], mask: CpuSet | None,
-              known: Mapping[int, Record], baseline: CpuSet) -> str:
-    """Who put the process where it runs (its main thread's mask is the process's)."""
+              known: Mapping[int, Record], baseline: CpuSet, parent: int | None = None) -> str:
+    """Who put the process where it runs (its main thread's mask is the process's); ``parent``, its parent's
+    pid when already read."""
     if record is not None:
         return record.how if mask == record.mask else f"{record.how}, since moved by someone else"
     marker = exec_marker(environ)
     if marker is not None and mask == marker:
         return "exec"
-    parent, depth = _parent(pid), 0
+    parent, depth = parent if parent is not None else _parent(pid), 0
     while parent and depth < 8:  # a data loader, a compile worker: forked by a worker numapin placed
         above = known.get(parent) if parent in known else records.lookup(parent)
         if above is not None and mask == above.mask:
@@ -221,6 +222,7 @@ def judge(
     known: Mapping[int, Record] | None = None,
     memory: bool = True,
     max_remote: float | None = None,
+    stat: procfs.Stat | None = None,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
@@ -228,10 +230,12 @@ def judge(
     are read unless given (``ps`` reads every record once); ``known`` are the
     records of other processes, to say a child inherited its parent's pin.
     ``max_remote`` (0..1) bounds the share of its own memory outside the
-    expected nodes. Raises :class:`NoSuchProcess` for a process that is gone or
-    exited, :class:`UsageError` for a question that cannot be answered.
+    expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
+    Raises :class:`NoSuchProcess` for a process that is gone or exited,
+    :class:`UsageError` for a question that cannot be answered.
     """
-    stat = procfs.alive(pid)
+    if stat is None or stat.exited:
+        stat = procfs.alive(pid)
     found = records.lookup(pid) if record is _LOOK_UP else record
     assert found is None or isinstance(found, Record)
     unreadable = False
@@ -262,7 +266,7 @@ def judge(
         except UsageError:
             pages = None  # another user's process: its numa_maps is for its owner (or root) to read
     main = next((t.cpus for t in threads if t.tid == pid), None)
-    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed)
+    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed, stat.ppid)
     if want is None:
         verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
         if unreadable:

@@ -130,29 +130,33 @@ def survey(
     chosen = list(pids) if pids is not None else _pids()
     asked = pids is not None
     me = os.getpid()
-    owners = set()
+    owners, stats = set(), {}
     for pid in chosen:
         try:
+            stats[pid] = procfs.stat(pid)  # each worker's stat read once, for its record and its judge
             owners.add(procfs.owner(pid))
         except ProcessError:
             continue
-    known = record.entries(owners)
+    known = record.entries(owners, lambda pid: stats[pid].start if pid in stats else record.start_time(pid))
     nvml = _nvml_processes(machine)
     found = []
     for pid in chosen:
         if pid == me and not asked:
             continue
-        worker = _look(pid, known, nvml, machine, root, memory, asked)
+        worker = _look(pid, stats.get(pid), known, nvml, machine, root, memory, asked)
         if worker is not None:
             found.append(worker)
     return Survey(tuple(found))
 
 
-def _look(pid: int, known: Mapping[int, record.Record], nvml: Mapping[int, set[str]], machine: Facts,
+def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record], nvml: Mapping[int, set[str]],
+          machine: Facts,
           root: str | os.PathLike[str] | None, memory: bool, asked: bool) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone)."""
     entry = known.get(pid)
     try:
+        if stat is None or stat.exited:
+            raise NoSuchProcess(pid)
         name = procfs.comm(pid)
         env: dict[str, str] | None = procfs.environ(pid)
         devices = _devices(pid)
@@ -173,7 +177,8 @@ def _look(pid: int, known: Mapping[int, record.Record], nvml: Mapping[int, set[s
         why = "asked for"
     using = {g.pci for g in machine.inventory.gpus if g.minor in devices} | nvml.get(pid, set())
     try:
-        judged = judge(pid, root=root, record=entry, environ=env, devices=using, known=known, memory=memory)
+        judged = judge(pid, root=root, record=entry, environ=env, devices=using, known=known, memory=memory,
+                       stat=stat)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)

@@ -122,8 +122,10 @@ def test_missing_process_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                                 tmp_path: Path) -> None:
     monkeypatch.delenv("NUMAPIN_APPLIED", raising=False)
+    monkeypatch.setenv("NUMAPIN_RUNTIME_DIR", str(tmp_path))  # no record of this process (a model's pin leaves one)
     assert main(["threads", str(os.getpid()), "--check"]) == 2
     out, err = capsys.readouterr()
     assert "needs a placement" in err and out == ""  # refused before any table is printed

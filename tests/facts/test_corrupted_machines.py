@@ -125,9 +125,11 @@ def sweep(root: Path) -> int:
 
 
 @pytest.fixture(autouse=True)
-def _own_state(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The model is not this process: its pins must not reach numapin's record here.
+def _own_state(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # The model is not this process: its pins must not reach numapin's state here, nor the record
+    # other tests read of this process.
     monkeypatch.setattr(ownership, "_STATE", ownership.PinState())
+    monkeypatch.setenv("NUMAPIN_RUNTIME_DIR", str(tmp_path / "records"))
 
 
 SMALL = machines.MachineSpec("small-grace", sockets=2, cores_per_socket=2, gpus_per_node=1, gpu_memory_nodes=True,

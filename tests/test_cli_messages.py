@@ -1,4 +1,4 @@
-"""Issue 28: what a newcomer meets in the first hour — messages that name the cause, options that do what they say."""
+"""What a newcomer meets in the first hour: messages that name the cause, options that do what they say."""
 
 from __future__ import annotations
 

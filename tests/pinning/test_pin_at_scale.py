@@ -1,6 +1,6 @@
 """Pinning at scale and under faults, against an in-memory model of the kernel.
 
-The real-syscall tests in test_pinning.py are the reference; this model adds a
+The real-syscall tests in test_pin.py are the reference; this model adds a
 144-CPU Grace machine and faults that cannot be provoked on demand.
 """
 
@@ -34,13 +34,16 @@ def gb300(machine_root: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.fixture(autouse=True)
-def _fresh_record(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _fresh_record(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     # The model is not the real process: what numapin records about it must
     # not reach other tests (nor the children they fork). The state object is
-    # swapped for one of the model's own, and put back.
+    # swapped for one of the model's own, and put back; the record the pins
+    # write for this (the test) process goes to a folder of the test's own.
+    from numapin.base.environment import RUNTIME_DIR
     from numapin.pinning import state as ownership
 
     monkeypatch.setattr(ownership, "_STATE", ownership.PinState())
+    monkeypatch.setenv(RUNTIME_DIR, str(tmp_path / "records"))
     yield
 
 

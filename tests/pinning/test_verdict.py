@@ -1,0 +1,166 @@
+"""The one judge: threads, ps and doctor --pid give one verdict on a process, however numapin placed it.
+
+Real processes placed by every way in (exec, the start-up hook, pin(), a lease, the TensorRT-LLM
+function, the numactl front, Ray's wrapper, SGLang's binding) on the pair machine (this host's
+CPUs as two nodes with a GPU each), then moved by someone else: the three tools must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import live
+from numapin.base.environment import AUTOPIN, CUDA_VISIBLE_DEVICES, FSROOT, RUNTIME_DIR
+from numapin.cli import main
+from numapin.cpuset import CpuSet
+
+needs_two = pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+READY = "print('ready', flush=True); import time; time.sleep(120)"
+FIRST = min(live.NODE0)
+
+#: Every way numapin places a process: the command line, extra environment, and what it is placed for.
+WAYS: dict[str, tuple[list[str], dict[str, str]]] = {
+    "exec": ([*NUMAPIN, "exec", "--gpu", "1", "--memory", "none", "--", sys.executable, "-c", READY], {}),
+    "exec explicit": ([*NUMAPIN, "exec", "--gpu", "0", "--cpus", str(FIRST), "--memory", "none", "--",
+                       sys.executable, "-c", READY], {}),
+    "start-up hook": ([sys.executable, "-c", "import numapin.startup as s; s.at_start(); " + READY],
+                      {AUTOPIN: "1", "LOCAL_RANK": "1", "NUMAPIN_MEMORY": "none"}),
+    "pin": ([sys.executable, "-c", "import numapin; numapin.pin(1); " + READY], {}),
+    "lease": ([sys.executable, "-c", "import numapin\nwith numapin.pinned(1):\n    " + READY], {}),
+    "tensorrt-llm": ([sys.executable, "-c", "from numapin.compat.tensorrt_llm import configure_cpu_affinity as c; "
+                      "c(1); " + READY], {}),
+    "numactl": ([*NUMAPIN, "numactl", "--cpunodebind=1", "--", sys.executable, "-c", READY], {}),
+    "ray": ([sys.executable, "-c", "from numapin.compat.ray import pin_for_ray; pin_for_ray(); " + READY],
+            {CUDA_VISIBLE_DEVICES: "1"}),  # Ray narrowed the worker's view to its GPU: GPU 0 in its view
+    "sglang": ([sys.executable, "-c", "from numapin.compat.sglang import bind_to_node; bind_to_node(1); " + READY],
+               {}),
+}
+
+
+@pytest.fixture
+def placed(pair_root: Path, request: pytest.FixtureRequest) -> Iterator[int]:
+    command, extra = WAYS[request.param]
+    env = {**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root),
+           RUNTIME_DIR: os.environ[RUNTIME_DIR], **extra}
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        yield child.pid
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    main(list(argv))
+    out = capsys.readouterr().out
+    found: dict[str, object] = json.loads(out)
+    return found
+
+
+def verdicts(pid: int, capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[object, ...]]:
+    """Each tool's verdict, GPU (index in the process's view, PCI address) and CPUs, as it prints them."""
+    threads = _json(capsys, "threads", str(pid), "--json")
+    ps = _json(capsys, "ps", str(pid), "--json")
+    workers = ps["workers"]
+    assert isinstance(workers, list) and len(workers) == 1
+    worker = workers[0]
+    doctor = _json(capsys, "doctor", "--pid", str(pid), "--json")
+    placement = doctor["placement"]
+    assert isinstance(placement, dict)
+    return {
+        "threads": (threads["verdict"], threads["gpu"], threads["pci"], threads["placement"]),
+        "ps": (worker["verdict"], worker["gpu"], worker["pci"], worker["expected"]),
+        "doctor": (doctor["verdict"], placement["gpu"], placement["pci"], threads["placement"]),
+    }
+
+
+@needs_two
+@pytest.mark.parametrize("placed", sorted(WAYS), indirect=True)
+def test_every_tool_gives_one_verdict_however_the_process_was_placed(
+        placed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    first = verdicts(placed, capsys)
+    assert len(set(first.values())) == 1, first
+    verdict, gpu, pci, target = first["threads"]
+    assert verdict == "ok"
+    assert isinstance(target, str) and CpuSet.parse(target) <= CpuSet(live.BASELINE)
+    # Someone else moves every thread off the placement: the three tools say so together.
+    outside = CpuSet(live.BASELINE) - CpuSet.parse(target)
+    assert outside, "the pair machine's placements never take every CPU"
+    for tid in os.listdir(f"/proc/{placed}/task"):
+        os.sched_setaffinity(int(tid), outside)
+    moved = verdicts(placed, capsys)
+    assert len(set(moved.values())) == 1, moved
+    assert moved["threads"] == ("misplaced", gpu, pci, target)
+
+
+@needs_two
+@pytest.mark.parametrize("placed", ["ray"], indirect=True)
+def test_a_gpu_is_named_in_the_process_view_beside_its_pci_address(
+        placed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    from numapin.facts.machine import cached
+
+    machine = cached(None, {})  # every GPU of the pair machine
+    physical = machine.visible[1].gpu.pci  # the worker sees only it, as its GPU 0
+    _, gpu, pci, _ = verdicts(placed, capsys)["threads"]
+    assert (gpu, pci) == (0, physical)
+    main(["threads", str(placed)])
+    assert f"GPU 0 in its view ({physical})" in capsys.readouterr().out
+    # --gpu N means GPU N of the process's own view: its GPU 0 is the machine's GPU 1, and it is there.
+    assert main(["threads", str(placed), "--gpu", "0", "--check"]) == 0
+    capsys.readouterr()
+
+
+@needs_two
+def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import numapin
+    from numapin.facts import machine as facts_machine
+    from numapin.facts import procfs
+    from numapin.tools.ps import survey
+
+    env = {**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root), "LOCAL_RANK": "0"}
+    views = ["0", "1", "1,0", "0,1"]  # four distinct CUDA_VISIBLE_DEVICES
+    children = [subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True,
+                                 env={**env, CUDA_VISIBLE_DEVICES: view}) for view in views]
+    counts: dict[str, int] = {"topology": 0, "gpus": 0}
+    stats: dict[int, int] = {}
+
+    def counting(name: str, real):  # type: ignore[no-untyped-def]
+        def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+            counts[name] += 1
+            return real(*args, **kwargs)
+        return spy
+
+    real_stat = procfs.stat
+
+    def stat_spy(pid: int, tid: int | None = None) -> procfs.Stat:
+        if tid is None:
+            stats[pid] = stats.get(pid, 0) + 1
+        return real_stat(pid, tid)
+
+    try:
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        numapin.refresh()
+        monkeypatch.setattr(facts_machine, "read_topology", counting("topology", facts_machine.read_topology))
+        monkeypatch.setattr(facts_machine, "read_gpus", counting("gpus", facts_machine.read_gpus))
+        monkeypatch.setattr(procfs, "stat", stat_spy)
+        found = survey([c.pid for c in children], root=str(pair_root))
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert [w.verdict for w in found.workers] != [] and len(found.workers) == 4
+    assert {w.pci for w in found.workers} == {v.gpu.pci for v in facts_machine.cached(str(pair_root), {}).visible}
+    assert counts == {"topology": 1, "gpus": 1}, "the machine is read once, whatever the workers' views"
+    assert {pid: stats.get(pid) for pid in (c.pid for c in children)} == {c.pid: 1 for c in children}
