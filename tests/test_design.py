@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import numapin
 from numapin.cpuset import CpuSet
 from numapin.pinning.decision import ExternalMaskPolicy, MaskOwner, PinAction, decide
 
@@ -107,15 +109,78 @@ def test_no_import_cycle_inside_a_layer() -> None:
         visit(name, ())
 
 
-def test_module_state_is_only_the_pin_state() -> None:
-    # Rebinding a module global needs `global`; the one place allowed is the
-    # fork hook that gives a child its own PinState.
-    holders = []
+#: The only module state numapin keeps, each with why it must live for the whole process. Anything else
+#: (a cache, a flag, a one-element list standing in for a global) belongs in one of these.
+MODULE_STATE = {
+    ("pinning.state", "_STATE"): "the pin state: what numapin applied and remembers (a new one in a forked child)",
+    ("pinning.state", "_FORKING"): "the thread that forks, from before fork to the child's hook",
+    ("facts.machine", "_MACHINES"): "the one cache of facts: each machine read once per root",
+    ("facts.machine", "_LOCK"): "the lock of that cache (a new one in a forked child)",
+    ("startup", "_STARTED"): "what the start-up file did in this interpreter (site runs it twice in a venv)",
+    ("pinning.memory", "_LINUX"): "the memory-policy syscalls through libc, loaded on first use",
+}
+#: The state a forked child must not inherit as it is: its module resets it in an at-fork hook.
+RESET_AT_FORK = {"pinning.state", "facts.machine"}
+
+_MUTATORS = {"append", "extend", "add", "update", "clear", "pop", "popitem", "setdefault", "insert", "remove",
+             "discard"}
+
+
+def _mutable(value: ast.expr) -> bool:
+    if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
+        return True
+    if isinstance(value, ast.Call):
+        called = value.func
+        name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else ""
+        return name in {"dict", "list", "set", "defaultdict", "Lock", "RLock", "OrderedDict"}
+    return False
+
+
+def _module_state(tree: ast.Module) -> set[str]:
+    """Module-level names bound to a mutable object that the module changes, or rebinds through ``global``."""
+    candidates = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+            if isinstance(node, ast.AnnAssign) and node.value is not None else []
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        for target in targets:
+            if isinstance(target, ast.Name) and value is not None and _mutable(value):
+                candidates.add(target.id)
+    changed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            changed.update(node.names)
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):
+            targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
+                    changed.add(target.value.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name):
+            changed.add(node.func.value.id)
+    return candidates & changed
+
+
+def test_module_state_is_only_what_is_listed() -> None:
+    found = set()
     for name, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        found |= {(name, held) for held in _module_state(tree)}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Global):
-                holders.append((name, tuple(node.names)))
-    assert holders == [("pinning.state", ("_STATE",))]
+                found |= {(name, held) for held in node.names}
+    assert found == set(MODULE_STATE), "module state numapin keeps: list it in MODULE_STATE with its reason"
+
+
+def test_state_a_forked_child_must_not_inherit_is_reset_at_fork() -> None:
+    for name in RESET_AT_FORK:
+        assert "register_at_fork(" in _modules()[name].read_text(), name
+
+
+def test_the_state_rule_sees_state_kept_in_a_one_element_list() -> None:
+    # The rule must catch what a search for `global` misses: state in a list, a dict, a set.
+    code = "_FLAG = [0]\n_SEEN = {}\nTABLE = {1: 2}\ndef f():\n    _FLAG[0] = 1\n    _SEEN.setdefault(1, 2)\n"
+    assert _module_state(ast.parse(code)) == {"_FLAG", "_SEEN"}
 
 
 # -- the decision: policy x ownership, no kernel ---------------------------------
@@ -180,17 +245,43 @@ def test_a_mask_is_numapins_only_while_it_is_in_the_record() -> None:
 
 
 def test_every_usage_error_raised_names_the_input_at_fault() -> None:
-    # Callers match the field, not the message text: each raise of a usage error fills `value`.
+    # Callers match the field, not the message text: each raise of a usage error fills `value` with the
+    # input (a name bound to it, or an expression of it), never a constant that names nothing.
     usage = {"UsageError", "UnknownGpu"}
     bare = []
     for name, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
                 called = node.exc.func
-                if isinstance(called, ast.Name) and called.id in usage \
-                        and not any(k.arg == "value" for k in node.exc.keywords):
+                if not (isinstance(called, ast.Name) and called.id in usage):
+                    continue
+                value = next((k.value for k in node.exc.keywords if k.arg == "value"), None)
+                if value is None or isinstance(value, ast.Constant):
                     bare.append(f"{name}:{node.lineno}")
     assert bare == []
+
+
+BAD_INPUTS = {
+    # a call on a machine under root, and the input at fault
+    "cpulist": (lambda root: CpuSet.parse("0-x"), None),
+    "pin-cpus": (lambda root: numapin.pin(cpus="0-x", root=root), "0-x"),
+    "mode": (lambda root: numapin.plan(mode="sideways", root=root), "sideways"),
+    "policy": (lambda root: numapin.pin(cpus="0", policy="maybe", root=root), "maybe"),
+    "memory": (lambda root: numapin.pin(cpus="0", memory="everywhere", root=root), "everywhere"),
+    "gpu": (lambda root: numapin.plan(99, root=root, environ={}), 99),
+    "reserve": (lambda root: numapin.plan(0, reserve=-1, root=root, environ={}), -1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_a_usage_error_holds_the_input_at_fault(case: str, machine_root: Callable[[str], Path]) -> None:
+    call, at_fault = BAD_INPUTS[case]
+    with pytest.raises(ValueError) as raised:  # every UsageError is a ValueError, as CpuSet.parse's own
+        call(machine_root("dgx-h100"))
+    if isinstance(raised.value, numapin.UsageError):
+        assert raised.value.value == at_fault, raised.value
+    else:
+        assert at_fault is None and "0-x" in str(raised.value)
 
 
 def test_every_kernel_refusal_carries_its_errno_name() -> None:

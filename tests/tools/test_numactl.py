@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -81,8 +80,17 @@ def test_what_is_not_carried_out_is_refused_by_name(argv: list[str], says: str) 
                                  "all", "!0", "+1", "0-1", "prog", "--cpunodebind", "=", "-", "-N0", "--x"]),
                 max_size=8))
 def test_any_argument_list_is_read_or_refused_never_an_error(argv: list[str]) -> None:
-    with contextlib.suppress(UsageError):
-        parse_numactl(argv)
+    try:
+        request = parse_numactl(argv)
+    except UsageError as exc:
+        # Refused by name: one line, its value the words at fault (an option, its value, or the command line).
+        assert "\n" not in str(exc)
+        named = exc.value if isinstance(exc.value, (list, tuple)) else [exc.value]
+        assert exc.value == argv or (named and all(isinstance(v, str) for v in named)), (argv, exc.value)
+        return
+    # Read: the program is the words after the options, as the caller wrote them.
+    program = list(request.program)
+    assert argv[len(argv) - len(program):] == program
 
 
 # -- carrying them out --------------------------------------------------------------------
