@@ -19,15 +19,16 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "contract")]
 
 ROUNDS = 500
 
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else ROUNDS
-    import live
     import test_storm
+
+    import live
 
     folder = Path(tempfile.mkdtemp(prefix="numapin-storm-"))
     library = test_storm.build(folder)
