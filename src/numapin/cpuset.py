@@ -112,6 +112,17 @@ class CpuSet:
         return new
 
     @classmethod
+    def parse_or_none(cls, text: str | None) -> CpuSet | None:
+        """:meth:`parse`, or None for no text or a malformed one: the one reader of a cpulist that may be absent
+        or damaged (a file another program wrote, an environment variable)."""
+        if text is None:
+            return None
+        try:
+            return cls.parse(text)
+        except ValueError:
+            return None
+
+    @classmethod
     def parse_mask(cls, text: str) -> CpuSet:
         """Parse the kernel's hex mask (``cpumap``, ``local_cpus``, ``Cpus_allowed``).
 

@@ -243,7 +243,8 @@ def test_pci_names_are_read_as_sysfs_writes_them(name: str) -> None:
     # The readers avoid the re module (its import is a start-up cost); the expressions here are the definition.
     import re
 
-    from numapin.facts.network import _is_bdf, _is_host_bridge
+    from numapin.facts.pci import is_function as _is_bdf
+    from numapin.facts.pci import is_host_bridge as _is_host_bridge
 
     assert _is_bdf(name) == bool(re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", name))
     assert _is_host_bridge(name) == bool(re.fullmatch(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}", name))

@@ -25,7 +25,8 @@ from ..base.errors import EnvironmentProblem, UsageError, quoted
 from ..base.frozen import field, frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
-from ..cpuset import CpuSet, hex_word
+from ..cpuset import CpuSet
+from . import pci as pci_address
 from .host import Host
 from .topology import Topology
 
@@ -59,30 +60,6 @@ class NvmlError(EnvironmentProblem):
 
 class NoGpuVisible(EnvironmentProblem):
     """No GPU is visible to this process at all."""
-
-
-def _bdf(bus_id: str) -> tuple[str, str, str, str] | None:
-    """``[domain:]bus:device.function`` split into its hex parts, or None when it is not one."""
-    parts = bus_id.split(":")
-    if len(parts) == 2:
-        parts.insert(0, "0")
-    if len(parts) != 3:
-        return None
-    domain, bus, rest = parts
-    device, dot, function = rest.partition(".")
-    if not (dot and hex_word(domain) and hex_word(bus, 2) and hex_word(device, 2)
-            and len(function) == 1 and function in "01234567"):
-        return None
-    return domain, bus, device, function
-
-
-def normalize_pci(bus_id: str) -> str:
-    """``0000:18:00.0`` form (lowercase, 4-digit domain) of any PCI bus id spelling."""
-    parts = _bdf(bus_id.strip())
-    if parts is None:
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain, bus, dev, fn = parts
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}.{fn}"
 
 
 @frozen
@@ -124,7 +101,7 @@ class Inventory:
     warnings: tuple[str, ...] = ()
 
     def by_pci(self, bus_id: str) -> Gpu | None:
-        wanted = normalize_pci(bus_id)
+        wanted = pci_address.normalize(bus_id)
         return next((g for g in self.gpus if g.pci == wanted), None)
 
 
@@ -195,11 +172,11 @@ def _node_from_cpus(topology: Topology, cpus: CpuSet) -> int | None:
 
 def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu]:
     found = []
-    driver_bdfs = {normalize_pci(b) for b in host.listdir("proc/driver/nvidia/gpus") if _bdf(b)}
+    driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     for name in sorted(host.listdir("sys/bus/pci/devices")):
-        if not _bdf(name):
+        if not pci_address.split(name):
             continue
-        bdf = normalize_pci(name)
+        bdf = pci_address.normalize(name)
         folder = f"sys/bus/pci/devices/{name}"
         vendor = _hex(host.read(f"{folder}/vendor"))
         pci_class = _hex(host.read(f"{folder}/class"))
@@ -294,7 +271,7 @@ def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[
             # and key them by bus id from then on.
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
+                bus = pci_address.normalize(_text(nvml.nvmlDeviceGetPciInfo(handle).busId))
                 gpus.append(Gpu(pci=bus, node=None, cpus=CpuSet(), memory_nodes=CpuSet(), source="nvml"))
             gpus.sort(key=lambda g: g.pci)
         enriched = []
@@ -402,7 +379,7 @@ def _mig_parent(entry: str, gpus: Sequence[Gpu], nvml: Any | None) -> Gpu:
             try:
                 mig = nvml.nvmlDeviceGetHandleByUUID(entry)
                 parent_handle = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(mig)
-                bus = normalize_pci(_text(nvml.nvmlDeviceGetPciInfo(parent_handle).busId))
+                bus = pci_address.normalize(_text(nvml.nvmlDeviceGetPciInfo(parent_handle).busId))
             finally:
                 nvml.nvmlShutdown()
         except Exception as exc:

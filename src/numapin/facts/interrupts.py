@@ -49,13 +49,7 @@ def _names(host: Host) -> dict[int, str]:
 
 
 def _cpus(host: Host, rel: str) -> CpuSet | None:
-    text = host.read(rel)
-    if text is None:
-        return None
-    try:
-        return CpuSet.parse(text)
-    except ValueError:
-        return None
+    return CpuSet.parse_or_none(host.read(rel))
 
 
 def device_irqs(host: Host, pcis: Sequence[str]) -> dict[str, tuple[Irq, ...]]:

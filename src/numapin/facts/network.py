@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from ..base.choices import Choice
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
+from . import pci as pci_address
 from .gpus import Gpu, device_locality
 from .host import Host
 from .topology import Topology
@@ -38,28 +39,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "read_network", "relation"]
-
-_HEX = frozenset("0123456789abcdef")
-
-
-def _hex(text: str, low: int, high: int) -> bool:
-    return low <= len(text) <= high and set(text) <= _HEX
-
-
-def _is_bdf(name: str) -> bool:
-    """``0000:05:00.0``: a PCI function's folder (domain, bus, device, function). No regex: ``re`` costs start-up."""
-    domain, _, rest = name.partition(":")
-    bus, _, rest = rest.partition(":")
-    device, dot, function = rest.partition(".")
-    return (_hex(domain, 4, 8) and _hex(bus, 2, 2) and _hex(device, 2, 2) and dot == "."
-            and len(function) == 1 and function in "01234567")
-
-
-def _is_host_bridge(name: str) -> bool:
-    """``pci0000:00``: a host bridge's folder under ``sys/devices``."""
-    domain, colon, bus = name[3:].partition(":")
-    return name.startswith("pci") and colon == ":" and _hex(domain, 4, 8) and _hex(bus, 2, 2)
-
 
 class Relation(Choice):
     """How a GPU reaches a NIC, nearest first (``nvidia-smi topo -m``'s legend)."""
@@ -141,11 +120,11 @@ def _pci_path(host: Host, rel: str) -> tuple[str, ...] | None:
     if target is None or not target.startswith("sys/devices/"):
         return None
     parts = target.split("/")[2:]
-    if not parts or not _is_host_bridge(parts[0]):
+    if not parts or not pci_address.is_host_bridge(parts[0]):
         return None
     chain = [parts[0]]
     for part in parts[1:]:
-        if not _is_bdf(part):
+        if not pci_address.is_function(part):
             break
         chain.append(part)
     return tuple(chain) if len(chain) > 1 else None

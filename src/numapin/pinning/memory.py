@@ -75,12 +75,9 @@ def system_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
     """The NUMA nodes of the machine under ``root`` that hold memory."""
     host = Host.at(root)
     for name in ("has_memory", "online"):
-        text = host.read(f"sys/devices/system/node/{name}")
-        if text is not None:
-            try:
-                return CpuSet.parse(text)
-            except ValueError:
-                continue
+        found = CpuSet.parse_or_none(host.read(f"sys/devices/system/node/{name}"))
+        if found is not None:
+            return found
     return CpuSet([0])
 
 
@@ -89,10 +86,10 @@ def allowed_nodes(root: str | os.PathLike[str] | None = None) -> CpuSet:
     text = Host.at(root).read("proc/self/status") or ""
     for line in text.splitlines():
         if line.startswith("Mems_allowed_list:"):
-            try:
-                return CpuSet.parse(line.split(":", 1)[1])
-            except ValueError:
-                break
+            found = CpuSet.parse_or_none(line.split(":", 1)[1])
+            if found is not None:
+                return found
+            break
     return system_nodes(root)
 
 

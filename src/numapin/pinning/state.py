@@ -64,13 +64,10 @@ def acting(how: str, pools: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
 def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
     """The mask ``numapin exec`` applied, from its environment marker (None when absent or malformed)."""
     text = environ.get(APPLIED)
-    if not text:
-        return None
-    try:
-        return CpuSet.parse(text)
-    except ValueError:
-        log.debug("ignoring malformed %s=%r", APPLIED, text)
-        return None
+    found = CpuSet.parse_or_none(text) if text else None
+    if text and found is None:
+        log.debug("ignoring malformed %s=%r", APPLIED, text[:40])
+    return found
 
 
 class PinState:

@@ -263,10 +263,7 @@ def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:
     """The hot thread's cores: the placement's, else those numapin exec --reserve exported to the process."""
     if placement.reserved:
         return placement.reserved
-    try:
-        return CpuSet.parse(env.get(RESERVED, ""))
-    except ValueError:
-        return CpuSet()
+    return CpuSet.parse_or_none(env.get(RESERVED, "")) or CpuSet()
 
 
 def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet) -> list[Finding]:
@@ -423,11 +420,7 @@ def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
             return CpuSet(os.sched_getaffinity(0))
         except OSError:
             return facts.topology.process
-    text = status.get("Cpus_allowed_list")
-    try:
-        return None if text is None else CpuSet.parse(text)
-    except ValueError:
-        return None
+    return CpuSet.parse_or_none(status.get("Cpus_allowed_list"))
 
 
 def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
