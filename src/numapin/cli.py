@@ -508,6 +508,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         for w in found.workers:
             if w.note:
                 print(f"note: {w.pid}: {w.note}")
+        if found.workers:
+            print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
         print(f"{counted(len(found.workers), 'GPU worker')}" + (f", {len(found.misplaced)} misplaced"
                                                                 if found.misplaced else ", none misplaced"))
     return found.exit_code

@@ -9,6 +9,7 @@ import pytest
 import live
 from conftest import in_child
 from numapin.compat.ray import NOSET, gpu_of_task, pin_for_ray
+from numapin.cpuset import CpuSet
 
 
 @pytest.mark.parametrize(("env", "ids", "gpu"), [
@@ -43,3 +44,26 @@ def test_a_worker_handed_a_gpu_is_pinned_for_it_and_again_for_another(pair_root:
 
     one, zero = sorted(live.NODE1), sorted(live.NODE0)
     assert in_child(child) == [(one, True, "autopin"), (one, False, "autopin"), (zero, True, "autopin"), None]
+
+
+@pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs two CPUs (one per pair node)")
+def test_a_ray_worker_gets_the_whole_request_the_hook_would_apply(pair_root: Path) -> None:
+    # NUMAPIN_THREADS, NUMAPIN_CORES, NUMAPIN_RESERVE and NUMAPIN_MEMORY reach Ray's workers as the
+    # start-up hook's own pin applies them: one path from the request to the pin.
+    def child() -> tuple[str | None, str | None, object, object, object]:
+        import os
+
+        from numapin.pinning import record
+
+        os.environ.update({"CUDA_VISIBLE_DEVICES": "1", "NUMAPIN_THREADS": "3", "NUMAPIN_CORES": "fastest",
+                           "NUMAPIN_MEMORY": "none"})
+        os.environ.pop("OMP_NUM_THREADS", None)
+        result = pin_for_ray(os.environ)
+        entry = record.lookup(os.getpid())
+        assert result is not None and entry is not None
+        return (os.environ.get("OMP_NUM_THREADS"), os.environ.get("NUMAPIN_APPLIED"), entry.placement.cores.value,
+                dict(entry.pools).get("OMP_NUM_THREADS"), entry.memory)
+
+    threads, applied, cores, pools, memory = in_child(child)
+    assert (threads, cores, pools, memory) == ("3", "fastest", "3", None)
+    assert applied == str(CpuSet(live.NODE1))  # what children see as numapin's mask, as after the hook

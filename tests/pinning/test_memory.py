@@ -295,8 +295,11 @@ def test_numa_maps_of_this_process() -> None:
 
 
 def test_residency_of_a_missing_process() -> None:
-    with pytest.raises(UsageError, match="does not exist"):
+    from numapin.base.errors import NoSuchProcess
+
+    with pytest.raises(NoSuchProcess, match="does not exist") as raised:
         residency(2**22 + 12345)
+    assert raised.value.pid == 2**22 + 12345
 
 
 @given(st.text())

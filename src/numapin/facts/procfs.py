@@ -17,7 +17,8 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "comm", "environ", "exists", "fd_targets", "owner", "stat", "status", "tasks"]
+__all__ = ["Stat", "alive", "comm", "environ", "exists", "fd_targets", "numa_maps", "owner", "stat", "status",
+           "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -54,10 +55,10 @@ def _translated(exc: OSError, pid: int, what: str) -> Exception:
     return exc
 
 
-def _read(pid: int, tid: int | None, name: str) -> bytes:
+def _read(pid: int, tid: int | None, name: str, cap: int = _CAP) -> bytes:
     try:
         with open(_path(pid, tid, name), "rb") as f:
-            return f.read(_CAP)
+            return f.read(cap)
     except OSError as exc:
         raise _translated(exc, pid, name) from None
 
@@ -100,6 +101,11 @@ def environ(pid: int) -> dict[str, str]:
     entries = _read(pid, None, "environ").split(b"\0")
     pairs = (entry.split(b"=", 1) for entry in entries if b"=" in entry)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def numa_maps(pid: int) -> str:
+    """``/proc/PID/numa_maps`` whole (a large worker's runs to megabytes); AccessDenied for another user's."""
+    return _read(pid, None, "numa_maps", -1).decode(errors="replace")
 
 
 def fd_targets(pid: int) -> list[str]:

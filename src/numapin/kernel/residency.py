@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import re
 
-from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..base.text import format_size
 from ..cpuset import CpuSet, CpuSpec
+from ..facts import procfs
 
 __all__ = ["Residency", "parse_numa_maps", "residency"]
 
@@ -92,15 +92,7 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
 
 
 def residency(pid: int | None = None) -> Residency:
-    """Where the memory of ``pid`` (default: this process) lives, node by node."""
+    """Where the memory of ``pid`` (default: this process) lives, node by node; NoSuchProcess or AccessDenied
+    (another user's process: only its owner or root may read its numa_maps)."""
     target = os.getpid() if pid is None else pid
-    try:
-        with open(f"/proc/{target}/numa_maps") as f:
-            text = f.read()
-    except FileNotFoundError:
-        raise UsageError(f"process {target} does not exist (or has no numa_maps)", value=target) from None
-    except PermissionError:
-        raise UsageError(
-            f"process {target}: permission denied reading its numa_maps (another user's process?)", value=target
-        ) from None
-    return parse_numa_maps(text, target)
+    return parse_numa_maps(procfs.numa_maps(target), target)

@@ -25,7 +25,7 @@ import os
 from collections.abc import Collection, Mapping
 
 from ..base.choices import Choice
-from ..base.errors import AccessDenied, NumapinError, ProcessError, UsageError
+from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from ..facts import procfs
@@ -263,8 +263,8 @@ def judge(
     if memory:
         try:
             pages = residency(pid)
-        except UsageError:
-            pages = None  # another user's process: its numa_maps is for its owner (or root) to read
+        except ProcessError:
+            pages = None  # another user's process (its numa_maps is for its owner or root), or gone meanwhile
     main = next((t.cpus for t in threads if t.tid == pid), None)
     who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed, stat.ppid)
     if want is None:
