@@ -132,7 +132,6 @@ def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_another_users_process_lists_its_masks_with_memory_unreadable() -> None:
     from conftest import in_child
     from numapin.tools.threads_report import audit
