@@ -49,8 +49,12 @@ def _shape(error: BaseException) -> tuple[str, str, dict[str, object]]:
 
 
 def main() -> int:
-    root = machines.write("pair", Path(tempfile.mkdtemp(prefix="numapin-errors-")) / "root")
-    os.environ["NUMAPIN_FSROOT"] = str(root)
+    with tempfile.TemporaryDirectory(prefix="numapin-errors-") as folder:  # removed however the run ends
+        os.environ["NUMAPIN_FSROOT"] = str(machines.write("pair", Path(folder) / "root"))
+        return _travel()
+
+
+def _travel() -> int:
     differs = 0
     with multiprocessing.get_context("fork").Pool(1) as pool:
         for trigger in (_usage, _gpu, _strict):
