@@ -202,8 +202,8 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
     else:
         lines.append("Last-level caches: unknown")
     if facts.visible:
-        lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}; "
-                     f"NVML {facts.inventory.nvml}):")
+        lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}, cuda:N in this process's "
+                     f"view; NVML {facts.inventory.nvml}):")
         for v in facts.visible:
             g = v.gpu
             extra = f", GPU memory node {g.gpu_memory_nodes}" if g.gpu_memory_nodes else ""
