@@ -206,9 +206,6 @@ def _parent(pid: int) -> int | None:
         return None
 
 
-_LOOK_UP = object()
-
-
 def judge(
     pid: int,
     *,
@@ -216,7 +213,6 @@ def judge(
     gpu: int | None = None,
     cpus: CpuSet | None = None,
     mode: PlacementMode | None = None,
-    record: Record | object | None = _LOOK_UP,
     environ: Mapping[str, str] | None = None,
     devices: Collection[str] = (),
     known: Mapping[int, Record] | None = None,
@@ -226,9 +222,10 @@ def judge(
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
-    ``gpu`` is an index in the process's own view. ``record`` and ``environ``
-    are read unless given (``ps`` reads every record once); ``known`` are the
-    records of other processes, to say a child inherited its parent's pin.
+    ``gpu`` is an index in the process's own view. ``environ`` is read unless
+    given; ``known`` are the records of the host's processes when the caller
+    read them all (``ps``), else the process's own record is looked up (and its
+    parent's, to say a child inherited its pin).
     ``max_remote`` (0..1) bounds the share of its own memory outside the
     expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
@@ -236,8 +233,7 @@ def judge(
     """
     if stat is None or stat.exited:
         stat = procfs.alive(pid)
-    found = records.lookup(pid) if record is _LOOK_UP else record
-    assert found is None or isinstance(found, Record)
+    found = known.get(pid) if known is not None else records.lookup(pid)
     unreadable = False
     if environ is None:
         try:

@@ -133,7 +133,8 @@ def diagnose(
     placement: Placement | None = None
     try:
         if pid is not None:
-            judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, record=found, environ=env)
+            judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, environ=env,
+                           known={} if found is None else {pid: found})
             want, why = judged.expected, judged.note
         else:
             want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode)

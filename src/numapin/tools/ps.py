@@ -177,7 +177,7 @@ def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record]
         why = "asked for"
     using = {g.pci for g in machine.inventory.gpus if g.minor in devices} | nvml.get(pid, set())
     try:
-        judged = judge(pid, root=root, record=entry, environ=env, devices=using, known=known, memory=memory,
+        judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
                        stat=stat)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
