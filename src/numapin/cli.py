@@ -463,13 +463,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_threads(args: argparse.Namespace) -> int:
     import json
 
-    from .tools.threads_report import audit
+    from .tools.threads_report import threads_report
 
     if args.max_remote_memory is not None and not args.check:
         raise CliError("--max-remote-memory is a bound for --check: add --check")
     with _root(args) as root:
         bound = None if args.max_remote_memory is None else args.max_remote_memory / 100
-        report = audit(args.pid, gpu=args.gpu, cpus=args.cpus, root=root, max_remote=bound)
+        report = threads_report(args.pid, gpu=args.gpu, cpus=args.cpus, root=root, max_remote=bound)
     verdict = report.check() if args.check else 0  # no placement to check against: the error, before any table
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))

@@ -83,9 +83,9 @@ def test_threads_reports_each_way_of_pinning(pair_root: Path,
         assert (row["cpus"], row["inside"], row["numapin"]) == (mask, inside, ours), name
         assert row["name"] == "python3" or row["name"].startswith("python")
         assert row["last_cpu"] in ALL
-    from numapin.tools.threads_report import audit
+    from numapin.tools.threads_report import threads_report
 
-    seen = audit(pid, gpu=0)
+    seen = threads_report(pid, gpu=0)
     j = seen.judgement
     assert len(j.outside) == 2 and j.marker == CpuSet(NODE0) and j.memory is not None and j.memory.total > 0
     share = seen.as_dict()["memory"]["remote_share"]
@@ -134,12 +134,12 @@ def test_check_needs_a_placement(capsys: pytest.CaptureFixture[str], monkeypatch
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
 def test_another_users_process_lists_its_masks_with_memory_unreadable() -> None:
     from conftest import in_child
-    from numapin.tools.threads_report import audit
+    from numapin.tools.threads_report import threads_report
 
     def body() -> tuple[list[int], str | None, str]:
         os.setgid(65534)
         os.setuid(65534)  # nobody, looking at init (root's): masks are anyone's to read, numa_maps is not
-        report = audit(1)
+        report = threads_report(1)
         rows = report.judgement.threads
         return [r.tid for r in rows], str(rows[0].cpus), report.summary()
 

@@ -37,7 +37,7 @@ RESERVED = "NUMAPIN_RESERVED"
 RANK_MAP = "NUMAPIN_RANK_MAP"
 #: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.kinds.PCT_SKUS).
 PRIORITY_CORES = "NUMAPIN_PRIORITY_CORES"
-#: The folder of the host's pin records (numapin.ledger), before the runtime folders it would choose.
+#: The folder of the host's pin records (numapin.pinning.record), before the runtime folders it would choose.
 RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 
 #: Read at interpreter start (the start-up file): ``tensorrt_llm`` (comma-separated) patches those projects.

@@ -108,7 +108,7 @@ def configure_cpu_affinity(device_id: int, *, kernel: ThreadKernel | None = None
     if setting is not None and setting != "1":
         return None
     try:
-        with acting("compat"):  # the host's ledger says the compatibility function pinned it
+        with acting("compat"):  # the process's record says the compatibility function pinned it
             if setting == "1":
                 return _applied(gpu=device_id, policy="override", kernel=kernel)
             found = constraint(kernel=kernel)

@@ -118,7 +118,8 @@ def hold(*, kernel: ThreadKernel | None = None, memory: str | MemoryMode = "none
 
 def give_back(held: Held, result: PinResult) -> None:
     """The end of a lease: every thread numapin moved since ``held`` (``result`` and whatever numapin applied
-    after it) gets its mask back, numapin's record and ledger are as before, and the memory policy too."""
+    after it) gets its mask back, what numapin applied and the process's record are as before, and the memory
+    policy too."""
     pins = state()
     with pins.lock:
         _restore(held.ops, held.me, dict(held.masks), result, pins.applied_since(held.remembered))
@@ -165,7 +166,7 @@ def _restore(ops: ThreadKernel, me: int, saved: dict[int, CpuSet], result: PinRe
 
 
 def _republish(pins: PinState) -> None:
-    """After a lease: the ledger says again what the restored record says."""
+    """After a lease: the process's record says again what was restored."""
     if pins.published is None:
         record.withdraw()
     else:

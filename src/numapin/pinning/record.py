@@ -1,4 +1,4 @@
-"""The host's ledger of pins: what numapin applied to each process, readable by another process.
+"""The per-process record: what numapin applied to a process, whole, readable by another process.
 
 A pin made inside a process (the start-up hook, ``pin()``, a lease, the
 TensorRT-LLM function) leaves no trace in ``/proc/PID/environ``, which holds

@@ -41,7 +41,8 @@ class Applied:
 
 @frozen
 class Acting:
-    """Who is pinning (for the ledger): ``exec``, ``autopin``, ``lease`` or ``compat``, and what else it set."""
+    """Who is pinning (for the process's record): ``exec``, ``autopin``, ``lease`` or ``compat``, and what else
+    it set."""
 
     how: str
     pools: tuple[tuple[str, str], ...] = ()
@@ -92,7 +93,7 @@ class PinState:
         self.in_flight: CpuSet | None = None
         #: Who is pinning now (exec, the start-up hook, a lease, a compatibility function), when not pin().
         self.acting: Acting | None = None
-        #: What this process last wrote to the host's ledger (numapin.pinning.record), None when nothing.
+        #: What this process last wrote to its record (numapin.pinning.record), None when nothing.
         self.published: Record | None = None
         #: The TensorRT-LLM function's pins, held until their last release: (the state before the
         #: first, the first's result, the calls not yet released). A forked child holds none.
@@ -194,7 +195,7 @@ class PinState:
             applied = replace(applied, pid=os.getpid(), source="inherited")
         self.applied, self.deliberate, self.before_deliberate = (applied, dict(saved.deliberate),
                                                                 dict(saved.before_deliberate))
-        # What the ledger says goes back too: a record saved in the parent before a fork is not this child's.
+        # The record on the host goes back too: one saved in the parent before a fork is not this child's.
         self.published = saved.published if applied is saved.applied else None
 
 

@@ -119,11 +119,6 @@ class Judgement:
             return None
         return self.memory.share_outside(self.expected.mems, own=True)
 
-    @property
-    def gpu(self) -> str | None:
-        """The GPU, as every tool names it: its index in the process's own view, and its PCI address."""
-        return None if self.expected is None else gpu_words(self.expected.placement)
-
 
 def gpu_words(placement: Placement) -> str | None:
     """``GPU 0 in its view (0000:1a:00.0)``: an index means nothing without the view it is in."""

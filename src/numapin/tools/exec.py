@@ -361,7 +361,7 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
     # program's to take (NUMAPIN_RESERVED below): this process and every thread run on the rest.
     whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
-    # The host's ledger records who pinned: numapin exec, or the start-up hook (the same request, no program).
+    # The process's record says who pinned: numapin exec, or the start-up hook (the same request, no program).
     with acting("exec" if request.program else "autopin", prepared.pools):
         result = pin(placement=whole, policy=request.policy, strict=request.strict, memory=request.memory,
                      root=request.root, environ=env)

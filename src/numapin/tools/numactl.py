@@ -201,7 +201,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     cpus = cpus_of(request, facts)
     mode, nodes = memory_of(request, facts)
     if cpus is not None:
-        with acting("exec"):  # the host's ledger: bound at birth, as numapin exec binds
+        with acting("exec"):  # the process's record: bound at birth, as numapin exec binds
             result = pin(cpus=cpus, policy="override", strict=True, memory="none", environ=env)
         if result.mask is not None:
             env[APPLIED] = str(result.mask)

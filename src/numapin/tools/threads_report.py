@@ -14,11 +14,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Audit", "audit"]
+__all__ = ["ThreadsReport", "threads_report"]
 
 
 @frozen
-class Audit:
+class ThreadsReport:
     """Every thread of a process against where it should be (:func:`numapin.pinning.verdict.judge`)."""
 
     judgement: Judgement
@@ -99,13 +99,14 @@ class Audit:
         return 0 if self.judgement.verdict is Verdict.OK else 1
 
 
-def audit(
+def threads_report(
     pid: int | None = None,
     *,
     gpu: int | None = None,
     cpus: CpuSet | None = None,
     root: str | None = None,
     max_remote: float | None = None,
-) -> Audit:
+) -> ThreadsReport:
     """Judge every thread of ``pid`` (default: this process) and its memory; ``gpu`` is in the process's view."""
-    return Audit(judge(os.getpid() if pid is None else pid, root=root, gpu=gpu, cpus=cpus, max_remote=max_remote))
+    target = os.getpid() if pid is None else pid
+    return ThreadsReport(judge(target, root=root, gpu=gpu, cpus=cpus, max_remote=max_remote))
