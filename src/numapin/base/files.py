@@ -1,4 +1,14 @@
-"""Files numapin writes for other processes to read: in a folder of this user's, replaced whole."""
+"""Files numapin shares with other processes, behind one trust boundary.
+
+numapin writes files other processes read (the per-process records, the numactl
+stand-in), and root reads them from timers. A path can be swapped between a
+check and a use, and a folder can be a symlink another user planted, so a
+folder is opened once (``O_DIRECTORY|O_NOFOLLOW``), its owner and mode checked
+on the descriptor, and every listing, read, write and removal is made relative
+to that descriptor. Files are opened ``O_NOFOLLOW|O_NONBLOCK`` (a FIFO or a
+device named like a record never blocks a reader), regular files only, their
+size capped, their owner returned to the caller to judge.
+"""
 
 from __future__ import annotations
 
@@ -6,26 +16,91 @@ import contextlib
 import os
 import stat
 
-__all__ = ["own_folder", "replace_file"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterator
+
+__all__ = ["Folder", "own_folder"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class Folder:
+    """A folder held by its descriptor, checked once: whoever renames or replaces its path afterwards
+    changes nothing numapin reads, writes or removes."""
+
+    def __init__(self, fd: int, path: str, owner: int) -> None:
+        self.fd = fd
+        self.path = path
+        self.owner = owner
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, path: str, owners: Collection[int]) -> Iterator[Folder]:
+        """``path`` as a folder owned by one of ``owners`` that neither its group nor others may write;
+        PermissionError for anything else (a symlink, a file, another user's folder, a shared one)."""
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            info = os.fstat(fd)
+            if info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                raise PermissionError(f"{path} is not a folder of user {sorted(owners)[0]} that only it may write")
+            yield cls(fd, path, info.st_uid)
+        finally:
+            os.close(fd)
+
+    def names(self) -> list[str]:
+        return os.listdir(self.fd)
+
+    def read(self, name: str, cap: int) -> tuple[bytes, int] | None:
+        """The first ``cap`` bytes of the regular file ``name`` and its owner; None for anything else
+        (a link, a FIFO, a device, a folder, nothing)."""
+        try:
+            fd = os.open(name, _READ_FLAGS, dir_fd=self.fd)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            return os.read(fd, cap), info.st_uid
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def replace(self, name: str, data: bytes, mode: int) -> None:
+        """Write ``name`` through a new temporary file renamed over it: a reader sees the old content or the
+        new, never half of one; nothing of another user's is written through. OSError as the kernel says it."""
+        temporary = f"{name}.{os.getpid()}.tmp"
+        with contextlib.suppress(FileNotFoundError):  # one this process left by a failed write before
+            os.unlink(temporary, dir_fd=self.fd)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                     dir_fd=self.fd)
+        try:
+            try:
+                written = os.write(fd, data)
+            finally:
+                os.close(fd)
+            if written != len(data):
+                raise OSError(f"{self.path}/{temporary}: short write ({written} of {len(data)} bytes)")
+            os.replace(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # a full folder keeps no empty temporary file
+                os.unlink(temporary, dir_fd=self.fd)
+            raise
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` if this user may (another user's file stays for its owner or root)."""
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.fd)
 
 
 def own_folder(folder: str) -> None:
     """Make ``folder`` (mode 0755, parents as needed), or accept it only when it is a real folder of this
-    user's: a symlink or someone else's folder would let another user choose what numapin writes where."""
+    user's that no one else may write: a symlink or someone else's folder would let another user choose what
+    numapin writes where."""
     with contextlib.suppress(FileExistsError):  # a file of that name: refused just below
         os.makedirs(folder, mode=0o755, exist_ok=True)
-    info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise PermissionError(f"{folder} is not a folder of this user's")
-
-
-def replace_file(path: str, data: bytes, mode: int) -> None:
-    """Write ``path`` through a temporary file renamed over it: a reader sees the old content or the new,
-    never half of one. OSError as the kernel says it."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    with Folder.open(folder, {os.geteuid()}):
+        pass

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 
-from ..base.files import own_folder, replace_file
+from ..base.files import Folder, own_folder
 from ..base.logger import log
 from .patching import PatchReport
 
@@ -50,17 +50,22 @@ def front_folder() -> str:
     return found[0]
 
 
+#: What the stand-in runs: numapin's numactl, with the working directory taken off ``sys.path`` before
+#: anything is imported (``python -m`` would put it first: a framework probing numactl from a folder other
+#: users can write would import their ``argparse.py`` or ``numapin/``). ``-P`` does this from Python 3.11 on.
+_RUN = "import sys; del sys.path[0]; from numapin.cli import main; sys.exit(main(['numactl', *sys.argv[1:]]))"
+
+
 def _write(folder: str) -> None:
+    import shlex
+
     own_folder(folder)  # ~/.cache may not exist yet: made too
-    script = f'#!/bin/sh\nexec "{sys.executable}" -m numapin numactl "$@"\n'.encode()
-    path = os.path.join(folder, NAME)
-    try:
-        with open(path, "rb") as f:
-            if f.read() == script:
-                return
-    except OSError:
-        pass
-    replace_file(path, script, 0o755)
+    script = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(_RUN)} \"$@\"\n".encode()
+    with Folder.open(folder, {os.geteuid()}) as checked:  # the folder as checked, not whatever its path names later
+        found = checked.read(NAME, len(script) + 1)
+        if found is not None and found == (script, os.geteuid()):
+            return
+        checked.replace(NAME, script, 0o755)
 
 
 def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:

@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
-from ..base.files import own_folder, replace_file
+from ..base.files import Folder, own_folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
+from ..base.text import decimal
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..placement.modes import Placement
@@ -135,13 +136,13 @@ def folders(uid: int | None = None, environ: Mapping[str, str] | None = None) ->
     if explicit:
         return [explicit]
     me = os.geteuid()
-    owner = me if uid is None else uid
+    user = me if uid is None else uid
     found = []
-    if owner == 0:
+    if user == 0:
         found.append("/run/numapin")
-    runtime = env.get("XDG_RUNTIME_DIR") if owner == me else None
-    found.append(os.path.join(runtime, "numapin") if runtime else f"/run/user/{owner}/numapin")
-    found.append(f"/tmp/numapin-{owner}")
+    runtime = env.get("XDG_RUNTIME_DIR") if user == me else None
+    found.append(os.path.join(runtime, "numapin") if runtime else f"/run/user/{user}/numapin")
+    found.append(f"/tmp/numapin-{user}")
     return list(dict.fromkeys(found))
 
 
@@ -154,7 +155,8 @@ def _reading_folders(uids: Iterable[int]) -> list[str]:
     return list(seen)
 
 
-def _owner(pid: int) -> int | None:
+def owner(pid: int) -> int | None:
+    """The user id that owns process ``pid``; None when it is gone."""
     try:
         return procfs.owner(pid)
     except ProcessError:
@@ -180,59 +182,61 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
     """Write ``record`` for its process, replacing its earlier one; the path written, or None.
 
     ``ready`` holds the folders this process has checked and swept already (its
-    pin state's): each is checked, and what dead processes left there removed,
-    once a process. Never raises: a folder that cannot be made or written is one
-    debug line.
+    pin state's): each is made if need be, and what dead processes left there
+    removed, once a process. Every write goes through a folder checked on its
+    descriptor (:class:`numapin.base.files.Folder`). Never raises: a folder that
+    cannot be made or written is one debug line.
     """
     import json
 
     checked = set() if ready is None else ready
     data = json.dumps(record.as_dict(), sort_keys=True).encode()
-    for folder in folders():
+    name = _name(record.pid, record.start)
+    for path in folders():
         try:
-            first = folder not in checked
+            first = path not in checked
             if first:
-                own_folder(folder)
-            path = os.path.join(folder, _name(record.pid, record.start))
-            replace_file(path, data, 0o644)
+                own_folder(path)
+            with Folder.open(path, {os.geteuid()}) as folder:
+                folder.replace(name, data, 0o644)
+                if first:
+                    checked.add(path)
+                    _sweep(folder, keep=name)
         except OSError as exc:
-            log.debug("pin record not written in %s: %s", folder, exc)
+            log.debug("pin record not written in %s: %s", path, exc)
             continue
-        if first:
-            checked.add(folder)
-            _sweep(folder, keep=path)
-        return path
+        return os.path.join(path, name)
     return None
 
 
-def _sweep(folder: str, keep: str) -> None:
-    """Remove this process's older records and the stale ones of any process (those we may remove)."""
+def _sweep(folder: Folder, keep: str, start_of: Callable[[int], int | None] = start_time) -> None:
+    """Remove the stale records and unfinished writes in ``folder`` (those this user may remove)."""
     try:
-        names = os.listdir(folder)
+        names = folder.names()
     except OSError:
         return
     for name in names:
-        path = os.path.join(folder, name)
-        if path != keep and _stale(name):
-            _remove(path)
-
-
-def _remove(path: str) -> None:
-    """Remove a file if this user may (another user's stale record stays for its owner or root)."""
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+        if name != keep and _stale(name, start_of):
+            folder.remove(name)
 
 
 def _stale(name: str, start_of: Callable[[int], int | None] = start_time) -> bool:
-    stem = name.removesuffix(".json")
-    pid, _, start = stem.partition("-")
+    """A record whose process is gone (or whose id names another now), or a write whose writer is gone."""
     if name.endswith(".tmp"):
-        # A write that did not finish: stale once its writer is gone.
-        writer = name.rsplit(".", 2)[-2]
-        return writer.isdigit() and not os.path.exists(f"/proc/{writer}")
-    if not (name.endswith(".json") and pid.isdigit() and start.isdigit()):
-        return False
-    return start_of(int(pid)) != int(start)
+        writer = decimal(name.rsplit(".", 2)[-2]) if name.count(".") >= 2 else None
+        return writer is not None and writer > 0 and not os.path.exists(f"/proc/{writer}")
+    named = _named(name)
+    return named is not None and start_of(named[0]) != named[1]
+
+
+def _named(name: str) -> tuple[int, int] | None:
+    """``(pid, start)`` of a file named ``PID-START.json`` (ASCII digits only), else None."""
+    pid, dash, start = name.removesuffix(".json").partition("-")
+    number, began = decimal(pid), decimal(start)
+    if not (name.endswith(".json") and dash and number is not None and began is not None and number > 0
+            and began >= 0 and name == _name(number, began)):
+        return None
+    return number, began
 
 
 def withdraw(pid: int | None = None) -> None:
@@ -241,8 +245,9 @@ def withdraw(pid: int | None = None) -> None:
     start = start_time(target)
     if start is None:
         return
-    for folder in folders():
-        _remove(os.path.join(folder, _name(target, start)))
+    for path in folders():
+        with contextlib.suppress(OSError), Folder.open(path, {os.geteuid()}) as folder:
+            folder.remove(_name(target, start))
 
 
 def stamp(entry: Record) -> Record:
@@ -253,50 +258,70 @@ def stamp(entry: Record) -> Record:
 # -- reading ----------------------------------------------------------------------------
 
 
-def _read(path: str) -> Record | None:
+def _read(folder: Folder, name: str, uid: int | None) -> Record | None:
+    """The record in ``name``, when it can be believed: the folder and the file belong to the process's
+    owner (or root), and the content names the process the file's name does."""
     import json
 
-    try:
-        with open(path, "rb") as f:
-            data = json.loads(f.read(1 << 16))
-    except (OSError, ValueError):
+    named = _named(name)
+    if named is None or uid is None or folder.owner not in (uid, 0):
         return None
-    return Record.from_dict(data) if isinstance(data, dict) else None
+    found = folder.read(name, _CAP)
+    if found is None or found[1] not in (uid, 0):
+        return None
+    try:
+        data = json.loads(found[0])
+    except (ValueError, RecursionError):  # damaged, or nested deep enough to exhaust the parser
+        return None
+    record = Record.from_dict(data) if isinstance(data, dict) else None
+    return record if record is not None and (record.pid, record.start) == named else None
+
+
+#: The largest record a reader takes (a real one is under a kilobyte).
+_CAP = 1 << 16
 
 
 def lookup(pid: int) -> Record | None:
-    """The record of the live process ``pid``, or None (none written, or left by a process now gone)."""
-    start = start_time(pid)
-    uid = _owner(pid)
+    """The record of the live process ``pid``, or None (none written, none to believe, or left by a process
+    now gone)."""
+    start, uid = start_time(pid), owner(pid)
     if start is None or uid is None:
         return None
-    for folder in _reading_folders({uid, os.geteuid()}):
-        entry = _read(os.path.join(folder, _name(pid, start)))
-        if entry is not None and (entry.pid, entry.start) == (pid, start):
-            return entry
+    for path in _reading_folders({uid, os.geteuid()}):
+        try:
+            with Folder.open(path, {uid, 0}) as folder:
+                found = _read(folder, _name(pid, start), uid)
+        except OSError:
+            continue
+        if found is not None:
+            return found
     return None
 
 
-def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = start_time) -> dict[int, Record]:
+def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = start_time,
+            owner_of: Callable[[int], int | None] | None = None) -> dict[int, Record]:
     """Every live process's record in the folders of these users (and this one's), by process id.
 
-    ``start_of`` gives a process's start time (a caller that read every
-    ``/proc/PID/stat`` already hands its answers, so none is read twice). Stale
+    ``start_of`` and ``owner_of`` give a process's start time and owner (a caller
+    that read every ``/proc/PID/stat`` already hands its answers, so none is read
+    twice). A record counts only where :func:`lookup` would believe it. Stale
     records met on the way are removed where this user may remove them.
     """
+    owners = {*uids, os.geteuid()}
+    owner_of_pid = owner_of or owner
     found: dict[int, Record] = {}
-    for folder in _reading_folders({*uids, os.geteuid()}):
+    for path in _reading_folders(owners):
         try:
-            names = os.listdir(folder)
+            with Folder.open(path, owners | {0}) as folder:
+                for name in folder.names():
+                    if _stale(name, start_of):
+                        folder.remove(name)
+                        continue
+                    named = _named(name)
+                    if named is not None and named[0] not in found:
+                        record = _read(folder, name, owner_of_pid(named[0]))
+                        if record is not None:
+                            found[named[0]] = record
         except OSError:
             continue
-        for name in names:
-            if _stale(name, start_of):
-                _remove(os.path.join(folder, name))
-                continue
-            if name.endswith(".json"):
-                entry = _read(os.path.join(folder, name))
-                # Its process, live: the name said so, and the content must name the same process.
-                if entry is not None and name == _name(entry.pid, entry.start):
-                    found.setdefault(entry.pid, entry)
     return found

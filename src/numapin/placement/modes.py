@@ -136,7 +136,10 @@ class Placement:
             return value
 
         pci = data.get("pci")
-        return cls(CpuSet.parse(str(data["cpus"])), CpuSet.parse(str(data["mems"])), str(data["reason"]),
+        reason = str(data["reason"])
+        for text in (reason, pci or ""):  # text that cannot be written out (a lone surrogate) is no placement's
+            str(text).encode()
+        return cls(CpuSet.parse(str(data["cpus"])), CpuSet.parse(str(data["mems"])), reason,
                    PlacementMode(data["mode"]), number("gpu"), None if pci is None else str(pci), number("node"),
                    number("rank"), CpuSet.parse(str(data.get("reserved") or "")), Cores(data.get("cores", "all")))
 

@@ -130,14 +130,16 @@ def survey(
     chosen = list(pids) if pids is not None else _pids()
     asked = pids is not None
     me = os.getpid()
-    owners, stats = set(), {}
+    stats, owners = {}, {}
     for pid in chosen:
         try:
             stats[pid] = procfs.stat(pid)  # each worker's stat read once, for its record and its judge
-            owners.add(procfs.owner(pid))
+            owners[pid] = procfs.owner(pid)
         except ProcessError:
             continue
-    known = record.entries(owners, lambda pid: stats[pid].start if pid in stats else record.start_time(pid))
+    known = record.entries(set(owners.values()),
+                           lambda pid: stats[pid].start if pid in stats else record.start_time(pid),
+                           lambda pid: owners[pid] if pid in owners else record.owner(pid))
     nvml = _nvml_processes(machine)
     found = []
     for pid in chosen:
