@@ -248,3 +248,14 @@ def test_pci_names_are_read_as_sysfs_writes_them(name: str) -> None:
 
     assert _is_bdf(name) == bool(re.fullmatch(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", name))
     assert _is_host_bridge(name) == bool(re.fullmatch(r"pci[0-9a-f]{4,8}:[0-9a-f]{2}", name))
+
+
+def test_a_port_folder_of_a_non_ascii_digit_is_no_port(tmp_path: Path) -> None:
+    from numapin.facts import synthetic
+    from numapin.facts.machine import gather
+
+    root = synthetic.write("dgx-h100", tmp_path / "root")
+    ports = next((root / "sys/class/infiniband").iterdir()).resolve() / "ports"
+    (ports / "\u00b2").mkdir()  # isdigit() says yes, int() says no
+    nic = next(n for n in gather(root, {}).network().nics if n.name == ports.parent.name)
+    assert nic.ports and all(isinstance(p, int) for p in nic.ports)

@@ -164,3 +164,10 @@ def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
     assert {w.pci for w in found.workers} == {v.gpu.pci for v in facts_machine.cached(str(pair_root), {}).visible}
     assert counts == {"topology": 1, "gpus": 1}, "the machine is read once, whatever the workers' views"
     assert {pid: stats.get(pid) for pid in (c.pid for c in children)} == {c.pid: 1 for c in children}
+
+
+@needs_two
+@pytest.mark.parametrize("placed", ["pin"], indirect=True)
+def test_a_process_named_twice_is_listed_once(placed: int, capsys: pytest.CaptureFixture[str]) -> None:
+    ps = _json(capsys, "ps", str(placed), str(placed), "--json")
+    assert [w["pid"] for w in ps["workers"]] == [placed]  # type: ignore[union-attr]

@@ -333,3 +333,17 @@ def test_numa_balancing_says_what_it_costs(pair: Path) -> None:
     findings = report["findings"]
     assert isinstance(findings, list)
     assert "16-31 ms stalls" in next(f["why"] for f in findings if f["id"] == "numa-balancing")
+
+
+def test_an_interrupt_is_the_devices_only_when_its_handler_names_that_device(tmp_path: Path) -> None:
+    from numapin.facts.host import Host
+    from numapin.facts.interrupts import device_irqs
+
+    root = machines.write("dgx-h100", tmp_path / "root")
+    lines = ["           CPU0       CPU1",
+             " 900:          1          0  PCI-MSI 1  edge      nvme0q1@pci:10000:18:00.0",  # a VMD domain's NVMe
+             " 901:          1          0  PCI-MSI 2  edge      vfio-msix[0](0000:18:00.01)",
+             " 902:          1          0  PCI-MSI 3  edge      mlx5_comp0@pci:0000:18:00.0"]
+    (root / "proc/interrupts").write_text("\n".join(lines) + "\n")
+    found = {irq.number for irq in device_irqs(Host(str(root)), ["0000:18:00.0"])["0000:18:00.0"]}
+    assert 902 in found and not found & {900, 901}

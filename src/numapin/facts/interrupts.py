@@ -48,6 +48,20 @@ def _names(host: Host) -> dict[int, str]:
     return found
 
 
+def _names_device(line: str, pci: str) -> bool:
+    """Whether a handler line names the PCI function ``pci`` itself: ``mlx5_comp0@pci:0000:05:00.0`` does,
+    a VMD domain's ``10000:18:00.0`` (or ``0000:18:00.01``) does not name ``0000:18:00.0``."""
+    start = line.find(pci)
+    while start >= 0:
+        end = start + len(pci)
+        before = line[start - 1] if start else " "
+        after = line[end] if end < len(line) else " "
+        if not (before.isalnum() or after.isalnum() or after == "."):
+            return True
+        start = line.find(pci, start + 1)
+    return False
+
+
 def _cpus(host: Host, rel: str) -> CpuSet | None:
     return CpuSet.parse_or_none(host.read(rel))
 
@@ -58,7 +72,8 @@ def device_irqs(host: Host, pcis: Sequence[str]) -> dict[str, tuple[Irq, ...]]:
     found = {}
     for pci in pcis:
         listed = (decimal(e) for e in host.listdir(f"sys/bus/pci/devices/{pci}/msi_irqs"))
-        numbers = {n for n in listed if n is not None} | {irq for irq, line in names.items() if pci in line}
+        named = {irq for irq, line in names.items() if _names_device(line, pci)}
+        numbers = {n for n in listed if n is not None} | named
         found[pci] = tuple(
             Irq(irq, names.get(irq, ""), _cpus(host, f"proc/irq/{irq}/smp_affinity_list"),
                 _cpus(host, f"proc/irq/{irq}/effective_affinity_list"))

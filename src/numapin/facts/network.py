@@ -28,6 +28,7 @@ from collections.abc import Sequence
 
 from ..base.choices import Choice
 from ..base.frozen import frozen
+from ..base.text import decimal
 from ..cpuset import CpuSet
 from . import pci as pci_address
 from .gpus import Gpu, device_locality
@@ -150,8 +151,9 @@ def relation(a: tuple[str, ...], b: tuple[str, ...], *, same_node: bool) -> Rela
 def _ports(host: Host, hca: str) -> tuple[tuple[int, ...], str]:
     ports, layers = [], set()
     for name in host.listdir(f"sys/class/infiniband/{hca}/ports"):
-        if name.isdigit():
-            ports.append(int(name))
+        port = decimal(name)  # ASCII digits: "²" is a digit to isdigit(), not to int()
+        if port is not None and port >= 0:
+            ports.append(port)
             layers.add((host.read(f"sys/class/infiniband/{hca}/ports/{name}/link_layer") or "").strip())
     kind = "roce" if layers == {"Ethernet"} else "infiniband"
     return tuple(sorted(ports)), kind

@@ -127,7 +127,7 @@ def survey(
 ) -> Survey:
     """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are."""
     machine = cached_facts(root, {})  # every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them
-    chosen = list(pids) if pids is not None else _pids()
+    chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
     me = os.getpid()
     stats, owners = {}, {}
