@@ -347,3 +347,19 @@ def test_an_interrupt_is_the_devices_only_when_its_handler_names_that_device(tmp
     (root / "proc/interrupts").write_text("\n".join(lines) + "\n")
     found = {irq.number for irq in device_irqs(Host(str(root)), ["0000:18:00.0"])["0000:18:00.0"]}
     assert 902 in found and not found & {900, 901}
+
+
+def test_a_large_hosts_interrupts_are_read_whole(tmp_path: Path) -> None:
+    # /proc/interrupts of a many-CPU host runs past 64 KiB: the device's line at its end still counts.
+    from numapin.facts.host import Host
+    from numapin.facts.interrupts import device_irqs
+
+    root = machines.write("dgx-h100", tmp_path / "root")
+    filler = [f" {n}:          1          0  PCI-MSI {n}  edge      other{n}" for n in range(1000, 4000)]
+    last = " 4000:          1          0  PCI-MSI 9  edge  mlx5_comp0@pci:0000:18:00.0"
+    text = "\n".join(["           CPU0       CPU1", *filler, last]) + "\n"
+    assert 65_536 < len(text) < 1 << 20
+    (root / "proc/interrupts").write_text(text)
+    host = Host(str(root))
+    assert host.read("proc/interrupts") == text
+    assert 4000 in {irq.number for irq in device_irqs(host, ["0000:18:00.0"])["0000:18:00.0"]}

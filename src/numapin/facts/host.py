@@ -43,7 +43,9 @@ def _rest(fd: int, first: bytes) -> bytes | None:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         return None
     data = chunk = first
-    while len(chunk) == _PAGE and len(data) < _MAX_READ:
+    # Until the end of the file (an empty read), up to the cap: a large host's /proc/interrupts runs past
+    # 64 KiB, and a read may return less than asked before the end.
+    while chunk and len(data) < _MAX_READ:
         chunk = os.read(fd, min(_PAGE * 16, _MAX_READ - len(data)))
         data += chunk
     return data
