@@ -10,7 +10,9 @@ start-up file). That the installed wheel carries the file is checked separately.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import sysconfig
 from importlib import metadata
 from pathlib import Path
@@ -155,3 +157,11 @@ def test_a_bad_value_of_any_size_is_one_short_warning(python: Python, env: dict[
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and len(lines[0]) < 300, lines[:3]
     assert "numapin: start-up" in lines[0]
+
+
+def test_a_huge_bad_fsroot_is_quoted_short_in_the_warning() -> None:
+    # Every interpreter of a job says it: 100 KB of value must not become 100 KB of stderr each time.
+    env = {**os.environ, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "0", "NUMAPIN_FSROOT": "/nonexistent/" + "x" * 100_000}
+    done = subprocess.run([sys.executable, "-c", "import numapin.startup as s; s.at_start()"], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0 and "does not exist" in done.stderr and len(done.stderr) < 400, done.stderr[:300]

@@ -13,7 +13,7 @@ import os
 import stat
 
 from ..base.environment import FSROOT
-from ..base.errors import EnvironmentProblem
+from ..base.errors import EnvironmentProblem, quoted
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -191,10 +191,12 @@ class Host:
 
     def check(self) -> None:
         """Raise HostError when the root cannot describe a machine at all."""
+        # The root is quoted short: a bad NUMAPIN_FSROOT is said in every interpreter of a job.
+        root = quoted(self.root, 80)
         if not os.path.isdir(self.root):
-            raise HostError(f"root {self.root!r} does not exist or is not a folder")
+            raise HostError(f"root {root} does not exist or is not a folder")
         cpu = self.path("sys/devices/system/cpu")
         if not os.path.isdir(cpu):
-            raise HostError(f"root {self.root!r} has no CPU information (no sys/devices/system/cpu)")
+            raise HostError(f"root {root} has no CPU information (no sys/devices/system/cpu)")
         if not os.access(cpu, os.R_OK | os.X_OK):
-            raise HostError(f"root {self.root!r}: {cpu} is not readable")
+            raise HostError(f"root {root}: sys/devices/system/cpu is not readable")
