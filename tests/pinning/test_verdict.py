@@ -171,3 +171,18 @@ def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
 def test_a_process_named_twice_is_listed_once(placed: int, capsys: pytest.CaptureFixture[str]) -> None:
     ps = _json(capsys, "ps", str(placed), str(placed), "--json")
     assert [w["pid"] for w in ps["workers"]] == [placed]  # type: ignore[union-attr]
+
+
+def test_a_name_that_holds_a_line_feed_stays_one_row(capsys: pytest.CaptureFixture[str]) -> None:
+    code = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'evil\\nrow\\x1b[2J'); print('ready', flush=True); " \
+           "time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                             env={**live.without_inputs(dict(os.environ)), "LOCAL_RANK": "0"})
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        main(["ps", str(child.pid)])
+        rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(str(child.pid))]
+    finally:
+        child.kill()
+        child.wait()
+    assert len(rows) == 1 and "evil\\nrow\\x1b[2J" in rows[0] and "\x1b" not in rows[0]

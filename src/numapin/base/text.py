@@ -46,7 +46,16 @@ def format_size(value: int | None) -> str:
     return f"{size:.1f} TiB"  # pragma: no cover - the loop always returns
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would act on, or that cannot be written out, escaped:
+    a process name holding a line feed, an escape sequence or a lone surrogate stays one cell."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
-    """Columns padded to their widest cell, two spaces apart, no trailing blanks."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    """Columns padded to their widest cell, two spaces apart, no trailing blanks; every cell printable."""
+    cells = [[printable(c) for c in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
