@@ -21,7 +21,7 @@ from ..cpuset import CpuSet, hex_word
 from ..facts import procfs
 from ..facts.host import Host
 from ..facts.interrupts import Irq, device_irqs, running
-from ..facts.machine import Facts, gather
+from ..facts.machine import Facts, cached
 from ..facts.network import assign
 from ..facts.topology import Topology, read_topology
 from ..pinning import record
@@ -113,8 +113,8 @@ def diagnose(
     (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``ps`` give them.
     What was used is the diagnosis's ``basis``, an assumption said as one.
     """
+    stat = None if pid is None else procfs.alive(pid)
     if pid is not None and environ is None:
-        procfs.alive(pid)
         environ = procfs.environ(pid)
     # The record of the process judged: PID's, or this process's when its own environment is checked
     # (an environment handed in is another process's to be, which numapin has not placed).
@@ -123,7 +123,7 @@ def diagnose(
     if found is not None:
         for name, value in found.pools:  # set inside the process: its environ at start does not show them
             env.setdefault(name, value)
-    facts = gather(root, env)  # a diagnosis reads the machine afresh
+    facts = cached(root, env)  # the facts the judge reads too: the machine read once
     chosen = None if gpu is not None else requested_rank(rank, env)
     asked_mode = None if mode is None else parse_mode(mode)
     if chosen is not None and rank != "auto":  # --local-rank N: that rank's GPU, in the process's view
@@ -134,7 +134,7 @@ def diagnose(
     try:
         if pid is not None:
             judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, environ=env,
-                           known={} if found is None else {pid: found})
+                           known={} if found is None else {pid: found}, stat=stat)
             want, why = judged.expected, judged.note
         else:
             want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode)

@@ -159,7 +159,7 @@ def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record]
     try:
         if stat is None or stat.exited:
             raise NoSuchProcess(pid)
-        name = procfs.comm(pid)
+        name = stat.name  # the stat read once above holds the name (comm) too
         env: dict[str, str] | None = procfs.environ(pid)
         devices = _devices(pid)
     except AccessDenied:
