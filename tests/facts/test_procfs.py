@@ -66,7 +66,7 @@ def test_a_zombie_has_exited() -> None:
     try:
         with pytest.raises(NoSuchProcess, match="has exited") as raised:
             procfs.alive(child.pid)
-        assert raised.value.pid == child.pid and not procfs.exists(child.pid)
+        assert raised.value.pid == child.pid and procfs.stat(child.pid).exited
     finally:
         child.wait()
 

@@ -20,7 +20,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
 
-__all__ = ["Folder", "own_folder"]
+__all__ = ["Folder"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -37,9 +37,13 @@ class Folder:
 
     @classmethod
     @contextlib.contextmanager
-    def open(cls, path: str, owners: Collection[int]) -> Iterator[Folder]:
+    def open(cls, path: str, owners: Collection[int], *, create: bool = False) -> Iterator[Folder]:
         """``path`` as a folder owned by one of ``owners`` that neither its group nor others may write;
-        PermissionError for anything else (a symlink, a file, another user's folder, a shared one)."""
+        PermissionError for anything else (a symlink, a file, another user's folder, a shared one).
+        ``create``: make it first (mode 0755, parents as needed) when it does not exist."""
+        if create:
+            with contextlib.suppress(FileExistsError):  # a file of that name: refused below
+                os.makedirs(path, mode=0o755, exist_ok=True)
         fd = os.open(path, _DIR_FLAGS)
         try:
             info = os.fstat(fd)
@@ -94,13 +98,3 @@ class Folder:
         """Remove ``name`` if this user may (another user's file stays for its owner or root)."""
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=self.fd)
-
-
-def own_folder(folder: str) -> None:
-    """Make ``folder`` (mode 0755, parents as needed), or accept it only when it is a real folder of this
-    user's that no one else may write: a symlink or someone else's folder would let another user choose what
-    numapin writes where."""
-    with contextlib.suppress(FileExistsError):  # a file of that name: refused just below
-        os.makedirs(folder, mode=0o755, exist_ok=True)
-    with Folder.open(folder, {os.geteuid()}):
-        pass

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 
-from ..base.files import Folder, own_folder
+from ..base.files import Folder
 from ..base.logger import log
 from .patching import PatchReport
 
@@ -59,9 +59,9 @@ _RUN = "import sys; del sys.path[0]; from numapin.cli import main; sys.exit(main
 def _write(folder: str) -> None:
     import shlex
 
-    own_folder(folder)  # ~/.cache may not exist yet: made too
     script = f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -c {shlex.quote(_RUN)} \"$@\"\n".encode()
-    with Folder.open(folder, {os.geteuid()}) as checked:  # the folder as checked, not whatever its path names later
+    # Made if need be (~/.cache may not exist yet), then held as checked, not whatever its path names later.
+    with Folder.open(folder, {os.geteuid()}, create=True) as checked:
         found = checked.read(NAME, len(script) + 1)
         if found is not None and found == (script, os.geteuid()):
             return

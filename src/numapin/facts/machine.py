@@ -42,7 +42,7 @@ class Machine:
         self.topology = topology
         self.inventory = inventory
         self._kinds: dict[PriorityRule, CpuKinds] = {}
-        self._network: list[Network] = []
+        self._network: Network | None = None
         #: The views of this machine processes asked for, by their CUDA variables and priority rule.
         self.views: dict[tuple[str | None, str | None, PriorityRule], Facts] = {}
 
@@ -55,11 +55,11 @@ class Machine:
 
     def network(self) -> Network:
         """The NICs and each GPU's relation to them."""
-        if not self._network:
+        if self._network is None:
             from .network import read_network  # imported on first use: most pins never ask
 
-            self._network.append(read_network(self.topology, self.inventory.gpus))
-        return self._network[0]
+            self._network = read_network(self.topology, self.inventory.gpus)
+        return self._network
 
     def view(self, environ: Mapping[str, str], *, nvml: Any = None) -> Facts:
         """The machine as a process with ``environ`` sees it (its visible GPUs); the machine is not read again."""

@@ -17,7 +17,7 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "comm", "environ", "exists", "fd_targets", "numa_maps", "owner", "stat", "status",
+__all__ = ["Stat", "alive", "comm", "environ", "fd_targets", "numa_maps", "owner", "stat", "status",
            "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
@@ -138,11 +138,3 @@ def owner(pid: int) -> int:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError as exc:
         raise _translated(exc, pid, "its owner") from None
-
-
-def exists(pid: int) -> bool:
-    """Whether ``pid`` names a live (not exited) process."""
-    try:
-        return not stat(pid).exited
-    except (NoSuchProcess, AccessDenied):
-        return False

@@ -344,7 +344,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
 def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
     """Write the pin to the process's record, for numapin's tools outside this process (when it differs)."""
     placement = result.placement
-    start = pins.start_time()
+    start = pins.start
     if placement is None or result.mask is None or start is None:
         return
     how = pins.acting.how if pins.acting is not None else "pin"

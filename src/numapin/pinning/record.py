@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
-from ..base.files import Folder, own_folder
+from ..base.files import Folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..base.text import decimal
@@ -195,9 +195,7 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
     for path in folders():
         try:
             first = path not in checked
-            if first:
-                own_folder(path)
-            with Folder.open(path, {os.geteuid()}) as folder:
+            with Folder.open(path, {os.geteuid()}, create=first) as folder:
                 folder.replace(name, data, 0o644)
                 if first:
                     checked.add(path)

@@ -9,6 +9,7 @@ lock (:class:`PinState`, one per process: a forked child gets its own).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Iterator, Mapping
@@ -98,15 +99,13 @@ class PinState:
         #: The TensorRT-LLM function's pins, held until their last release: (the state before the
         #: first, the first's result, the calls not yet released). A forked child holds none.
         self.compat_hold: tuple[Any, Any, int] | None = None
-        #: This process's start time, read once (with the pid it names the process in its record).
-        self._start: list[int | None] = []
         #: The record folders this process has checked (and swept) already.
         self.ready_folders: set[str] = set()
 
-    def start_time(self) -> int | None:
-        if not self._start:
-            self._start.append(start_time(os.getpid()))
-        return self._start[0]
+    @functools.cached_property
+    def start(self) -> int | None:
+        """This process's start time, read once (with the pid it names the process in its record)."""
+        return start_time(os.getpid())
 
     def forked(self, forking_tid: int) -> PinState:
         """The state of a child just forked from this process by its thread ``forking_tid``.

@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping
 
 from ..base.choices import Choice
 from ..base.errors import AccessDenied, NumapinError, ProcessError
-from ..base.frozen import frozen
+from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.machine import Facts, cached
@@ -266,6 +266,5 @@ def judge(
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
     share = judged.remote_share()
     if judged.outside or (max_remote is not None and share is not None and share > max_remote):
-        return Judgement(pid, stat.name, Verdict.MISPLACED, want, tuple(threads), who, pages, note, marker,
-                         max_remote)
+        return replace(judged, verdict=Verdict.MISPLACED)
     return judged
