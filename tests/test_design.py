@@ -118,6 +118,7 @@ MODULE_STATE = {
     ("facts.machine", "_LOCK"): "the lock of that cache (a new one in a forked child)",
     ("startup", "_STARTED"): "what the start-up file did in this interpreter (site runs it twice in a venv)",
     ("pinning.memory", "_LINUX"): "the memory-policy syscalls through libc, loaded on first use",
+    ("compat.patching", "_asking"): "per thread, the modules numapin's import hooks are asking other finders for",
 }
 #: The state a forked child must not inherit as it is: its module resets it in an at-fork hook.
 RESET_AT_FORK = {"pinning.state", "facts.machine"}
@@ -126,25 +127,36 @@ _MUTATORS = {"append", "extend", "add", "update", "clear", "pop", "popitem", "se
              "discard"}
 
 
-def _mutable(value: ast.expr) -> bool:
+def _mutable(value: ast.expr, classes: set[str]) -> bool:
+    """A fresh mutable object: a container, a lock, a thread's own store, or a class of the module that is one."""
     if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)):
         return True
     if isinstance(value, ast.Call):
         called = value.func
         name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else ""
-        return name in {"dict", "list", "set", "defaultdict", "Lock", "RLock", "OrderedDict"}
+        return name in {"dict", "list", "set", "defaultdict", "Lock", "RLock", "OrderedDict", "local"} | classes
     return False
+
+
+def _root(node: ast.expr) -> ast.expr:
+    """``a`` of ``a.b.c``: the module-level name a change through attributes lands on."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node
 
 
 def _module_state(tree: ast.Module) -> set[str]:
     """Module-level names bound to a mutable object that the module changes, or rebinds through ``global``."""
+    # Classes of the module that are thread-local stores: an instance at module level is state too.
+    local_classes = {node.name for node in tree.body if isinstance(node, ast.ClassDef)
+                     and any(isinstance(b, ast.Attribute) and b.attr == "local" for b in node.bases)}
     candidates = set()
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
             if isinstance(node, ast.AnnAssign) and node.value is not None else []
         value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
         for target in targets:
-            if isinstance(target, ast.Name) and value is not None and _mutable(value):
+            if isinstance(target, ast.Name) and value is not None and _mutable(value, local_classes):
                 candidates.add(target.id)
     changed = set()
     for node in ast.walk(tree):
@@ -156,8 +168,8 @@ def _module_state(tree: ast.Module) -> set[str]:
                 if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name):
                     changed.add(target.value.id)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                and node.func.attr in _MUTATORS and isinstance(node.func.value, ast.Name):
-            changed.add(node.func.value.id)
+                and node.func.attr in _MUTATORS and isinstance(_root(node.func.value), ast.Name):
+            changed.add(_root(node.func.value).id)  # type: ignore[attr-defined]
     return candidates & changed
 
 
@@ -179,8 +191,9 @@ def test_state_a_forked_child_must_not_inherit_is_reset_at_fork() -> None:
 
 def test_the_state_rule_sees_state_kept_in_a_one_element_list() -> None:
     # The rule must catch what a search for `global` misses: state in a list, a dict, a set.
-    code = "_FLAG = [0]\n_SEEN = {}\nTABLE = {1: 2}\ndef f():\n    _FLAG[0] = 1\n    _SEEN.setdefault(1, 2)\n"
-    assert _module_state(ast.parse(code)) == {"_FLAG", "_SEEN"}
+    code = ("import threading\nclass _Mine(threading.local):\n    pass\n_FLAG = [0]\n_SEEN = {}\nTABLE = {1: 2}\n"
+            "_HELD = _Mine()\ndef f():\n    _FLAG[0] = 1\n    _SEEN.setdefault(1, 2)\n    _HELD.names.add(1)\n")
+    assert _module_state(ast.parse(code)) == {"_FLAG", "_SEEN", "_HELD"}
 
 
 # -- the decision: policy x ownership, no kernel ---------------------------------

@@ -274,3 +274,34 @@ def test_an_unreadable_module_does_not_break_the_later_import(stand_in: Path) ->
         assert _ours(worker.configure_cpu_affinity)
 
     in_child(child)
+
+
+class _AsksEveryone:
+    """Another project's import hook written as numapin's is: it asks every other finder of sys.meta_path
+    (numapin's included) for the module, with no guard of its own."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "tensorrt_llm.llmapi.utils":
+            return None
+        for finder in list(sys.meta_path):
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                return spec
+        return None
+
+
+@pytest.mark.parametrize("ours_first", [True, False])
+def test_another_finder_that_asks_every_finder_does_not_recurse(stand_in: Path, ours_first: bool) -> None:
+    def child() -> None:
+        if ours_first:
+            sys.meta_path.insert(0, _AsksEveryone())
+            compat.install()
+        else:
+            compat.install()
+            sys.meta_path.insert(0, _AsksEveryone())
+        worker = _import(stand_in, "tensorrt_llm.worker")  # RecursionError before (issue 37, item 10)
+        assert _ours(worker.configure_cpu_affinity)
+
+    in_child(child)

@@ -230,6 +230,16 @@ class FunctionPatch:
         return report
 
 
+class _Asking(threading.local):
+    """The modules this thread's numapin hooks are asking the other finders for, now."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+
+_asking = _Asking()
+
+
 class _Finder:
     """Finds nothing itself: lets the other finders find the module, then wraps its loader."""
 
@@ -239,17 +249,23 @@ class _Finder:
         self.numapin_target = patch.target
 
     def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname != self.patch.module:
+        if fullname != self.patch.module or fullname in _asking.names:
+            # Asked again while asking: another finder written like this one (it asks every finder of
+            # sys.meta_path, this one included) would otherwise have the two call each other forever.
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if find is None or getattr(finder, "numapin_target", None) is not None:
-                continue  # no numapin hook asks another: they would call each other
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
+        _asking.names.add(fullname)
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None)
+                if find is None or getattr(finder, "numapin_target", None) is not None:
+                    continue  # no numapin hook asks another: they would call each other
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+        finally:
+            _asking.names.discard(fullname)
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
             spec.loader = _PatchingLoader(spec.loader, self.patch)
         return spec
