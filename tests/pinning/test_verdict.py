@@ -186,3 +186,47 @@ def test_a_name_that_holds_a_line_feed_stays_one_row(capsys: pytest.CaptureFixtu
         child.kill()
         child.wait()
     assert len(rows) == 1 and "evil\\nrow\\x1b[2J" in rows[0] and "\x1b" not in rows[0]
+
+
+#: A worker (LOCAL_RANK 0: GPU 0, node 0 of the pair machine) whose threads all sit on node 1, and which
+#: starts and ends threads without pause; it prints the id of one thread that has ended.
+CHURN = f"""
+import os, sys, threading, time
+os.sched_setaffinity(0, {sorted(live.NODE1)!r})
+ended = []
+t = threading.Thread(target=lambda: ended.append(threading.get_native_id())); t.start(); t.join()
+print(ended[0], flush=True)
+while True:
+    t = threading.Thread(target=lambda: None); t.start(); t.join()
+"""
+
+
+@needs_two
+def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37, item 13: one thread ending between the listing of a worker's threads and their reading made the
+    whole worker vanish from ps, a misplaced worker read as none misplaced."""
+    from numapin.facts import procfs
+    from numapin.pinning.verdict import judge
+    from numapin.tools.ps import survey
+
+    child = subprocess.Popen([sys.executable, "-c", CHURN], stdout=subprocess.PIPE, text=True,
+                             env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root), "LOCAL_RANK": "0"})
+    try:
+        assert child.stdout is not None
+        ended = int(child.stdout.readline())
+        # The race made certain: the listing names a thread that has ended, as a listing read an instant
+        # earlier would; every answer about that thread comes from the real kernel.
+        listing = procfs.tasks
+        monkeypatch.setattr(procfs, "tasks", lambda pid: [*listing(pid), ended] if pid == child.pid else listing(pid))
+        certain = survey([child.pid], root=str(pair_root)).workers
+        judged = judge(child.pid, root=str(pair_root))
+        monkeypatch.setattr(procfs, "tasks", listing)
+        # And the race itself: threads end and start while ps reads them.
+        raced = [survey([child.pid], root=str(pair_root)).workers for _ in range(30)]
+    finally:
+        child.kill()
+        child.wait()
+    for workers in [certain, *raced]:
+        assert [(w.pid, w.verdict.value) for w in workers] == [(child.pid, "misplaced")]
+    assert ended not in {t.tid for t in judged.threads} and judged.verdict.value == "misplaced"

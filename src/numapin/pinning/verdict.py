@@ -244,9 +244,9 @@ def judge(
     threads = []
     for tid in sorted(procfs.tasks(pid)):
         try:
-            mask: CpuSet | None = ops.get_affinity(tid)
+            mask = ops.get_affinity(tid)
         except OSError:
-            mask = None  # exited meanwhile
+            continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
         threads.append(ThreadState(tid, ops.thread_name(tid), mask, ops.last_cpu(tid),
                                    None if want is None or mask is None else mask <= want.target,
                                    mask is not None and mask in own))
