@@ -52,6 +52,7 @@ class Snapshots:
 
 
 _OWN_BASETEMP = pytest.StashKey[str]()
+_PRIVATE = pytest.StashKey[str]()
 #: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
 #: runs torchrun and Ray, the browser tier Chromium. Each runs only when asked for by path
 #: (python -m pytest tests/guest).
@@ -77,12 +78,40 @@ def pytest_configure(config: pytest.Config) -> None:
     if environment.RUNTIME_DIR not in os.environ:
         os.environ[environment.RUNTIME_DIR] = tempfile.mkdtemp(prefix="numapin-records-",
                                                               dir=config.option.basetemp or None)
+    # The numactl stand-ins the tests (and the processes they start) write go to a runtime folder of the
+    # session's, one that only this user and root may change all the way from / (as the stand-in demands:
+    # /dev/shm and /tmp, where the rest of the session's files are, are everyone's).
+    private = tempfile.mkdtemp(prefix="numapin-tests-", dir=_private_base())
+    config.stash[_PRIVATE] = private
+    os.environ["XDG_RUNTIME_DIR"] = private
+
+
+def _private_base() -> str:
+    """A folder only this user and root may change: /run for root, else the user's runtime folder or cache."""
+    from numapin.base.files import only_theirs
+
+    home_cache = os.path.join(os.path.expanduser("~"), ".cache")
+    for base in ("/run" if os.geteuid() == 0 else "", os.environ.get("XDG_RUNTIME_DIR", ""), home_cache):
+        if base and only_theirs(base, {0, os.geteuid()}):
+            os.makedirs(base, mode=0o700, exist_ok=True)
+            return base
+    raise RuntimeError("no folder that only this user and root may change (set XDG_RUNTIME_DIR to one)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    own = config.stash.get(_OWN_BASETEMP, None)
-    if own:
-        shutil.rmtree(own, ignore_errors=True)
+    for key in (_OWN_BASETEMP, _PRIVATE):
+        own = config.stash.get(key, None)
+        if own:
+            shutil.rmtree(own, ignore_errors=True)
+
+
+@pytest.fixture
+def private_tmp() -> Iterator[Path]:
+    """A fresh folder that only this user and root may change all the way from / (``tmp_path`` is under a
+    world-writable one): where a numactl stand-in may live."""
+    folder = Path(tempfile.mkdtemp(dir=os.environ["XDG_RUNTIME_DIR"]))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 #: The start-up file this checkout ships (pip puts it at the top of site-packages).

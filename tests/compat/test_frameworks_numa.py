@@ -20,7 +20,8 @@ from numapin.compat.numactl_front import ensure_front, front_folder
 def test_without_numactl_the_front_goes_first_on_path(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path)}  # no numactl here
     folder = ensure_front(env)
-    assert folder == front_folder() and env["PATH"] == f"{folder}{os.pathsep}{tmp_path}"
+    assert folder is not None and folder == front_folder() and env["PATH"] == f"{folder}{os.pathsep}{tmp_path}"
+    assert folder.startswith(os.environ["XDG_RUNTIME_DIR"]), "the runtime folder first (the session's, here)"
     assert ensure_front(env) == folder and env["PATH"].count(folder) == 1, "a second call changes nothing"
     show = subprocess.run(["numactl", "--show"], env={**os.environ, "PATH": env["PATH"]}, capture_output=True,
                           text=True, timeout=60)
@@ -80,25 +81,27 @@ def test_sglangs_numa_bind_to_node_pins_every_thread(pair_root: Path, tmp_path: 
     assert len(masks) == 4 and all(set(m) == live.NODE1 for m in masks), masks
 
 
-def test_the_front_is_written_where_a_script_may_run(tmp_path: Path) -> None:
-    # Hardened hosts mount /tmp noexec: a numactl written there could not run, and the frameworks'
-    # probe would fail. The front then goes to the next candidate (the runtime folder, ~/.cache).
-    noexec, runtime = tmp_path / "noexec", tmp_path / "runtime"
+def test_the_front_is_written_where_a_script_may_run_even_in_a_cache_not_made_yet(private_tmp: Path) -> None:
+    # Hardened hosts mount /run (and /tmp) noexec: a numactl written there could not run, and the frameworks'
+    # probe would fail. The front then goes to the next candidate, ~/.cache, which a fresh account has not
+    # made yet (issue 37, item 16: the probe of its parent failed, and the noexec folder was used).
+    noexec, home = private_tmp / "runtime", private_tmp / "home"
     noexec.mkdir()
-    runtime.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=1m", "tmpfs", str(noexec)],
+    home.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,mode=0700,size=1m", "tmpfs", str(noexec)],
                            capture_output=True, text=True)
     if mount.returncode != 0:
         pytest.skip(f"cannot mount a noexec tmpfs here (needs root): {mount.stderr.strip()}")
     try:
         code = ("import os\nfrom numapin.compat.numactl_front import ensure_front\n"
                 "env = {'PATH': os.environ['EMPTY']}\nprint(ensure_front(env))\n")
-        empty = tmp_path / "empty"
+        empty = private_tmp / "empty"
         empty.mkdir()
-        env = {**os.environ, "TMPDIR": str(noexec), "XDG_RUNTIME_DIR": str(runtime), "EMPTY": str(empty)}
+        env = {**os.environ, "XDG_RUNTIME_DIR": str(noexec), "HOME": str(home), "EMPTY": str(empty)}
+        env.pop("XDG_CACHE_HOME", None)
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         folder = proc.stdout.strip()
-        assert proc.returncode == 0 and folder.startswith(str(runtime)), (proc.stdout, proc.stderr)
+        assert proc.returncode == 0 and folder.startswith(str(home / ".cache" / "numapin")), (proc.stdout, proc.stderr)
         run = subprocess.run([os.path.join(folder, "numactl"), "--show"], capture_output=True, text=True,
                              timeout=60)
         assert run.returncode == 0 and run.stdout.startswith("policy: "), run.stderr

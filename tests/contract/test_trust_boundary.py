@@ -145,18 +145,89 @@ def test_a_damaged_record_is_passed_over(name: str, content: str, worker: int,
 
 
 def test_the_numactl_stand_in_never_imports_from_the_working_directory(
-        other: tuple[int, int], shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from numapin.compat.numactl_front import NAME, front_folder
-
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    tmp_path.chmod(0o755)
+        other: tuple[int, int], shared: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from numapin.compat import numactl_front
 
-    numactl_front._write(front_folder())
-    stand_in = Path(front_folder()) / NAME
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(private_tmp))
+    folder = numactl_front.front_folder()
+    assert folder is not None and folder.startswith(str(private_tmp))
+    numactl_front._write(folder)
+    stand_in = Path(folder) / numactl_front.NAME
     # The other user's folder, holding an argparse.py (and a numapin/) that would run as root if imported.
     as_other(other, 'echo "raise SystemExit(99)" > "$1/argparse.py" && mkdir "$1/numapin" && '
                     'echo "raise SystemExit(98)" > "$1/numapin/__init__.py"', str(shared))
     done = subprocess.run([str(stand_in), "--show"], cwd=shared, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, (done.returncode, done.stderr)
     assert "policy" in done.stdout
+
+
+#: Where an interpreter puts the stand-in, run afresh (its temporary folder, runtime folder and home as given).
+FRONT = "import os; from numapin.compat.numactl_front import ensure_front; print(ensure_front({'PATH': '/nonexistent'}))"
+
+
+def _front(**env: str) -> str:
+    base = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "XDG_CACHE_HOME", "TMPDIR")}
+    done = subprocess.run([sys.executable, "-c", FRONT], env={**base, **env}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def _planted_numactl(other: tuple[int, int], folder: str) -> bool:
+    """Whether the other user can put a numactl of its own at ``folder``."""
+    try:
+        as_other(other, 'mkdir -p "$1" && printf "#!/bin/sh\\necho planted\\n" > "$1/numactl" && chmod 755 "$1/numactl"',
+                 folder)
+    except subprocess.CalledProcessError:
+        return False
+    return True
+
+
+def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
+        other: tuple[int, int], private_tmp: Path) -> None:
+    """Issue 37, item 2: the stand-in stayed first on PATH at a predictable name in /tmp; once a cleaner
+    removed it, another user could make it again with their own numactl, which root's next worker ran."""
+    import hashlib
+
+    tag = f"{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
+    guess = f"/tmp/numapin-front-{tag}"  # where the stand-in of root's interpreter was
+    assert _planted_numactl(other, guess)
+    try:
+        home = private_tmp / "home"
+        home.mkdir()
+        folder = _front(TMPDIR="/tmp", HOME=str(home))  # no runtime folder: /tmp, or the cache?
+        assert folder.startswith(str(home)), folder
+        run = subprocess.run(["numactl", "--show"], env={**os.environ, "PATH": f"{folder}:/nonexistent"},
+                             capture_output=True, text=True, timeout=60)
+        assert run.stdout.startswith("policy: ") and "planted" not in run.stdout
+        # A cleaner empties the folder; the other user cannot make it again, and root's next interpreter does.
+        shutil.rmtree(folder)
+        assert not _planted_numactl(other, folder)
+        assert _front(TMPDIR="/tmp", HOME=str(home)) == folder and (Path(folder) / "numactl").stat().st_uid == 0
+    finally:
+        shutil.rmtree(guess, ignore_errors=True)
+
+
+def test_a_place_another_user_took_gives_way_to_the_next(other: tuple[int, int], private_tmp: Path) -> None:
+    """Issue 37, item 6: another user making the stand-in's folder first left root with no numactl."""
+    runtime, home = private_tmp / "run", private_tmp / "home"
+    (runtime / "numapin").mkdir(parents=True)
+    home.mkdir()
+    for reachable in (private_tmp.parent, private_tmp, runtime):  # others may pass, not write
+        reachable.chmod(0o755)
+    os.chown(runtime / "numapin", *other)  # the first place is another user's
+    assert _planted_numactl(other, str(runtime / "numapin" / "front"))
+    folder = _front(XDG_RUNTIME_DIR=str(runtime), HOME=str(home))
+    assert folder.startswith(str(home / ".cache" / "numapin")), folder
+    run = subprocess.run([f"{folder}/numactl", "--show"], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0 and run.stdout.startswith("policy: "), run.stderr
+
+
+def test_a_folder_another_user_owns_is_not_only_roots(other: tuple[int, int], private_tmp: Path) -> None:
+    from numapin.base.files import only_theirs
+
+    theirs = private_tmp / "theirs"
+    theirs.mkdir(mode=0o755)
+    assert only_theirs(str(theirs / "front"), {0})
+    os.chown(theirs, *other)
+    assert not only_theirs(str(theirs / "front"), {0}) and only_theirs(str(theirs / "front"), {0, other[0]})

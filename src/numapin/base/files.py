@@ -20,10 +20,31 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterator
 
-__all__ = ["Folder"]
+__all__ = ["Folder", "only_theirs"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def only_theirs(path: str, owners: Collection[int]) -> bool:
+    """Whether no user but ``owners`` can create, rename or replace what the real path of ``path`` names:
+    every folder on it from ``/`` down to the last that exists is owned by one of them and writable by no
+    one else (a sticky /tmp is writable by all: what it holds today, a cleaner removes and anyone makes
+    again tomorrow). What does not exist yet, only ``owners`` can make. Use ``os.path.realpath(path)``
+    itself afterwards: links on the way are resolved here, and a link is only as safe as its folder."""
+    current = "/"
+    for part in os.path.realpath(path).split("/"):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            return True  # the rest is for one of owners to make, in a folder no one else may write
+        except OSError:
+            return False
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners \
+                or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+    return True
 
 
 class Folder:

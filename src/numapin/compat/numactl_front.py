@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import MutableMapping
 
-from ..base.files import Folder
+from ..base.files import Folder, only_theirs
 from ..base.logger import log
 from .patching import PatchReport
 
@@ -28,26 +28,37 @@ NAME = "numactl"
 
 
 def _candidates() -> list[str]:
-    """Where the front may live, first choice first: the temporary folder, the user's runtime folder,
-    the user's cache (hardened hosts mount /tmp, and sometimes /run, noexec: a script there cannot run)."""
-    tag = f"numapin-front-{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
-    bases = [tempfile.gettempdir(), os.environ.get("XDG_RUNTIME_DIR", ""),
-             os.path.join(os.path.expanduser("~"), ".cache")]
-    return [os.path.join(base, tag) for base in dict.fromkeys(b for b in bases if b)]
+    """Where the front may live, first choice first: the user's runtime folder, the user's cache, the
+    temporary folder. Each is kept only where no other user can make or replace anything on its way (see
+    :func:`only_theirs`): the front stays first on PATH for the whole job, and a world-writable /tmp that a
+    cleaner empties would let anyone put their own ``numactl`` there for root's next worker to run."""
+    tag = f"front-{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    bases = [os.environ.get("XDG_RUNTIME_DIR", ""), cache, tempfile.gettempdir()]
+    mine = {0, os.geteuid()}
+    return [os.path.realpath(os.path.join(base, "numapin", tag)) for base in dict.fromkeys(bases)
+            if os.path.isabs(base) and only_theirs(os.path.join(base, "numapin", tag), mine)]
 
 
-def front_folder() -> str:
-    """The folder of this interpreter's front (per user and interpreter): the first candidate whose file
-    system lets a script run."""
-    found = _candidates()
-    for folder in found:
+def _runs_scripts(folder: str) -> bool:
+    """Whether a script may run from ``folder`` (hardened hosts mount /tmp, and sometimes /run, noexec),
+    judged by the nearest folder of its path that exists (~/.cache may not exist yet)."""
+    while True:
         try:
+            return not os.statvfs(folder).f_flag & os.ST_NOEXEC
+        except FileNotFoundError:
             parent = os.path.dirname(folder)
-            if not os.statvfs(parent).f_flag & os.ST_NOEXEC:
-                return folder
+            if parent == folder:
+                return False
+            folder = parent
         except OSError:
-            continue
-    return found[0]
+            return False
+
+
+def front_folder() -> str | None:
+    """The folder of this interpreter's front (per user and interpreter): the first candidate only this user
+    and root may change, whose file system lets a script run; None when there is none."""
+    return next((folder for folder in _candidates() if _runs_scripts(folder)), None)
 
 
 #: What the stand-in runs: numapin's numactl, with the working directory taken off ``sys.path`` before
@@ -70,20 +81,40 @@ def _write(folder: str) -> None:
 
 def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
     """Put the front first on PATH when no numactl is there; the folder added, or None (one is installed,
-    or the folder cannot be written: one warning)."""
+    or no folder fit for it could be written: one warning).
+
+    A front already first on PATH (an earlier interpreter of the job put it there) is checked again and
+    rewritten if it changed. A candidate that cannot be written (a folder of that name that is not this
+    user's alone) gives way to the next."""
     env = os.environ if environ is None else environ
     path = env.get("PATH", os.defpath)
     found = shutil.which(NAME, path=path)
+    candidates = [c for c in _candidates() if _runs_scripts(c)]
+    tried = []
     if found is not None:
-        return os.path.dirname(found) if os.path.dirname(found) in _candidates() else None
-    folder = front_folder()
-    try:
-        _write(folder)
-    except OSError as exc:
-        log.warning("no numactl on PATH, and numapin's stand-in could not be written in %s: %s", folder, exc)
-        return None
-    env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder
-    return folder
+        folder = os.path.dirname(found)
+        if folder not in candidates:
+            return None  # a numactl that is not numapin's: never shadowed
+        try:
+            _write(folder)
+            return folder
+        except OSError as exc:  # no longer this user's alone: off PATH, and the next place tried
+            tried.append(f"{folder}: {exc}")
+            candidates.remove(folder)
+            path = os.pathsep.join(entry for entry in path.split(os.pathsep) if entry != folder)
+            env["PATH"] = path
+    for folder in candidates:
+        try:
+            _write(folder)
+        except OSError as exc:
+            tried.append(f"{folder}: {exc}")
+            continue
+        env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder
+        return folder
+    why = "; ".join(tried) or ("no runtime folder, cache or temporary folder that only this user and root may "
+                               "write, and that lets a script run (set XDG_RUNTIME_DIR to one, or install numactl)")
+    log.warning("no numactl on PATH, and numapin's stand-in could not be written: %s", why)
+    return None
 
 
 def front_report(project: str) -> PatchReport:
