@@ -78,7 +78,7 @@ def _forged(pid: int) -> str:
 
 def test_a_record_another_user_writes_for_roots_process_is_not_believed(
         other: tuple[int, int], shared: Path, worker: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    name = f"{worker}-{record.start_time(worker)}.json"
+    name = record.file_name(worker, record.start_time(worker) or 0)
     as_other(other, 'printf %s "$2" > "$1"', str(shared / name), _forged(worker))
     assert (shared / name).stat().st_uid == other[0]
     monkeypatch.setenv(RUNTIME_DIR, str(shared))
@@ -96,7 +96,7 @@ def test_roots_files_are_never_deleted_through_another_users_symlink(
         other: tuple[int, int], shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     victim = Path(tempfile.mkdtemp(prefix="numapin-victim-"))  # root's, 0700
     try:
-        planted = ["1-1.json", f"{2**22 + 77}-5.json", f"x.{2**22 + 78}.tmp"]  # named like stale records
+        planted = [record.file_name(1, 1), record.file_name(2**22 + 77, 5), f"{record.file_name(1, 2)}.{2**22 + 78}.tmp"]  # named like stale records
         for name in planted:
             (victim / name).write_text("root's own file")
         link = shared / "records"
@@ -112,7 +112,7 @@ def test_roots_files_are_never_deleted_through_another_users_symlink(
 def test_a_fifo_named_like_a_record_blocks_no_reader(worker: int, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = Path(tempfile.mkdtemp(prefix="numapin-fifo-"))
     try:
-        os.mkfifo(folder / f"{worker}-{record.start_time(worker)}.json")
+        os.mkfifo(folder / record.file_name(worker, record.start_time(worker) or 0))
         monkeypatch.setenv(RUNTIME_DIR, str(folder))
         # In a child with a deadline: a blocking open would hang it, and the deadline would say so.
         code = (f"from numapin.pinning import record; print(record.lookup({worker}), "
@@ -125,16 +125,16 @@ def test_a_fifo_named_like_a_record_blocks_no_reader(worker: int, monkeypatch: p
 
 
 @pytest.mark.parametrize(("name", "content"), [
-    ("{pid}-{start}.json", "[" * 100_000 + "]" * 100_000),  # nested deep enough to exhaust the parser
-    ("\u00b2-1.json", "{}"),  # isdigit() is true for a superscript two, int() refuses it
-    ("{pid}-{start}.json", '{"version": 2, "how": "exec", "placement": {"reason": "\\ud800"}}'),
-    ("{pid}-0{start}.json", "{}"),  # not the name numapin writes for that process
+    ("{pid}-{start}-{ns}.json", "[" * 100_000 + "]" * 100_000),  # nested deep enough to exhaust the parser
+    ("\u00b2-1-{ns}.json", "{}"),  # isdigit() is true for a superscript two, int() refuses it
+    ("{pid}-{start}-{ns}.json", '{"version": 3, "how": "exec", "placement": {"reason": "\\ud800"}}'),
+    ("{pid}-0{start}-{ns}.json", "{}"),  # not the name numapin writes for that process
 ])
 def test_a_damaged_record_is_passed_over(name: str, content: str, worker: int,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     folder = Path(tempfile.mkdtemp(prefix="numapin-damaged-"))
     try:
-        (folder / name.format(pid=worker, start=record.start_time(worker))).write_text(content)
+        (folder / name.format(pid=worker, start=record.start_time(worker), ns=record.namespace())).write_text(content)
         monkeypatch.setenv(RUNTIME_DIR, str(folder))
         assert record.lookup(worker) is None and record.entries() == {}
         done = subprocess.run([sys.executable, "-m", "numapin", "ps", str(worker), "--json"], capture_output=True,
@@ -231,3 +231,44 @@ def test_a_folder_another_user_owns_is_not_only_roots(other: tuple[int, int], pr
     assert only_theirs(str(theirs / "front"), {0})
     os.chown(theirs, *other)
     assert not only_theirs(str(theirs / "front"), {0}) and only_theirs(str(theirs / "front"), {0, other[0]})
+
+
+def _records(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def test_a_pid_namespace_never_judges_nor_removes_anothers_records(private_tmp: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37, item 15: a reader in one PID namespace deleted the live records of another sharing the folder
+    (a container with -v /tmp:/tmp): ids there name other processes, or none."""
+    if shutil.which("unshare") is None:
+        pytest.fail("unshare (util-linux) is needed to make a PID namespace")
+    folder = private_tmp / "records"
+    monkeypatch.setenv(RUNTIME_DIR, str(folder))
+    env = dict(os.environ)
+    pinned = [sys.executable, "-m", "numapin", "exec", "--cpus", str(min(os.sched_getaffinity(0))),
+              "--memory", "none", "--", sys.executable, "-c", READY]
+    host = subprocess.Popen(pinned, stdout=subprocess.PIPE, text=True, env=env)
+    contained = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", *pinned], stdout=subprocess.PIPE,
+                                 text=True, env=env)
+    try:
+        for child in (host, contained):
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        both = _records(folder)
+        assert len(both) == 2 and record.file_name(host.pid, record.start_time(host.pid) or 0) in both
+        # The host reads every record of the folder: the container's (process 1 there) stays, and is not
+        # taken for the host's process 1.
+        assert host.pid in record.entries() and 1 not in record.entries() and record.lookup(1) is None
+        ps = subprocess.run([sys.executable, "-m", "numapin", "ps", "--json"], env=env, capture_output=True,
+                            text=True, timeout=60)
+        assert ps.returncode in (0, 1), ps.stderr
+        assert _records(folder) == both
+        # A reader inside another namespace, where the host's process id names nothing: both stay.
+        inside = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "numapin",
+                                 "ps", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert inside.returncode in (0, 1), inside.stderr
+        assert json.loads(inside.stdout)["workers"] == [] and _records(folder) == both
+    finally:
+        for child in (host, contained):
+            child.kill()
+            child.wait()

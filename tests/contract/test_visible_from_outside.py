@@ -107,12 +107,12 @@ def test_a_record_names_one_process_not_a_reused_id(records: Path) -> None:
     assert start is not None
     records.mkdir()
     old = _entry(start=start - 1)
-    (records / f"{os.getpid()}-{start - 1}.json").write_text(json.dumps(old.as_dict()))
+    (records / record.file_name(os.getpid(), start - 1)).write_text(json.dumps(old.as_dict()))
     assert record.lookup(os.getpid()) is None
     assert os.getpid() not in record.entries()
     assert list(records.iterdir()) == [], "the stale record is removed"
     path = record.publish(_entry())
-    assert path == str(records / f"{os.getpid()}-{start}.json") and record.lookup(os.getpid()) == _entry()
+    assert path == str(records / record.file_name(os.getpid(), start)) and record.lookup(os.getpid()) == _entry()
     record.withdraw()
     assert record.lookup(os.getpid()) is None
 

@@ -15,11 +15,15 @@ every folder a process of that user could have written, so root sees every
 user's workers.
 
 Keyed so that a reused process id is never taken for the old process: the file
-is named ``PID-START.json``, START being the process's start time in clock ticks
+is named ``PID-START-NS.json``, START being the process's start time in clock ticks
 since boot (``/proc/PID/stat``), which a new process with the same id does not
-share. A record whose process is gone, or whose id now names another process,
-is stale: readers ignore it, and writers and ``numapin ps`` remove the stale
-files they may remove.
+share, and NS the process's PID namespace (the inode of ``/proc/self/ns/pid``):
+a process id means something only in its namespace, and containers sharing a
+folder (``-v /tmp:/tmp``, one runtime folder) number their processes alike. A
+record whose process is gone, or whose id now names another process, is stale:
+readers ignore it, and writers and ``numapin ps`` remove the stale files they
+may remove. A record of another namespace is neither judged stale nor believed:
+it is left for the processes of that namespace.
 
 Writing never fails a worker: a read-only, full or foreign folder is one debug
 line, and the pin stands.
@@ -48,10 +52,11 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["HOW", "VERSION", "Record", "entries", "folders", "lookup", "publish", "stamp", "start_time", "withdraw"]
+__all__ = ["HOW", "VERSION", "Record", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
+           "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
-VERSION = 2
+VERSION = 3
 
 #: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function.
 HOW = ("exec", "autopin", "pin", "lease", "compat")
@@ -171,8 +176,18 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def _name(pid: int, start: int) -> str:
-    return f"{pid}-{start}.json"
+def namespace() -> int:
+    """This process's PID namespace (the inode of ``/proc/self/ns/pid``); 0 where it cannot be read."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def file_name(pid: int, start: int, ns: int | None = None) -> str:
+    """The name of the record of process ``pid`` started at ``start`` in PID namespace ``ns`` (default: this
+    process's)."""
+    return f"{pid}-{start}-{namespace() if ns is None else ns}.json"
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -191,7 +206,8 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
 
     checked = set() if ready is None else ready
     data = json.dumps(record.as_dict(), sort_keys=True).encode()
-    name = _name(record.pid, record.start)
+    ns = namespace()
+    name = file_name(record.pid, record.start, ns)
     for path in folders():
         try:
             first = path not in checked
@@ -199,7 +215,7 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
                 folder.replace(name, data, 0o644)
                 if first:
                     checked.add(path)
-                    _sweep(folder, keep=name)
+                    _sweep(folder, name, ns)
         except OSError as exc:
             log.debug("pin record not written in %s: %s", path, exc)
             continue
@@ -207,34 +223,41 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
     return None
 
 
-def _sweep(folder: Folder, keep: str, start_of: Callable[[int], int | None] = start_time) -> None:
-    """Remove the stale records and unfinished writes in ``folder`` (those this user may remove)."""
+def _sweep(folder: Folder, keep: str, ns: int, start_of: Callable[[int], int | None] = start_time) -> None:
+    """Remove the stale records and unfinished writes of namespace ``ns`` in ``folder`` (those this user may
+    remove)."""
     try:
         names = folder.names()
     except OSError:
         return
     for name in names:
-        if name != keep and _stale(name, start_of):
+        if name != keep and _stale(name, ns, start_of):
             folder.remove(name)
 
 
-def _stale(name: str, start_of: Callable[[int], int | None] = start_time) -> bool:
-    """A record whose process is gone (or whose id names another now), or a write whose writer is gone."""
+def _stale(name: str, ns: int, start_of: Callable[[int], int | None] = start_time) -> bool:
+    """A record of namespace ``ns`` whose process is gone (or whose id names another now), or a write of one
+    whose writer is gone. Another namespace's files are never stale here: its ids name other processes."""
     if name.endswith(".tmp"):
-        writer = decimal(name.rsplit(".", 2)[-2]) if name.count(".") >= 2 else None
-        return writer is not None and writer > 0 and not os.path.exists(f"/proc/{writer}")
+        record, _, rest = name.rpartition(".json.")
+        writer = decimal(rest.removesuffix(".tmp"))
+        named = _named(f"{record}.json")
+        return named is not None and named[2] == ns and writer is not None and writer > 0 \
+            and not os.path.exists(f"/proc/{writer}")
     named = _named(name)
-    return named is not None and start_of(named[0]) != named[1]
+    return named is not None and named[2] == ns and start_of(named[0]) != named[1]
 
 
-def _named(name: str) -> tuple[int, int] | None:
-    """``(pid, start)`` of a file named ``PID-START.json`` (ASCII digits only), else None."""
-    pid, dash, start = name.removesuffix(".json").partition("-")
-    number, began = decimal(pid), decimal(start)
-    if not (name.endswith(".json") and dash and number is not None and began is not None and number > 0
-            and began >= 0 and name == _name(number, began)):
+def _named(name: str) -> tuple[int, int, int] | None:
+    """``(pid, start, namespace)`` of a file named ``PID-START-NS.json`` (ASCII digits only), else None."""
+    parts = name.removesuffix(".json").split("-")
+    numbers = [decimal(part) for part in parts]
+    if not name.endswith(".json") or len(numbers) != 3 or None in numbers:
         return None
-    return number, began
+    pid, start, ns = numbers
+    if pid is None or start is None or ns is None or pid <= 0 or name != file_name(pid, start, ns):
+        return None
+    return pid, start, ns
 
 
 def withdraw(pid: int | None = None) -> None:
@@ -243,9 +266,10 @@ def withdraw(pid: int | None = None) -> None:
     start = start_time(target)
     if start is None:
         return
+    name = file_name(target, start)
     for path in folders():
         with contextlib.suppress(OSError), Folder.open(path, {os.geteuid()}) as folder:
-            folder.remove(_name(target, start))
+            folder.remove(name)
 
 
 def stamp(entry: Record) -> Record:
@@ -258,11 +282,11 @@ def stamp(entry: Record) -> Record:
 
 def _read(folder: Folder, name: str, uid: int | None) -> Record | None:
     """The record in ``name``, when it can be believed: the folder and the file belong to the process's
-    owner (or root), and the content names the process the file's name does."""
+    owner (or root), the file is of this namespace, and the content names the process the file's name does."""
     import json
 
     named = _named(name)
-    if named is None or uid is None or folder.owner not in (uid, 0):
+    if named is None or named[2] != namespace() or uid is None or folder.owner not in (uid, 0):
         return None
     found = folder.read(name, _CAP)
     if found is None or found[1] not in (uid, 0):
@@ -272,7 +296,7 @@ def _read(folder: Folder, name: str, uid: int | None) -> Record | None:
     except (ValueError, RecursionError):  # damaged, or nested deep enough to exhaust the parser
         return None
     record = Record.from_dict(data) if isinstance(data, dict) else None
-    return record if record is not None and (record.pid, record.start) == named else None
+    return record if record is not None and (record.pid, record.start) == named[:2] else None
 
 
 #: The largest record a reader takes (a real one is under a kilobyte).
@@ -285,10 +309,11 @@ def lookup(pid: int) -> Record | None:
     start, uid = start_time(pid), owner(pid)
     if start is None or uid is None:
         return None
+    name = file_name(pid, start)
     for path in _reading_folders({uid, os.geteuid()}):
         try:
             with Folder.open(path, {uid, 0}) as folder:
-                found = _read(folder, _name(pid, start), uid)
+                found = _read(folder, name, uid)
         except OSError:
             continue
         if found is not None:
@@ -307,16 +332,17 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
     """
     owners = {*uids, os.geteuid()}
     owner_of_pid = owner_of or owner
+    ns = namespace()
     found: dict[int, Record] = {}
     for path in _reading_folders(owners):
         try:
             with Folder.open(path, owners | {0}) as folder:
                 for name in folder.names():
-                    if _stale(name, start_of):
+                    if _stale(name, ns, start_of):
                         folder.remove(name)
                         continue
                     named = _named(name)
-                    if named is not None and named[0] not in found:
+                    if named is not None and named[2] == ns and named[0] not in found:
                         record = _read(folder, name, owner_of_pid(named[0]))
                         if record is not None:
                             found[named[0]] = record
