@@ -96,7 +96,8 @@ def test_roots_files_are_never_deleted_through_another_users_symlink(
         other: tuple[int, int], shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     victim = Path(tempfile.mkdtemp(prefix="numapin-victim-"))  # root's, 0700
     try:
-        planted = [record.file_name(1, 1), record.file_name(2**22 + 77, 5), f"{record.file_name(1, 2)}.{2**22 + 78}.tmp"]  # named like stale records
+        planted = [record.file_name(1, 1), record.file_name(2**22 + 77, 5),
+                   f"{record.file_name(1, 2)}.{2**22 + 78}.tmp"]  # named like stale records
         for name in planted:
             (victim / name).write_text("root's own file")
         link = shared / "records"
@@ -162,7 +163,8 @@ def test_the_numactl_stand_in_never_imports_from_the_working_directory(
 
 
 #: Where an interpreter puts the stand-in, run afresh (its temporary folder, runtime folder and home as given).
-FRONT = "import os; from numapin.compat.numactl_front import ensure_front; print(ensure_front({'PATH': '/nonexistent'}))"
+FRONT = ("import os; from numapin.compat.numactl_front import ensure_front; "
+         "print(ensure_front({'PATH': '/nonexistent'}))")
 
 
 def _front(**env: str) -> str:
@@ -176,8 +178,8 @@ def _front(**env: str) -> str:
 def _planted_numactl(other: tuple[int, int], folder: str) -> bool:
     """Whether the other user can put a numactl of its own at ``folder``."""
     try:
-        as_other(other, 'mkdir -p "$1" && printf "#!/bin/sh\\necho planted\\n" > "$1/numactl" && chmod 755 "$1/numactl"',
-                 folder)
+        as_other(other, 'mkdir -p "$1" && printf "#!/bin/sh\\necho planted\\n" > "$1/numactl" && '
+                        'chmod 755 "$1/numactl"', folder)
     except subprocess.CalledProcessError:
         return False
     return True

@@ -1,4 +1,5 @@
-"""The launchers tier: Slurm (one node, started here), Open MPI and MPICH, each launching real tasks.
+"""The launchers tier: Slurm (one node, started here), Open MPI and MPICH, each launching real tasks; and the
+real numactl beside numapin's (test_numactl_differential.py).
 
 Run with ``python -m pytest tests/launchers`` after ``apt-get install slurm-wlm openmpi-bin mpich``
 and a non-editable ``pip install .`` (the start-up file is under test too). The Slurm cluster is

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 
 import live
 from numapin.base.errors import UsageError
+from numapin.cpuset import CpuSet
 from numapin.tools.numactl import NumactlRequest, parse_numactl
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -46,32 +49,43 @@ def _run(*args: str, root: Path | None = None) -> subprocess.CompletedProcess[st
     ["--cpunodebind", "1", "--membind", "1", "python", "-c", "x"],
     ["-N", "1", "-m", "1", "python", "-c", "x"],
     ["-N1", "-m1", "python", "-c", "x"],
+    ["--cpun=1", "--mem", "1", "python", "-c", "x"],  # unambiguous beginnings, as getopt_long takes them
+    ["--cpubind=1", "-m", "same", "python", "-c", "x"],  # the old name of -N; "same": the node list before
 ])
 def test_every_spelling_of_an_option_reads_the_same(argv: list[str]) -> None:
-    assert parse_numactl(argv) == NumactlRequest(program=("python", "-c", "x"), cpu_nodes="1", membind="1")
+    assert parse_numactl(argv) == NumactlRequest(program=("python", "-c", "x"), binds=(("nodes", "1"),), membind="1")
 
 
-def test_options_end_at_the_program() -> None:
+def test_options_end_at_the_program_and_at_show() -> None:
     found = parse_numactl(["-C", "0-3", "-p", "0", "prog", "-m", "1"])
-    assert (found.cpus, found.preferred, found.program) == ("0-3", "0", ("prog", "-m", "1"))
+    assert (found.binds, found.preferred, found.program) == ((("cpus", "0-3"),), "0", ("prog", "-m", "1"))
     assert parse_numactl(["--show"]).show and parse_numactl(["-H"]).hardware
     assert parse_numactl(["-l", "true"]).local
+    # numactl acts on --show and --hardware at once: what follows is never read, a program neither.
+    assert parse_numactl(["-m", "0", "--show", "-m", "1", "--bogus", "prog"]) == NumactlRequest(membind="0", show=True)
+    assert parse_numactl(["-lsC", "zzz"]) == NumactlRequest(local=True, show=True)
+    # Clustered flags, a value glued on, repeated CPU bindings (each checked, the last stands).
+    assert parse_numactl(["-lC0", "-N", "1", "true"]) == NumactlRequest(program=("true",), local=True,
+                                                                      binds=(("cpus", "0"), ("nodes", "1")))
 
 
 @pytest.mark.parametrize(("argv", "says"), [
-    (["--interleave=all", "true"], "--interleave is not supported"),
-    (["-i", "0", "true"], "-i is not supported"),
-    (["--balancing", "true"], "--balancing is not supported"),
+    (["--interleave=all", "true"], "--interleave (-i) is not supported"),
+    (["-i", "0", "true"], "--interleave (-i) is not supported"),
+    (["--balancing", "true"], "--balancing (-b) is not supported"),
+    (["--shm", "x", "-m", "0"], "shared-memory options"),
     (["--frobnicate", "true"], "unknown numactl option"),
+    (["--pre=0", "true"], "ambiguous: --preferred, --preferred-many"),
     (["-N"], "needs a value"),
     (["-m", "0", "-p", "0", "true"], "two memory policies"),
-    (["-C", "0", "-N", "0", "true"], "both bind CPUs"),
+    (["-m", "0", "-m", "0", "true"], "two memory policies"),
+    (["-m", "0", "-H"], "--membind before it"),
     (["-N", "0"], "no PROGRAM"),
-    (["--show", "true"], "take no program"),
     (["--localalloc=1", "true"], "takes no value"),
+    (["-m", "same", "true"], "'same' needs a node list"),
 ])
 def test_what_is_not_carried_out_is_refused_by_name(argv: list[str], says: str) -> None:
-    with pytest.raises(UsageError, match=says):
+    with pytest.raises(UsageError, match=re.escape(says)):
         parse_numactl(argv)
 
 
@@ -191,3 +205,51 @@ def test_exec_refuses_nodes_it_cannot_bind() -> None:
     for option in ("--nodes", "--mems"):
         proc = _exec(option, missing)
         assert proc.returncode == 2 and missing in proc.stderr and proc.stdout == "", proc.stderr
+
+
+# -- numbers and lists as libnuma reads them (issue 37, item 18) ----------------------------------------
+
+_LIBC = ctypes.CDLL(None)
+_LIBC.strtoul.restype = ctypes.c_ulong
+_LIBC.strtoul.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int]
+
+
+def _strtoul(text: str) -> tuple[int, int]:
+    """The C library's own strtoul(text, &end, 0): the number and where it ended."""
+    buffer = ctypes.create_string_buffer(text.encode())
+    end = ctypes.c_char_p()
+    value = _LIBC.strtoul(buffer, ctypes.byref(end), 0)
+    return value, ctypes.cast(end, ctypes.c_void_p).value - ctypes.addressof(buffer)  # type: ignore[operator]
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet=" \t\n\v\f\r+-0123456789abcdefxXg,", max_size=12))
+def test_a_number_is_read_as_the_c_library_reads_it(text: str) -> None:
+    from numapin.tools.numactl import _number
+
+    value, end = _number(text, 0)
+    theirs, their_end = _strtoul(text)
+    assert end == their_end, text
+    if value is not None:
+        assert value % 2**64 == theirs, text  # a minus sign wraps, as for an unsigned long
+
+
+def test_numactls_list_forms_are_read_as_libnuma_reads_them() -> None:
+    from numapin.facts.machine import cached
+    from numapin.tools.numactl import _list
+
+    allowed = cached(None, {}).topology.allowed & CpuSet(os.sched_getaffinity(0))
+    first, last = allowed.first(), max(allowed)
+
+    def cpus(text: str) -> CpuSet:
+        return _list(text, allowed, "CPU", "CPUs", devices=False)
+
+    assert cpus(f"0x{last:x}") == cpus(f"0{last:o}" if last else "0") == cpus(f" {last}") == CpuSet([last])
+    assert cpus(f"{last}-{first}") == CpuSet([last]), "a range that runs backwards keeps its first end"
+    assert cpus(f"{first},all") == allowed
+    for refused in (f"{last} ", f"{first},", f"{first}-", "", f"{first}\u0661"):  # as numactl refuses them
+        with pytest.raises(UsageError):
+            cpus(refused)
+    beyond = max(allowed) + 1
+    with pytest.raises(UsageError, match=f"CPU {beyond} is not available"):
+        cpus(f"0{beyond:o}")  # octal, as C reads it: 010 is CPU 8

@@ -27,156 +27,265 @@ from ..pinning.memory import MemoryMode, MemoryNodes, allowed_nodes, get_mempoli
 
 __all__ = ["NumactlRequest", "apply_memory", "cpus_of", "hardware", "memory_of", "parse_numactl", "run", "show"]
 
-#: Options taken, long and short, and the field each fills.
-_TAKES = {
-    "--physcpubind": "cpus", "-C": "cpus",
-    "--cpunodebind": "cpu_nodes", "-N": "cpu_nodes",
-    "--membind": "membind", "-m": "membind",
-    "--preferred": "preferred", "-p": "preferred",
+#: numactl's options (2.0.16, the version Debian and Ubuntu ship): long name → short letter, and whether
+#: it takes a value. Read as its getopt_long reads them: ``--name=VALUE``, ``--name VALUE``, an unambiguous
+#: beginning of a long name, ``-X VALUE``, ``-XVALUE``, flags clustered (``-lC0``).
+_OPTIONS: dict[str, tuple[str, bool]] = {
+    "all": ("a", False), "interleave": ("i", True), "preferred": ("p", True), "preferred-many": ("P", True),
+    "cpubind": ("c", True), "cpunodebind": ("N", True), "physcpubind": ("C", True), "membind": ("m", True),
+    "show": ("s", False), "localalloc": ("l", False), "balancing": ("b", False), "hardware": ("H", False),
+    "shm": ("S", True), "file": ("f", True), "offset": ("o", True), "length": ("L", True), "strict": ("t", False),
+    "shmmode": ("M", True), "dump": ("d", False), "dump-nodes": ("D", False), "shmid": ("I", True),
+    "huge": ("u", False), "touch": ("T", False), "verify": ("V", False),
 }
-_FLAGS = {"--localalloc": "local", "-l": "local", "--show": "show", "-s": "show", "--hardware": "hardware",
-          "-H": "hardware"}
+_LONG = {letter: name for name, (letter, _) in _OPTIONS.items()}
+_SHARED_MEMORY = ("numactl's shared-memory options place a segment, not a program; numapin places programs "
+                  "(bind the program that maps the segment instead)")
 #: numactl's options this front does not carry out, and why (each is refused by name).
 _UNSUPPORTED = {
-    "--interleave": "interleaving spreads memory over nodes, numapin places it on the GPU's",
-    "-i": "interleaving spreads memory over nodes, numapin places it on the GPU's",
-    "--preferred-many": "preferring several nodes is not a numactl option numapin carries out",
-    "-P": "preferring several nodes is not a numactl option numapin carries out",
-    "--balancing": "NUMA balancing moves pages behind a placement (numapin doctor warns about it)",
-    "-b": "NUMA balancing moves pages behind a placement (numapin doctor warns about it)",
-    "--all": "numapin always works inside the cgroup cpuset",
-    "-a": "numapin always works inside the cgroup cpuset",
-    "--cpubind": "numactl itself deprecated it: use --cpunodebind",
-    "-c": "numactl itself deprecated it: use --cpunodebind",
+    "i": "interleaving spreads memory over nodes, numapin places it on the GPU's",
+    "P": "preferring several nodes is not a numactl option numapin carries out",
+    "b": "NUMA balancing moves pages behind a placement (numapin doctor warns about it)",
+    "a": "numapin always works inside the cgroup cpuset",
+    **dict.fromkeys("SfoLtMdDIuTV", _SHARED_MEMORY),
 }
+#: The words of a node list that name a device instead of nodes (numactl finds the device's node).
+_DEVICES = ("netdev:", "file:", "ip:", "block:", "pci:")
 
 
 @frozen
 class NumactlRequest:
-    """numactl's options, as numapin reads them."""
+    """numactl's options, as numapin reads them: what the program is run with, in numactl's order."""
 
     program: tuple[str, ...] = ()
-    cpus: str | None = None
-    """``--physcpubind``: a cpulist, or ``all``."""
-    cpu_nodes: str | None = None
-    """``--cpunodebind``: a node list, or ``all``."""
+    binds: tuple[tuple[str, str], ...] = ()
+    """Each CPU binding in the order given, ``("cpus", LIST)`` (``--physcpubind``) or ``("nodes", LIST)``
+    (``--cpunodebind``): numactl checks and applies each in turn, so the last one stands."""
     membind: str | None = None
     preferred: str | None = None
     local: bool = False
     show: bool = False
+    """``--show`` met: what precedes it applied, the policy shown, nothing after it read."""
     hardware: bool = False
+    """``--hardware`` met: the machine printed, nothing after it read."""
 
 
-def parse_numactl(argv: Sequence[str]) -> NumactlRequest:
-    """Read numactl's options (``--opt=VALUE``, ``--opt VALUE``, ``-X VALUE``, ``-XVALUE``) up to PROGRAM.
+def _long(name: str, word: str) -> str:
+    """The long option ``name`` is, whole or an unambiguous beginning of one (as getopt_long takes it)."""
+    if name in _OPTIONS:
+        return name
+    found = [option for option in _OPTIONS if option.startswith(name)] if name else []
+    if len({_OPTIONS[option] for option in found}) == 1:
+        return found[0]
+    if found:
+        raise UsageError(f"numactl option {quoted(word)} is ambiguous: {', '.join('--' + f for f in found)}",
+                         value=word)
+    raise UsageError(f"unknown numactl option {quoted(word)}", value=word)
 
-    Options end at ``--`` or at the first word that is none, as numactl's do. An
-    unknown option, or one this front does not carry out, is a UsageError naming it.
-    """
-    fields: dict[str, object] = {}
-    words = list(argv)
+
+def _options(words: Sequence[str]) -> tuple[list[tuple[str, str | None]], int]:
+    """numactl's options in order as (letter, value), up to ``--``, the first word that is none, ``--show`` or
+    ``--hardware`` (numactl acts on those at once and reads no further); and where the program starts."""
+    found: list[tuple[str, str | None]] = []
     i = 0
     while i < len(words):
         word = words[i]
         if word == "--":
-            i += 1
-            break
+            return found, i + 1
         if not word.startswith("-") or word == "-":
-            break
-        name, has_value, value = word.partition("=") if word.startswith("--") else (word[:2], bool(word[2:]),
-                                                                                      word[2:])
-        if name in _UNSUPPORTED:
-            raise UsageError(f"numactl option {name} is not supported by numapin numactl: {_UNSUPPORTED[name]}",
-                             value=name)
-        if name in _FLAGS:
-            if has_value:
-                raise UsageError(f"numactl option {name} takes no value, got {quoted(value)}", value=word)
-            fields[_FLAGS[name]] = True
-        elif name in _TAKES:
-            if not has_value:
+            return found, i
+        if word.startswith("--"):
+            name, has_value, value = word[2:].partition("=")
+            letter, takes = _OPTIONS[_long(name, word)]
+            spelled = f"--{_LONG[letter]}"
+            if has_value and not takes:
+                raise UsageError(f"numactl option {spelled} takes no value, got {quoted(value)}", value=word)
+            if takes and not has_value:
                 i += 1
                 if i >= len(words):
-                    raise UsageError(f"numactl option {name} needs a value", value=word)
+                    raise UsageError(f"numactl option {spelled} needs a value", value=word)
                 value = words[i]
-            if _TAKES[name] in fields:
-                raise UsageError(f"numactl option {name} given twice", value=word)
-            fields[_TAKES[name]] = value
+            found.append((letter, value if takes else None))
         else:
-            raise UsageError(f"unknown numactl option {quoted(name)}", value=word)
+            for at, letter in enumerate(word[1:], start=1):
+                if letter not in _LONG:
+                    raise UsageError(f"unknown numactl option {quoted('-' + letter)}", value=word)
+                if not _OPTIONS[_LONG[letter]][1]:
+                    found.append((letter, None))
+                    if letter in "sH":
+                        return found, len(words)
+                    continue
+                value = word[at + 1:]
+                if not value:
+                    i += 1
+                    if i >= len(words):
+                        raise UsageError(f"numactl option -{letter} needs a value", value=word)
+                    value = words[i]
+                found.append((letter, value))
+                break
+        if found and found[-1][0] in "sH":
+            return found, len(words)
         i += 1
-    request = NumactlRequest(program=tuple(words[i:]), **fields)  # type: ignore[arg-type]
-    policies = [n for n, v in (("--membind", request.membind), ("--preferred", request.preferred),
-                               ("--localalloc", request.local or None)) if v]
-    if len(policies) > 1:
-        raise UsageError(f"{' and '.join(policies)} are two memory policies: give one", value=policies)
-    if request.cpus is not None and request.cpu_nodes is not None:
-        raise UsageError("--physcpubind and --cpunodebind both bind CPUs: give one", value=request.cpus)
-    acts = bool(request.cpus or request.cpu_nodes or policies)
-    if not (request.show or request.hardware) and not request.program:
+    return found, i
+
+
+def parse_numactl(argv: Sequence[str]) -> NumactlRequest:
+    """Read numactl's options up to PROGRAM, as numactl 2.0.16 reads them (see ``_OPTIONS``).
+
+    Options end at ``--`` or at the first word that is none. ``--show`` and
+    ``--hardware`` end them too: numactl acts on them at once (what comes after
+    is never read). A node list ``same`` is the node list given before it. An
+    unknown or ambiguous option, or one this front does not carry out, is a
+    UsageError naming it; so are two memory policies, as numactl refuses them.
+    """
+    options, end = _options(argv)
+    binds: list[tuple[str, str]] = []
+    policy: tuple[str, str] | None = None
+    last_nodes: str | None = None
+    show = hardware = False
+    for letter, value in options:
+        if letter in _UNSUPPORTED:
+            raise UsageError(f"numactl option --{_LONG[letter]} (-{letter}) is not supported by numapin numactl: "
+                             f"{_UNSUPPORTED[letter]}", value=f"-{letter}")
+        if value is not None and letter != "C":  # a node list: "same" is the one before it
+            if value == "same":
+                if last_nodes is None:
+                    raise UsageError("node list 'same' needs a node list given before it", value=value)
+                value = last_nodes
+            last_nodes = value
+        if letter == "s":
+            show = True
+        elif letter == "H":
+            if policy is not None:  # numactl: "specify policy after --shm/--file"
+                raise UsageError(f"--hardware prints the machine; --{policy[0]} before it is a memory policy "
+                                 "numactl refuses there", value=list(argv))
+            hardware = True
+        elif letter in "CNc":
+            binds.append(("cpus" if letter == "C" else "nodes", str(value)))
+        else:
+            name = {"m": "membind", "p": "preferred", "l": "localalloc"}[letter]
+            if policy is not None:
+                raise UsageError(f"--{policy[0]} and --{name} are two memory policies: give one (numactl: "
+                                 "conflicting policies)", value=[policy[0], name])
+            policy = (name, value or "")
+    program = tuple(argv[end:]) if not (show or hardware) else ()
+    if not (show or hardware) and not program:
         raise UsageError("no PROGRAM given (numapin numactl [options] PROGRAM [ARGS...])", value=list(argv))
-    if (request.show or request.hardware) and request.program:
-        raise UsageError("--show and --hardware print; they take no program", value=list(argv))
-    if request.hardware and acts:
-        raise UsageError("--hardware prints the machine; it takes no binding", value=list(argv))
-    return request
+    kind = None if policy is None else policy[0]
+    return NumactlRequest(program=program, binds=tuple(binds),
+                          membind=policy[1] if policy is not None and kind == "membind" else None,
+                          preferred=policy[1] if policy is not None and kind == "preferred" else None,
+                          local=kind == "localalloc", show=show, hardware=hardware)
 
 
-def _set(text: str, every: CpuSet, what: str, plural_what: str) -> CpuSet:
-    """A numactl list (``0,2``, ``0-3``, ``all``) of ``what``, within ``every``; numactl's refusals as UsageError."""
-    word = text.strip()
-    if word == "all":
-        return every
-    if word[:1] in ("!", "+") or ":" in word:
-        raise UsageError(f"{quoted(text)}: inverted (!), cpuset-relative (+) and device-named {plural_what} are "
-                         "not supported by numapin numactl", value=text)
-    try:
-        chosen = CpuSet.parse(word)
-    except ValueError:
-        raise UsageError(f"{quoted(text)} is not a list of {plural_what}", value=text) from None
-    if not chosen:
+def _number(text: str, at: int) -> tuple[int | None, int]:
+    """C's ``strtoul(text + at, &end, 0)``, as libnuma reads a number: white space and a sign first, then
+    ``0x`` hexadecimal, ``0`` octal or decimal; the number (None: no digits) and where it ends."""
+    i = at
+    while i < len(text) and text[i] in " \t\n\v\f\r":
+        i += 1
+    negative = i < len(text) and text[i] in "+-" and text[i] == "-"
+    if i < len(text) and text[i] in "+-":
+        i += 1
+    if text[i:i + 2].lower() == "0x" and i + 2 < len(text) and text[i + 2] in "0123456789abcdefABCDEF":
+        base, i = 16, i + 2
+    elif text[i:i + 1] == "0":
+        base = 8
+    else:
+        base = 10
+    digits = "0123456789abcdef"[:base]
+    first = i
+    while i < len(text) and text[i].lower() in digits and text[i].isascii():
+        i += 1
+    if i == first:
+        return None, at
+    value = int(text[first:i], base)
+    return (-value if negative else value), i
+
+
+def _list(text: str, allowed: CpuSet, what: str, plural_what: str, *, devices: bool) -> CpuSet:
+    """A numactl list (``0,2``, ``0-3``, ``all``, ``0x1``, ``010``) of ``what``, as libnuma reads it: each number
+    one of ``allowed``; a range keeps the allowed ones between its ends. numactl's refusals as UsageError."""
+    if text[:1] in ("!", "+"):
+        raise UsageError(f"{quoted(text)}: inverted (!) and cpuset-relative (+) {plural_what} are not supported "
+                         "by numapin numactl", value=text)
+    chosen: list[int] = []
+    at = 0
+    while True:
+        if text[at:] == "all":
+            chosen.extend(allowed)
+            break
+        if devices and text[at:at + 1].isalpha() and text[at:].startswith(_DEVICES):
+            raise UsageError(f"{quoted(text)}: a node named by a device ({', '.join(_DEVICES)}) is not supported "
+                             "by numapin numactl", value=text)
+        first, end = _number(text, at)
+        if first is None:
+            raise UsageError(f"{quoted(text)} is not a list of {plural_what}", value=text)
+        if first not in allowed:
+            raise UsageError(f"{what} {first} is not available here (available: {allowed})", value=text)
+        chosen.append(first)
+        at = end
+        if text[at:at + 1] == "-":
+            last, end = _number(text, at + 1)
+            if last is None:
+                raise UsageError(f"{quoted(text)} is not a list of {plural_what}", value=text)
+            if last not in allowed:
+                raise UsageError(f"{what} {last} is not available here (available: {allowed})", value=text)
+            chosen.extend(n for n in allowed if first <= n <= last)
+            at = end
+        if text[at:at + 1] != ",":
+            break
+        at += 1
+    if at != len(text) and text[at:] != "all":
+        raise UsageError(f"{quoted(text)} is not a list of {plural_what}", value=text)
+    found = CpuSet(chosen)
+    if not found:
         raise UsageError(f"no {what} given", value=text)
-    missing = chosen - every
-    if missing:
-        one = len(missing) == 1
-        raise UsageError(f"{what if one else plural_what} {missing} {'is' if one else 'are'} not available here "
-                         f"(available: {every})", value=text)
-    return chosen
+    return found
+
+
+def _nodes(facts: Facts) -> CpuSet:
+    """The nodes a list may name: those this process may allocate on (numactl's ``Mems_allowed``)."""
+    return MemoryNodes.of(facts.topology).allowed
 
 
 def cpus_of(request: NumactlRequest, facts: Facts) -> CpuSet | None:
-    """The CPUs the request binds the program to (None: the CPUs are left as they are)."""
+    """The CPUs the request binds the program to (None: the CPUs are left as they are). Each binding is checked,
+    as numactl checks each; the last stands."""
     t = facts.topology
-    if request.cpus is not None:
-        return _set(request.cpus, t.allowed, "CPU", "CPUs")
-    if request.cpu_nodes is not None:
-        nodes = _set(request.cpu_nodes, CpuSet(n.id for n in t.cpu_nodes), "node", "nodes")
-        chosen = t.cpus_of_nodes(nodes) & t.allowed
-        if not chosen:
-            raise UsageError(f"nodes {nodes} have no CPU this process may use (allowed: {t.allowed})", value=nodes)
-        return chosen
-    return None
+    chosen = None
+    for kind, text in request.binds:
+        if kind == "cpus":  # numactl's CPUs are those of its own mask (Cpus_allowed)
+            chosen = _list(text, t.allowed & CpuSet(os.sched_getaffinity(0)), "CPU", "CPUs", devices=False)
+        else:
+            nodes = _list(text, _nodes(facts), "node", "nodes", devices=True)
+            chosen = t.cpus_of_nodes(nodes) & t.allowed
+            if not chosen:
+                raise UsageError(f"nodes {nodes} have no CPU this process may use (allowed: {t.allowed})",
+                                 value=nodes)
+    return chosen
 
 
-def memory_of(request: NumactlRequest, facts: Facts) -> tuple[MemoryMode | None, CpuSet]:
-    """The memory policy the request sets (None: left as it is; NONE with --localalloc: the default) and its nodes."""
-    every = MemoryNodes.of(facts.topology).exist
+def memory_of(request: NumactlRequest, facts: Facts) -> tuple[KernelMemoryPolicy | None, CpuSet]:
+    """The memory policy the request sets (None: left as it is) and its nodes."""
     if request.membind is not None:
-        return MemoryMode.BIND, _set(request.membind, every, "node", "nodes")
+        return KernelMemoryPolicy.BIND, _list(request.membind, _nodes(facts), "node", "nodes", devices=True)
     if request.preferred is not None:
-        nodes = _set(request.preferred, every, "node", "nodes")
+        nodes = _list(request.preferred, _nodes(facts), "node", "nodes", devices=True)
         if len(nodes) != 1:
             raise UsageError(f"--preferred takes one node, not {nodes}", value=request.preferred)
-        return MemoryMode.PREFERRED, nodes
+        return KernelMemoryPolicy.PREFERRED, nodes
     if request.local:
-        return MemoryMode.NONE, CpuSet()
+        return KernelMemoryPolicy.LOCAL, CpuSet()
     return None, CpuSet()
 
 
-def apply_memory(mode: MemoryMode | None, nodes: CpuSet, facts: Facts) -> None:
+def apply_memory(policy: KernelMemoryPolicy | None, nodes: CpuSet, facts: Facts) -> None:
     """Set the memory policy as numactl would: strictly (a refusal raises, nothing steps down)."""
-    if mode is MemoryMode.NONE:
-        set_mempolicy(KernelMemoryPolicy.DEFAULT)
-    elif mode is not None:
+    if policy is KernelMemoryPolicy.LOCAL:
+        set_mempolicy(KernelMemoryPolicy.LOCAL)  # --localalloc: numactl's policy "local", not "default"
+    elif policy is not None:
+        mode = MemoryMode.BIND if policy is KernelMemoryPolicy.BIND else MemoryMode.PREFERRED
         place_memory(nodes, mode, False, strict=True, limits=MemoryNodes.of(facts.topology))
 
 
@@ -194,18 +303,18 @@ def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     env = dict(os.environ if environ is None else environ)
     request = parse_numactl(argv)
     facts = cached_facts(None, env)
-    if request.hardware:
-        print(hardware(facts))
-        return 0
     executable = which(request.program[0], env) if request.program else ""
     cpus = cpus_of(request, facts)
-    mode, nodes = memory_of(request, facts)
+    policy, nodes = memory_of(request, facts)
+    if request.hardware:  # the bindings before it checked, as numactl checks them; the machine printed
+        print(hardware(facts))
+        return 0
     if cpus is not None:
         with acting("exec"):  # the process's record: bound at birth, as numapin exec binds
             result = pin(cpus=cpus, policy="override", strict=True, memory="none", environ=env)
         if result.mask is not None:
             env[APPLIED] = str(result.mask)
-    apply_memory(mode, nodes, facts)  # kept across execve, as numactl's is
+    apply_memory(policy, nodes, facts)  # kept across execve, as numactl's is
     if request.show:  # numactl --membind=1 --show: the policy just set, as numactl shows it
         print(show(facts))
         return 0
@@ -230,11 +339,12 @@ def show(facts: Facts) -> str:
     name = {KernelMemoryPolicy.DEFAULT: "default", KernelMemoryPolicy.PREFERRED: "preferred",
             KernelMemoryPolicy.BIND: "bind", KernelMemoryPolicy.INTERLEAVE: "interleave",
             KernelMemoryPolicy.LOCAL: "local", KernelMemoryPolicy.PREFERRED_MANY: "preferred-many"}[policy]
-    first = str(nodes.first()) if nodes else "current"
+    first = str(nodes.first()) if nodes else "0"
+    # numactl names no preferred node for "local", and ends no line there: its next field follows on the line.
+    preferred = {KernelMemoryPolicy.DEFAULT: "current\n", KernelMemoryPolicy.LOCAL: ""}.get(policy, f"{first}\n")
     return "\n".join([
         f"policy: {name}",
-        f"preferred node: {first if policy is not KernelMemoryPolicy.DEFAULT else 'current'}",
-        f"physcpubind: {_spaced(mask)}",
+        f"preferred node: {preferred}physcpubind: {_spaced(mask)}",
         f"cpubind: {_spaced(cpu_nodes)}",
         f"nodebind: {_spaced(cpu_nodes)}",
         f"membind: {_spaced(nodes if policy is KernelMemoryPolicy.BIND else allowed)}",
@@ -249,8 +359,10 @@ def hardware(facts: Facts) -> str:
     lines = [f"available: {len(nodes)} nodes ({CpuSet(n.id for n in nodes)})"]
     for n in nodes:
         lines.append(f"node {n.id} cpus: {' '.join(map(str, n.cpus))}".rstrip())
-        size = "unknown" if n.memory_bytes is None else f"{n.memory_bytes >> 20} MB"
+        size = "<not available>" if n.memory_bytes is None else f"{n.memory_bytes >> 20} MB"
+        free = _free_bytes(t.root, n.id)
         lines.append(f"node {n.id} size: {size}")
+        lines.append(f"node {n.id} free: {'<not available>' if free is None else f'{free >> 20} MB'}")
     ids = [n.id for n in nodes]
     lines.append("node distances:")
     lines.append("node " + " ".join(f"{i:>3}" for i in ids) + " ")
@@ -258,3 +370,15 @@ def hardware(facts: Facts) -> str:
         distance = dict(n.distances)
         lines.append(f"{n.id:>3}: " + " ".join(f"{distance.get(i, '?'):>3}" for i in ids) + " ")
     return "\n".join(lines)
+
+
+def _free_bytes(root: str | os.PathLike[str] | None, node: int) -> int | None:
+    """Node ``node``'s free memory now (``MemFree`` of its meminfo); None where it cannot be read."""
+    from ..base.text import decimal
+    from ..facts.host import Host
+
+    for line in (Host.at(root).read(f"sys/devices/system/node/node{node}/meminfo") or "").splitlines():
+        fields = line.split()  # "Node 0 MemFree:  123456 kB"
+        if len(fields) >= 4 and fields[2] == "MemFree:" and (kib := decimal(fields[3])) is not None:
+            return kib * 1024
+    return None
