@@ -9,6 +9,7 @@ cannot tell is the empty string, which Prometheus treats as absent.
 
 from __future__ import annotations
 
+from ..base.text import printable
 from .ps import Survey, Verdict, Worker
 
 __all__ = ["METRICS", "exposition"]
@@ -27,8 +28,9 @@ METRICS = {
 
 
 def _value(text: object) -> str:
-    """A label value as the format escapes it: backslash, double quote and line feed."""
-    return "" if text is None else str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A label value as the format escapes it (backslash, double quote, line feed), after what a terminal or a
+    log would act on is made visible (a process name is any bytes its process chose: ``\\x1b`` stays text)."""
+    return "" if text is None else printable(str(text)).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _labels(pairs: dict[str, object]) -> str:
