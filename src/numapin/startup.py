@@ -27,20 +27,30 @@ value is one warning on stderr and the interpreter starts as usual.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
 
-from .base.environment import AUTOPIN, PATCH
+from .base.environment import AUTOPIN, AUTOPIN_OPTIONS, PATCH
 from .base.errors import UsageError, quoted
 from .base.frozen import frozen
 from .base.logger import log
-from .compat import tensorrt_llm
-from .compat.patching import PatchReport
-from .facts.machine import cached as cached_facts
-from .pinning.results import PinResult
-from .placement.ranks import local_rank
-from .tools.exec import autopin_request, pin_running
 
-__all__ = ["PATCHES", "Activation", "activate", "at_start", "autopin_request"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from .compat.patching import PatchReport
+    from .pinning.results import PinResult
+
+__all__ = ["PATCHES", "Activation", "activate", "at_start"]
+
+# Every Python process of a job with NUMAPIN_AUTOPIN or NUMAPIN_PATCH exported runs this module: it imports
+# only what every process needs (the names above); the rest is imported where it is used, by the processes
+# that pin or patch (benchmarks/startup.py measures what a process pays).
+
+
+def _tensorrt_llm() -> tuple[PatchReport, ...]:
+    from .compat import tensorrt_llm
+
+    return (tensorrt_llm.install(),)
 
 
 def _vllm() -> tuple[PatchReport, ...]:
@@ -57,7 +67,7 @@ def _sglang() -> tuple[PatchReport, ...]:
 
 #: ``NUMAPIN_PATCH`` names and what each installs (its reports).
 PATCHES: dict[str, Callable[[], tuple[PatchReport, ...]]] = {
-    "tensorrt_llm": lambda: (tensorrt_llm.install(),),
+    "tensorrt_llm": _tensorrt_llm,
     "vllm": _vllm,
     "sglang": _sglang,
 }
@@ -119,16 +129,52 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
         return None, None
     if value != "1":
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)", value=value)
-    request = autopin_request(env)
-    if local_rank(env) is None:
-        visible = len(cached_facts(None, env).visible)
-        if visible != 1:
-            why = f"not a worker: no local rank and {visible} GPUs visible"
-            # Unless Ray hands it GPUs later, before a task: then it is pinned for them (numapin.compat.ray).
-            from .compat import ray
+    from .facts.glance import no_worker
 
-            ray.install()
-            log.debug("start-up: %s; left alone until Ray hands it GPUs, if it is a Ray worker", why)
-            return None, why
-    result = pin_running(request, env)
-    return result, None
+    # Most processes of a job are no workers: the environment and one listing of the PCI devices say so,
+    # and nothing else of numapin is imported. Where the glance is unsure, the machine is read whole.
+    why = no_worker(env)
+    if why is None:
+        from .placement.ranks import local_rank
+
+        if local_rank(env) is None:
+            from .facts.machine import cached as cached_facts
+
+            visible = len(cached_facts(None, env).visible)
+            if visible != 1:
+                why = f"not a worker: no local rank and {visible} GPUs visible"
+    if why is not None:
+        if any(env.get(name, "").strip() for name in AUTOPIN_OPTIONS.values()):
+            from .tools.exec import autopin_request
+
+            autopin_request(env)  # a bad option value is named in every process, worker or not
+        _await_ray(why)
+        return None, why
+    from .tools.exec import autopin_request, pin_running
+
+    return pin_running(autopin_request(env), env), None
+
+
+def _await_ray(why: str) -> None:
+    """Leave a process that is no worker alone, unless Ray hands it GPUs later, before a task: then it is pinned
+    for them (numapin.compat.ray). The hook is a finder of one name in sys.meta_path: numapin's patching code
+    is imported only if the process imports Ray's worker module."""
+    import sys
+
+    sys.meta_path.insert(0, _RayWatch())
+    log.debug("start-up: %s; left alone until Ray hands it GPUs, if it is a Ray worker", why)
+
+
+class _RayWatch:
+    """Finds nothing; the first time Ray is imported, installs numapin's Ray patch and steps aside."""
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        if fullname == "ray" or fullname.startswith("ray."):
+            import sys
+
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
+                from .compat import ray
+
+                ray.install()
+        return None

@@ -8,16 +8,11 @@ the real process.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 
 from ..base.environment import FSROOT
 from ..base.errors import EnvironmentProblem, quoted
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 __all__ = ["Folder", "Host", "HostError", "resolve_root"]
 
@@ -65,6 +60,16 @@ class Folder:
         self.rel = rel
         self.fd = fd
         self.prefix = prefix
+
+    # A context manager of its own, closing what Host.folder opened (contextlib would cost every start-up hook
+    # its import, and functools').
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class Host:
@@ -143,9 +148,8 @@ class Host:
             self.journal.append(folder.rel + name)
         return text
 
-    @contextlib.contextmanager
-    def folder(self, rel: str) -> Iterator[Folder]:
-        """``rel`` held open while the block runs, for :meth:`read_in` of many files inside it.
+    def folder(self, rel: str) -> Folder:
+        """``rel`` held open while a ``with`` block runs, for :meth:`read_in` of many files inside it.
 
         Opening each file relative to the open folder spares the kernel walking
         the folder's path for every file: about a sixth of a sysfs read, where
@@ -154,16 +158,9 @@ class Host:
         """
         rel = rel.strip("/") + "/"
         try:
-            fd: int | None = os.open(self._prefix + rel, _FOLDER_FLAGS)
+            return Folder(rel, os.open(self._prefix + rel, _FOLDER_FLAGS), "")
         except (OSError, ValueError):
-            fd = None
-        if fd is None:
-            yield Folder(rel, None, self._prefix + rel)  # read by whole paths
-            return
-        try:
-            yield Folder(rel, fd, "")
-        finally:
-            os.close(fd)
+            return Folder(rel, None, self._prefix + rel)  # read by whole paths
 
     def resolve(self, rel: str) -> str | None:
         """Where ``rel`` leads once its links are followed, as a path under the root (None when it leaves it).
