@@ -230,12 +230,14 @@ def test_reads_inside_a_held_folder_are_reads_of_the_whole_path(
     host = Host(str(root), journal)
     rel = "sys/devices/system/cpu/cpu3/topology/core_cpus_list"
     with host.folder("sys/devices/system/cpu/") as folder:
-        assert folder.fd is not None
+        held = folder.fd
+        assert held is not None
         assert host.read_in(folder, "cpu3/topology/core_cpus_list") == host.read(rel)
         assert host.read_in(folder, "cpu3/topology/nothing") is None
     assert journal == [rel, rel]  # the whole relative path, as snapshot captures it
+    assert folder.fd is None
     with pytest.raises(OSError):
-        os.fstat(folder.fd)  # closed when the block ends
+        os.fstat(held)  # closed when the block ends
     # A folder that cannot be opened still reads (by whole paths), and finds nothing there.
     with host.folder("sys/devices/system/absent") as missing:
         assert missing.fd is None and host.read_in(missing, "online") is None
