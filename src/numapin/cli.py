@@ -603,6 +603,15 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, **options)
 
 
+def _guides() -> str:
+    """Where the guides are: installed with the package (a wheel carries them), or in the checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for folder in (os.path.join(here, "docs"), os.path.join(os.path.dirname(os.path.dirname(here)), "docs")):
+        if os.path.isfile(os.path.join(folder, "README.md")):
+            return os.path.join(folder, "README.md")
+    return "docs/README.md in numapin's source distribution"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors are one line (the usage block is what --help is for)."""
 
@@ -616,7 +625,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="numapin",
         description="Put each GPU worker process, every thread and its memory, near its GPU.",
         epilog="No GPU here? Every command takes --machine NAME, a synthetic machine: "
-               "numapin plan --machine dgx-h100. Guides: docs/ in the repository.",
+               f"numapin plan --machine dgx-h100. Guides: {_guides()}.",
         formatter_class=_Formatter,
     )
     parser.add_argument("--version", action="version", version=f"numapin {__version__}")

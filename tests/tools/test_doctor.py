@@ -363,3 +363,15 @@ def test_a_large_hosts_interrupts_are_read_whole(tmp_path: Path) -> None:
     host = Host(str(root))
     assert host.read("proc/interrupts") == text
     assert 4000 in {irq.number for irq in device_irqs(host, ["0000:18:00.0"])["0000:18:00.0"]}
+
+
+def test_the_variables_without_the_start_up_file_are_an_error(tmp_path: Path) -> None:
+    from numapin.base.environment import AUTOPIN, PATCH
+    from numapin.tools.doctor import STARTUP_FILE, startup_file
+
+    folders = [str(tmp_path)]
+    found = startup_file({AUTOPIN: "1", PATCH: "vllm"}, folders)
+    assert [f.id for f in found] == ["startup-file-missing"] and "NUMAPIN_AUTOPIN and NUMAPIN_PATCH" in found[0].sees
+    assert startup_file({AUTOPIN: "0"}, folders) == [] and startup_file({}, folders) == []
+    (tmp_path / STARTUP_FILE).write_text("import os\n")
+    assert startup_file({AUTOPIN: "1"}, folders) == []

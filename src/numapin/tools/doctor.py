@@ -13,7 +13,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..base.environment import CUDA_DEVICE_ORDER, OPENMP_BINDING, RANK_MAP, RESERVED, THREAD_POOLS
+from ..base.environment import (
+    AUTOPIN,
+    CUDA_DEVICE_ORDER,
+    OPENMP_BINDING,
+    PATCH,
+    RANK_MAP,
+    RESERVED,
+    THREAD_POOLS,
+)
 from ..base.errors import EnvironmentProblem, ProcessError
 from ..base.frozen import frozen
 from ..base.text import counted, decimal, plural
@@ -173,7 +181,34 @@ def diagnose(
             "the process is not where its placement puts it: numapin threads PID and numapin ps PID say the same",
             "run it under numapin exec (or pin() it again); numapin threads PID shows which threads moved"))
     findings += _openmp(env)
+    findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
+
+
+#: The start-up file pip puts at the top of site-packages (its line reads NUMAPIN_AUTOPIN and NUMAPIN_PATCH).
+STARTUP_FILE = "numapin-startup.pth"
+
+
+def _site_folders() -> list[str]:
+    import site
+
+    return [*site.getsitepackages(), site.getusersitepackages()]
+
+
+def startup_file(env: Mapping[str, str], folders: list[str] | None = None) -> list[Finding]:
+    """NUMAPIN_AUTOPIN or NUMAPIN_PATCH set where no site-packages folder holds numapin's start-up file (an
+    editable install, ``pip install -e .``, carries only the package): the variables then do nothing."""
+    asked = [name for name in (AUTOPIN, PATCH) if env.get(name, "").strip() not in ("", "0")]
+    where = _site_folders() if folders is None else folders
+    if not asked or any(os.path.isfile(os.path.join(folder, STARTUP_FILE)) for folder in where):
+        return []
+    return [Finding(
+        "startup-file-missing", "error",
+        f"{' and '.join(asked)} {'are' if len(asked) > 1 else 'is'} set, but no site-packages folder of this "
+        f"Python holds {STARTUP_FILE}",
+        "the start-up hook never runs: an editable install (pip install -e .) carries only the package, so these "
+        "variables do nothing",
+        "install numapin without -e (pip install .), or start workers under numapin exec")]
 
 
 def _assumption(gpu: int | None, rank: LocalRank | None, facts: Facts) -> str:
