@@ -245,3 +245,13 @@ def test_reads_inside_a_held_folder_are_reads_of_the_whole_path(
         (tmp_path / "x").mkdir()
         (tmp_path / "x" / "f").write_text("late\n")
         assert nowhere.fd is None and Host(str(tmp_path)).read_in(nowhere, "f") == "late\n"
+
+
+def test_a_node_of_a_terabyte_or_more_reads_its_memory(machine_root: Callable[[str], Path]) -> None:
+    # Issue 38, item 10: MemTotal of a 1 TiB node is ten digits of kB, past a nine-digit parser.
+    from numapin.facts import synthetic as machines
+
+    spec = machines.shape_named("dgx-h100")
+    topology = read_topology(machine_root("dgx-h100"))
+    assert spec.memory_per_node >= 1 << 40
+    assert [n.memory_bytes for n in topology.nodes] == [spec.memory_per_node] * len(topology.nodes)

@@ -104,7 +104,9 @@ class MachineSpec:
 SHAPES: dict[str, MachineSpec] = {
     spec.name: spec
     for spec in (
+        # A DGX H100 has 2 TiB of memory, 1 TiB a node: MemTotal runs to ten digits of kB.
         MachineSpec("dgx-h100", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
+                    memory_per_node=1024 * _GIB,
                     nic_relation="PXB", storage_nics=True, cpu_model="Intel(R) Xeon(R) Platinum 8480C",
                     arch_note="2 x Xeon 8480C, 8 x H100 SXM, 8 InfiniBand NICs + 2 dual-port storage NICs"),
         MachineSpec("gb300", sockets=2, cores_per_socket=72, gpus_per_node=2,
