@@ -1,17 +1,23 @@
-"""Start-up costs, measured side by side: Python alone, ``import numapin``, ``numapin exec``, the start-up file.
+"""Start-up costs, measured side by side: what a Python process of a job pays for numapin.
 
-Every command runs ROUNDS times, the commands interleaved round by round (so
-a drift of the machine's speed touches all of them alike); the medians and
-their ratios to ``python -c pass`` are printed. The start-up file is measured
-in two throwaway virtual environments that differ only by that file, inactive
-(no NUMAPIN_* variable set). ``numapin exec --gpu 0`` runs against a synthetic
-DGX-H100 (224 CPUs, 8 GPUs) to show the cost of reading a large machine.
-Run: python benchmarks/startup.py [ROUNDS]
+Three ratios, each of a command to ``python -c pass`` in a virtual environment without numapin's
+start-up file, measured in alternated pairs (A B A B ..., the ratio taken pair by pair, so a drift of
+the machine's speed touches both alike), with the bound each must keep:
+
+- a process that is no worker, with ``NUMAPIN_AUTOPIN=1`` exported (the launcher, a tokenizer
+  subprocess, a helper script: no local rank, the pair machine's two GPUs visible) — bound 1.2x;
+- a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x;
+- ``numapin exec --cpus 0 -- python -c pass`` — bound 3x.
+
+The pair machine is this host's CPUs 0 and 1 as two nodes with a GPU each (``numapin machine pair``).
+Also printed: the start-up file inactive (no variable set), and its one line timed in process.
+Run: python benchmarks/startup.py [PAIRS]
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,13 +29,17 @@ from pathlib import Path
 from numapin.facts import synthetic as machines
 
 REPO = Path(__file__).resolve().parents[1]
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 25
+PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
 
 
-def timed(command: list[str], env: dict[str, str]) -> float:
+def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system, of the child) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def venv(home: Path, *, startup: bool) -> str:
@@ -44,38 +54,50 @@ def venv(home: Path, *, startup: bool) -> str:
     return str(home / "bin" / "python")
 
 
+def paired(a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]]) -> tuple[float, float]:
+    """Median ratios A/B (wall, cpu) over PAIRS alternated pairs, after one warm-up of each."""
+    timed(*a), timed(*b)
+    walls, cpus = [], []
+    for _ in range(PAIRS):
+        (wall_a, cpu_a), (wall_b, cpu_b) = timed(*a), timed(*b)
+        walls.append(wall_a / wall_b)
+        cpus.append(cpu_a / cpu_b if cpu_b > 0 else float("nan"))
+    return statistics.median(walls), statistics.median(cpus)
+
+
 def main() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMAPIN_")}
+    # Bytecode as an installed package has it (pip compiles it): none of the figures is a compiler's.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NUMAPIN_", "LOCAL_RANK", "CUDA_VISIBLE")) and k != "PYTHONDONTWRITEBYTECODE"}
+    import compileall
+
+    import numapin
+
+    compileall.compile_dir(str(Path(numapin.__file__).parent), quiet=1)
     script = Path(sys.executable).parent / "numapin"
     numapin_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "numapin"]
     with tempfile.TemporaryDirectory() as tmp:
-        dgx = machines.write("dgx-h100", Path(tmp) / "dgx")
+        pair = str(machines.write("pair", Path(tmp) / "pair"))
         bare = venv(Path(tmp) / "bare", startup=False)
         hooked = venv(Path(tmp) / "hooked", startup=True)
-        commands: dict[str, tuple[list[str], dict[str, str]]] = {
-            "python -c pass": ([sys.executable, "-c", "pass"], env),
-            'python -c "import numapin"': ([sys.executable, "-c", "import numapin"], env),
+        baseline = ([bare, "-c", "pass"], env)
+        on_pair = {**env, "NUMAPIN_FSROOT": pair, "NUMAPIN_RUNTIME_DIR": str(Path(tmp) / "records")}
+        cases = {
+            "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
+                ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
+            "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (
+                ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1",
+                                          "NUMAPIN_MEMORY": "none"}), 2.0),
             "numapin exec --cpus 0 -- python -c pass": (
-                [*numapin_cmd, "exec", "--cpus", "0", "--", sys.executable, "-c", "pass"], env),
-            "numapin exec --gpu 0 (dgx-h100 root) -- python -c pass": (
-                [*numapin_cmd, "exec", "--gpu", "0", "--memory", "none", "--", sys.executable, "-c", "pass"],
-                {**env, "NUMAPIN_FSROOT": str(dgx)}),
-            "venv without the start-up file: python -c pass": ([bare, "-c", "pass"], env),
-            "venv with the start-up file, inactive: python -c pass": ([hooked, "-c", "pass"], env),
+                ([*numapin_cmd, "exec", "--cpus", "0", "--", bare, "-c", "pass"], env), 3.0),
+            "start-up file, no variable set": (([hooked, "-c", "pass"], env), None),
         }
-        times: dict[str, list[float]] = {name: [] for name in commands}
-        for _ in range(ROUNDS):
-            for name, (command, command_env) in commands.items():
-                times[name].append(timed(command, command_env))
-    median = {name: statistics.median(values) * 1e3 for name, values in times.items()}
-    base = median["python -c pass"]
-    print(f"{ROUNDS} rounds, interleaved; medians")
-    for name, ms in median.items():
-        print(f"  {name:56} {ms:7.1f} ms  {ms / base:5.2f}x python -c pass")
-    hook = median["venv with the start-up file, inactive: python -c pass"]
-    plain = median["venv without the start-up file: python -c pass"]
-    print(f"  start-up file, inactive: {hook - plain:+.2f} ms ({hook / plain:.3f}x the same venv without it)")
-    # The process figures above cannot resolve a fraction of a millisecond: the line itself, timed in process.
+        print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios to python -c pass")
+        for name, (command, bound) in cases.items():
+            wall, cpu = paired(command, baseline)
+            verdict = "" if bound is None else f"  (bound {bound}x: {'within' if max(wall, cpu) <= bound else 'OVER'})"
+            print(f"  {name:58} {wall:5.2f}x wall  {cpu:5.2f}x cpu{verdict}")
+    # The process figures cannot resolve a fraction of a millisecond: the line itself, timed in process.
     line = (REPO / "src" / "numapin-startup.pth").read_text()
     saved = {k: os.environ.pop(k) for k in ("NUMAPIN_AUTOPIN", "NUMAPIN_PATCH") if k in os.environ}
     try:

@@ -24,14 +24,13 @@ A start-up hook must never break Python: :func:`activate` never raises; a bad
 value is one warning on stderr and the interpreter starts as usual.
 """
 
-from __future__ import annotations
-
+# Every Python process of a job with NUMAPIN_AUTOPIN or NUMAPIN_PATCH exported runs this module, and most
+# of them are no workers: it imports only os and the environment's names (no ``from __future__``, no
+# records, no errors module), and those processes import nothing more (benchmarks/startup.py measures it).
+# The rest is imported where it is used, by the processes that pin or patch.
 import os
 
 from .base.environment import AUTOPIN, AUTOPIN_OPTIONS, PATCH
-from .base.errors import UsageError, quoted
-from .base.frozen import frozen
-from .base.logger import log
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -42,48 +41,66 @@ if TYPE_CHECKING:
 
 __all__ = ["PATCHES", "Activation", "activate", "at_start"]
 
-# Every Python process of a job with NUMAPIN_AUTOPIN or NUMAPIN_PATCH exported runs this module: it imports
-# only what every process needs (the names above); the rest is imported where it is used, by the processes
-# that pin or patch (benchmarks/startup.py measures what a process pays).
 
-
-def _tensorrt_llm() -> tuple[PatchReport, ...]:
+def _tensorrt_llm() -> "tuple[PatchReport, ...]":
     from .compat import tensorrt_llm
 
     return (tensorrt_llm.install(),)
 
 
-def _vllm() -> tuple[PatchReport, ...]:
+def _vllm() -> "tuple[PatchReport, ...]":
     from .compat import vllm
 
     return (vllm.install(),)
 
 
-def _sglang() -> tuple[PatchReport, ...]:
+def _sglang() -> "tuple[PatchReport, ...]":
     from .compat import sglang
 
     return sglang.install()
 
 
 #: ``NUMAPIN_PATCH`` names and what each installs (its reports).
-PATCHES: dict[str, Callable[[], tuple[PatchReport, ...]]] = {
+PATCHES: "dict[str, Callable[[], tuple[PatchReport, ...]]]" = {
     "tensorrt_llm": _tensorrt_llm,
     "vllm": _vllm,
     "sglang": _sglang,
 }
 
 
-@frozen
 class Activation:
-    """What :func:`activate` did."""
+    """What :func:`activate` did: the patches' reports, the pin, or why the process was left alone.
 
-    patches: tuple[PatchReport, ...] = ()
-    pinned: PinResult | None = None
-    left_alone: str | None = None
+    A frozen record written out by hand: the record decorator's import would be most of what a process
+    that is no worker pays for the hook.
+    """
+
+    __slots__ = ("left_alone", "patches", "pinned")
+    patches: "tuple[PatchReport, ...]"
+    pinned: "PinResult | None"
+    left_alone: "str | None"
     """Why ``NUMAPIN_AUTOPIN`` did not pin this process (None when it pinned or was not asked)."""
 
+    def __init__(self, patches: "tuple[PatchReport, ...]" = (), pinned: "PinResult | None" = None,
+                 left_alone: "str | None" = None) -> None:
+        for name, value in (("patches", patches), ("pinned", pinned), ("left_alone", left_alone)):
+            object.__setattr__(self, name, value)
 
-_STARTED: list[Activation] = []
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Activation is frozen: cannot assign to {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Activation) and (self.patches, self.pinned, self.left_alone) == (
+            other.patches, other.pinned, other.left_alone)
+
+    def __hash__(self) -> int:
+        return hash((self.patches, self.pinned, self.left_alone))
+
+    def __repr__(self) -> str:
+        return f"Activation(patches={self.patches!r}, pinned={self.pinned!r}, left_alone={self.left_alone!r})"
+
+
+_STARTED: "list[Activation]" = []
 
 
 def at_start() -> Activation:
@@ -98,23 +115,28 @@ def at_start() -> Activation:
     return _STARTED[0]
 
 
-def activate(environ: Mapping[str, str] | None = None) -> Activation:
+def activate(environ: "Mapping[str, str] | None" = None) -> Activation:
     """Apply what ``NUMAPIN_PATCH`` and ``NUMAPIN_AUTOPIN`` ask for. Never raises."""
     env = os.environ if environ is None else environ
     patches: tuple[PatchReport, ...] = ()
     try:
-        patches = _patch(env)
+        patches = _patch(env) if env.get(PATCH, "").strip() else ()
         pinned, left_alone = _autopin(env)
     except Exception as exc:  # a start-up hook never breaks the interpreter
+        from .base.logger import log
+
         log.warning("start-up: %s; this process runs unpinned", exc)
         return Activation(patches, left_alone=str(exc))
     return Activation(patches, pinned, left_alone)
 
 
-def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
+def _patch(env: "Mapping[str, str]") -> "tuple[PatchReport, ...]":
     names = [n.strip() for n in env.get(PATCH, "").split(",") if n.strip()]
     unknown = [name for name in names if name not in PATCHES]
     if unknown:
+        from .base.errors import quoted
+        from .base.logger import log
+
         # One line however long the list: every interpreter of a job prints it.
         shown = ", ".join(quoted(name) for name in unknown[:3]) + (f" and {len(unknown) - 3} more"
                                                                   if len(unknown) > 3 else "")
@@ -123,11 +145,13 @@ def _patch(env: Mapping[str, str]) -> tuple[PatchReport, ...]:
     return tuple(report for name in dict.fromkeys(names) if name in PATCHES for report in PATCHES[name]())
 
 
-def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
+def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     value = env.get(AUTOPIN, "").strip()
     if value in ("", "0"):
         return None, None
     if value != "1":
+        from .base.errors import UsageError, quoted
+
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)", value=value)
     from .facts.glance import no_worker
 
@@ -148,25 +172,19 @@ def _autopin(env: Mapping[str, str]) -> tuple[PinResult | None, str | None]:
             from .tools.exec import autopin_request
 
             autopin_request(env)  # a bad option value is named in every process, worker or not
-        _await_ray(why)
+        # Left alone, unless Ray hands it GPUs later, before a task: then it is pinned for them.
+        import sys
+
+        sys.meta_path.insert(0, _RayWatch())
         return None, why
     from .tools.exec import autopin_request, pin_running
 
     return pin_running(autopin_request(env), env), None
 
 
-def _await_ray(why: str) -> None:
-    """Leave a process that is no worker alone, unless Ray hands it GPUs later, before a task: then it is pinned
-    for them (numapin.compat.ray). The hook is a finder of one name in sys.meta_path: numapin's patching code
-    is imported only if the process imports Ray's worker module."""
-    import sys
-
-    sys.meta_path.insert(0, _RayWatch())
-    log.debug("start-up: %s; left alone until Ray hands it GPUs, if it is a Ray worker", why)
-
-
 class _RayWatch:
-    """Finds nothing; the first time Ray is imported, installs numapin's Ray patch and steps aside."""
+    """A finder that finds nothing: the first time Ray is imported, it installs numapin's Ray patch
+    (numapin.compat.ray) and steps aside, so a process that never imports Ray never imports the patching."""
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
         if fullname == "ray" or fullname.startswith("ray."):

@@ -1,10 +1,9 @@
 """The environment variables numapin reads and sets, each named once.
 
 Pure names, no reading: the modules that read a variable take an ``environ``
-mapping, so tests and ``numapin exec`` can hand them any environment.
+mapping, so tests and ``numapin exec`` can hand them any environment. (No ``from __future__`` import:
+the start-up hook of every Python process reads these names, and that module's import is a cost of its own.)
 """
-
-from __future__ import annotations
 
 __all__ = [
     "APPLIED",

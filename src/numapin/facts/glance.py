@@ -6,13 +6,14 @@ full answer reads the machine (its topology, every GPU, NVML where installed); m
 no workers, and for them the environment and one listing of the PCI devices tell as much: no rank, and a
 GPU count that ``CUDA_VISIBLE_DEVICES`` cannot bring to one. Where the glance cannot be certain (a GPU named
 by UUID, sysfs showing no GPU while an NVIDIA driver is loaded, so that NVML may find some), it says so, and
-the full reading decides. Imports nothing beyond the host reader.
+the full reading decides.
 """
 
-from __future__ import annotations
+# Plain os calls, no ``from __future__`` import and no numapin module but the environment's names: the
+# glance is what every Python process of a job with NUMAPIN_AUTOPIN=1 pays (benchmarks/startup.py).
+import os
 
-from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
-from .host import Host
+from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, LOCAL_RANK_VARIABLES
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -23,26 +24,43 @@ __all__ = ["DISPLAY_CLASSES", "NVIDIA", "machine_gpus", "no_worker"]
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
 DISPLAY_CLASSES = (0x0300, 0x0302)
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO under a test root never blocks the hook
 
 
-def _hex(text: str | None) -> int | None:
+def _hex(path: str) -> int | None:
+    """The hexadecimal number a small sysfs file holds (``0x10de``), or None."""
     try:
-        return None if text is None else int(text.strip(), 16)
-    except ValueError:
+        fd = os.open(path, _FLAGS)
+    except OSError:
         return None
+    try:
+        return int(os.read(fd, 64).strip(), 16)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
 
 
-def machine_gpus(host: Host) -> int | None:
-    """How many GPUs the full reading of the machine finds (see ``gpus.read_gpus``), or None when only it can
-    tell: sysfs shows none, but an NVIDIA driver is loaded (NVML then lists the GPUs of a bare container)."""
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def machine_gpus(root: str) -> int | None:
+    """How many GPUs the full reading of the machine under ``root`` finds (see ``gpus.read_gpus``), or None
+    when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML then lists the GPUs of a
+    bare container; a capture may have left the vendor files out)."""
+    devices = os.path.join(root, "sys/bus/pci/devices")
     count = 0
-    for name in host.listdir("sys/bus/pci/devices"):
-        folder = f"sys/bus/pci/devices/{name}"
-        if _hex(host.read(f"{folder}/vendor")) == NVIDIA:
-            pci_class = _hex(host.read(f"{folder}/class"))
+    for name in _listdir(devices):
+        if _hex(f"{devices}/{name}/vendor") == NVIDIA:
+            pci_class = _hex(f"{devices}/{name}/class")
             count += pci_class is not None and pci_class >> 8 in DISPLAY_CLASSES
-    if count == 0 and (host.listdir("proc/driver/nvidia/gpus") or host.listdir("sys/module/nvidia")):
-        return None  # vendor files a capture left out, or a container sysfs does not show: read it all
+    if count == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
+                       or _listdir(os.path.join(root, "sys/module/nvidia"))):
+        return None
     return count
 
 
@@ -66,12 +84,12 @@ def _visible(value: str | None, count: int) -> int | None:
     return len(chosen)
 
 
-def no_worker(environ: Mapping[str, str]) -> str | None:
+def no_worker(environ: "Mapping[str, str]") -> str | None:
     """Why this process is certainly no GPU worker (no local rank, and not exactly one GPU visible); None when
     it may be one, for the full reading to decide."""
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
         return None
-    count = machine_gpus(Host.at(None))
+    count = machine_gpus(os.environ.get(FSROOT) or "/")  # the root the full reading would read
     visible = None if count is None else _visible(environ.get(CUDA_VISIBLE_DEVICES), count)
     if visible is None or visible == 1:
         return None
