@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
 
 from .base.environment import LOCAL_RANK_VARIABLES, PRIORITY_CORES
 from .base.errors import NumapinError
@@ -22,6 +21,7 @@ from .version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Sequence
     from typing import Any, NoReturn
 
     from .facts.machine import Facts

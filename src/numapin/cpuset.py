@@ -7,8 +7,6 @@ just the integer printed in 32-bit groups.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-
 from .base.errors import quoted
 
 __all__ = ["MAX_ID", "CpuSet", "CpuSpec"]
@@ -288,6 +286,7 @@ def _coerce(value: object) -> CpuSet:
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator, Sequence
     #: Anything the API accepts where it asks for CPUs.
     CpuSpec = CpuSet | Iterable[int] | str
 else:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
-__all__ = ["counted", "decimal", "format_size", "plural", "table"]
+__all__ = ["counted", "decimal", "format_size", "json_text", "plural", "table"]
 
 
 _DIGITS = frozenset("0123456789")
@@ -59,3 +61,48 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     cells = [[printable(c) for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+
+
+_JSON_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _json_string(text: str) -> str:
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    out = []
+    for c in text:
+        if c in _JSON_ESCAPES:
+            out.append(_JSON_ESCAPES[c])
+        elif " " <= c <= "~":
+            out.append(c)
+        elif (n := ord(c)) > 0xFFFF:  # outside the basic plane: a surrogate pair, as JSON writes it
+            n -= 0x10000
+            out.append(f"\\u{0xD800 | n >> 10:04x}\\u{0xDC00 | n & 0x3FF:04x}")
+        else:
+            out.append(f"\\u{n:04x}")
+    return '"' + "".join(out) + '"'
+
+
+def json_text(value: object) -> str:
+    """``value`` (dicts with string keys, lists, tuples, strings, integers, finite floats, booleans, None) as
+    ``json.dumps(value, sort_keys=True)`` writes it, without importing json: its decoder imports ``re``, and
+    a worker pinned at start-up would pay both to write its record. TypeError for anything else."""
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return _json_string(value)
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise TypeError(f"{value!r} has no JSON spelling numapin writes")
+        return float.__repr__(value)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError("JSON object keys must be strings")
+        return "{" + ", ".join(f"{_json_string(k)}: {json_text(value[k])}" for k in sorted(value)) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(json_text(v) for v in value) + "]"
+    raise TypeError(f"{type(value).__name__} is not JSON")

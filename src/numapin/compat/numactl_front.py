@@ -16,11 +16,14 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import MutableMapping
 
 from ..base.files import Folder, only_theirs
 from ..base.logger import log
 from .patching import PatchReport
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
 
 __all__ = ["NAME", "ensure_front", "front_folder", "front_report"]
 

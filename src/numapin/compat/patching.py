@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from ..base.frozen import frozen
@@ -27,6 +26,7 @@ from ..base.logger import log
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
     from typing import Any
 
 __all__ = ["FunctionPatch", "PatchReport"]

@@ -18,7 +18,6 @@ allocated afterwards.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
 
 from ..base.environment import CUDA_VISIBLE_DEVICES
 from ..base.frozen import replace
@@ -29,6 +28,7 @@ from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 __all__ = ["MODULE", "NOSET", "gpu_of_task", "install", "pin_for_ray", "uninstall"]

@@ -12,7 +12,6 @@ its memory preferred there, as SGLang's does for the one thread.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 
 from ..base.logger import log
 from ..cpuset import CpuSet
@@ -25,6 +24,7 @@ from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["MODULE", "bind_to_node", "install", "uninstall"]

@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import os
 import weakref
-from collections.abc import Callable
 
 from ..base.environment import TLLM_AFFINITY
 from ..base.logger import log
@@ -47,6 +46,7 @@ from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["ENV", "MODULE", "SHUTDOWN", "configure_cpu_affinity", "install", "release", "uninstall"]

@@ -10,11 +10,14 @@ legacy ``cpuset`` mount), v2 prefers ``cpuset.cpus.effective``.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Callable
 
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from .host import Host
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = ["Cgroup", "read_cgroup"]
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping, Sequence
 
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from ..base.errors import EnvironmentProblem, UsageError, quoted
@@ -32,6 +31,7 @@ from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
 __all__ = [

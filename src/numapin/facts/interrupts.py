@@ -9,12 +9,14 @@ folder; ``/proc/interrupts`` names each IRQ's handler (``mlx5_comp3@pci:...``,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
 from .host import Host
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["Irq", "device_irqs", "running"]
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
 
 from ..base.choices import parse_choice
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
@@ -28,6 +27,7 @@ from .topology import Topology, read_topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from .network import Network

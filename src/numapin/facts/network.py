@@ -24,8 +24,6 @@ the switches crossed are the upstream ports on the route between the devices.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from ..base.choices import Choice
 from ..base.frozen import frozen
 from ..base.text import decimal
@@ -37,6 +35,7 @@ from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from typing import Any
 
 __all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "read_network", "relation"]

@@ -9,7 +9,6 @@ never raw buffers, and raise :class:`OSError` as the kernel would.
 
 from __future__ import annotations
 
-import ctypes
 import enum
 import errno
 import os
@@ -18,6 +17,7 @@ from ..cpuset import CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    import ctypes
     from typing import Protocol
 else:
     Protocol = object  # the protocol is for type checkers; at run time any object with these methods serves
@@ -32,7 +32,7 @@ _SYSCALLS = {
 # Mode flags the kernel may OR into the mode it reports.
 _MODE_FLAGS = (1 << 15) | (1 << 14) | (1 << 13)
 _MASK_WORDS = 16  # 1024 nodes: above any real nr_node_ids
-_WORD_BITS = ctypes.sizeof(ctypes.c_ulong) * 8
+_WORD_BITS = 64  # an unsigned long on the 64-bit machines of _SYSCALLS (ctypes, which could say, loads on first call)
 _MAXNODE = _MASK_WORDS * _WORD_BITS + 1
 
 
@@ -61,6 +61,12 @@ class LinuxMemory:
     """The real kernel, through ``syscall(2)``."""
 
     def __init__(self) -> None:
+        # ctypes is imported here, by the first process that sets a policy: its import is a sixth of what a
+        # worker pinned at start-up pays, and a pin that leaves memory alone makes no call at all.
+        import ctypes
+
+        if ctypes.sizeof(ctypes.c_ulong) * 8 != _WORD_BITS:  # a 32-bit interpreter: the masks would be misread
+            raise OSError(errno.ENOSYS, "memory policies need a 64-bit interpreter")
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._libc.syscall.restype = ctypes.c_long
 
@@ -74,6 +80,8 @@ class LinuxMemory:
                 from None
 
     def _call(self, number: int, *args: object) -> int:
+        import ctypes
+
         ret = self._libc.syscall(ctypes.c_long(number), *args)
         if ret < 0:
             err = ctypes.get_errno()
@@ -82,16 +90,22 @@ class LinuxMemory:
 
     @staticmethod
     def _mask(nodes: CpuSet) -> ctypes.Array[ctypes.c_ulong]:
+        import ctypes
+
         words = nodes.to_words(_MASK_WORDS, word_bits=_WORD_BITS)
         return (ctypes.c_ulong * len(words))(*words)
 
     def get_mempolicy(self) -> tuple[KernelMemoryPolicy, CpuSet]:
+        import ctypes
+
         mode = ctypes.c_int(0)
         buf = (ctypes.c_ulong * (_MASK_WORDS + 1))()
         self._call(self._numbers()[1], ctypes.byref(mode), buf, ctypes.c_ulong(_MAXNODE), None, ctypes.c_ulong(0))
         return KernelMemoryPolicy(mode.value & ~_MODE_FLAGS), CpuSet.from_words(list(buf), word_bits=_WORD_BITS)
 
     def set_mempolicy(self, policy: KernelMemoryPolicy, nodes: CpuSet) -> None:
+        import ctypes
+
         number = self._numbers()[0]
         if nodes:
             self._call(number, ctypes.c_int(int(policy)), self._mask(nodes), ctypes.c_ulong(_MAXNODE))
@@ -99,5 +113,7 @@ class LinuxMemory:
             self._call(number, ctypes.c_int(int(policy)), None, ctypes.c_ulong(0))
 
     def migrate_pages(self, pid: int, from_nodes: CpuSet, to_nodes: CpuSet) -> int:
+        import ctypes
+
         return self._call(self._numbers()[2], ctypes.c_int(pid), ctypes.c_ulong(_MAXNODE),
                           self._mask(from_nodes), self._mask(to_nodes))

@@ -8,11 +8,13 @@ policy, with no kernel call; :mod:`numapin.pinning` carries it out.
 
 from __future__ import annotations
 
-from collections.abc import Collection
-
 from ..base.choices import Choice, parse_choice
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Collection
 
 __all__ = ["Decision", "ExternalMaskPolicy", "MaskOwner", "PinAction", "classify", "decide", "parse_policy"]
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping
 
 from ..base.errors import NumapinError, UsageError
 from ..base.frozen import frozen
@@ -25,6 +24,10 @@ from .process import pin
 from .results import PinResult
 from .state import PinState, Saved, acting, state
 from .walk import finish
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
 
 __all__ = ["Held", "give_back", "hold", "pinned"]
 

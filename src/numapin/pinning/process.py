@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
-from collections.abc import Mapping
 
 from ..base.environment import LOCAL_RANK_VARIABLES
 from ..base.errors import EnvironmentProblem, NumapinError, UsageError, errno_name
@@ -35,6 +34,10 @@ from .record import Record
 from .results import PinError, PinResult, ThreadResult
 from .state import Applied, PinState, exec_marker, state
 from .walk import LISTINGS, Walk
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 __all__ = ["Constraint", "Current", "constraint", "current", "pin", "pin_thread", "refresh"]
 

@@ -34,14 +34,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
 
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
 from ..base.files import Folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
-from ..base.text import decimal
+from ..base.text import decimal, json_text
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..placement.modes import Placement
@@ -50,6 +49,7 @@ from .memory import MemoryMode
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
 __all__ = ["HOW", "VERSION", "Record", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
@@ -202,10 +202,8 @@ def publish(record: Record, ready: set[str] | None = None) -> str | None:
     descriptor (:class:`numapin.base.files.Folder`). Never raises: a folder that
     cannot be made or written is one debug line.
     """
-    import json
-
     checked = set() if ready is None else ready
-    data = json.dumps(record.as_dict(), sort_keys=True).encode()
+    data = json_text(record.as_dict()).encode()  # json's import would cost a worker pinned at start-up more
     ns = namespace()
     name = file_name(record.pid, record.start, ns)
     for path in folders():

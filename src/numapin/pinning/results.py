@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Mapping
 
 from ..base.errors import EnvironmentProblem
 from ..base.frozen import field, frozen
@@ -19,6 +18,7 @@ __all__ = ["PinError", "PinResult", "ThreadResult"]
 
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import NamedTuple
 
     class _ThreadFields(NamedTuple):

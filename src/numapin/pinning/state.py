@@ -12,7 +12,6 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Iterator, Mapping
 
 from ..base.environment import APPLIED
 from ..base.frozen import frozen, replace
@@ -22,6 +21,7 @@ from .record import Record, start_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
     from typing import Any
 
     from ..kernel.affinity import ThreadKernel

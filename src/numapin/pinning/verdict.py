@@ -22,7 +22,6 @@ caller sets a bound) too much of its own memory lies outside their nodes.
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Mapping
 
 from ..base.choices import Choice
 from ..base.errors import AccessDenied, NumapinError, ProcessError
@@ -40,6 +39,7 @@ from .state import exec_marker, state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
     from typing import Any
 
 __all__ = ["Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge", "placed_by"]

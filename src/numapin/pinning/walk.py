@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Callable, Mapping
 from operator import attrgetter
 
 from ..base.errors import errno_name
@@ -14,6 +13,7 @@ from .results import ThreadResult
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
 __all__ = ["LISTINGS", "Walk", "finish"]

@@ -10,8 +10,6 @@ pinning gives the same answer.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from ..base.choices import Choice, parse_choice
 from ..base.environment import RANK_MAP
 from ..base.errors import EnvironmentProblem, UsageError
@@ -26,6 +24,7 @@ from .ranks import LocalRank, gpu_for_rank, local_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 __all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve"]

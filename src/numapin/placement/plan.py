@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from ..base.environment import RANK_MAP
 from ..cpuset import CpuSpec
 from ..facts.machine import cached
 from .modes import Cores, Placement, PlacementMode, resolve
 from .ranks import LocalRank
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["plan", "plan_ranks"]
 

@@ -14,12 +14,14 @@ says otherwise (rank r drives logical GPU map[r]).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
 from ..base.environment import LOCAL_RANK_VARIABLES, RANK_MAP
 from ..base.errors import UsageError, quoted
 from ..base.frozen import frozen
 from ..base.text import decimal
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["LocalRank", "gpu_for_rank", "local_rank", "rank_number", "requested_rank"]
 

@@ -11,7 +11,6 @@ why it matters, and the fix.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from ..base.environment import (
     AUTOPIN,
@@ -41,6 +40,7 @@ from ..placement.ranks import LocalRank, gpu_for_rank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
 __all__ = ["Diagnosis", "Finding", "diagnose"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
 
 from ..base.choices import Choice, parse_choice
 from ..base.environment import APPLIED, AUTOPIN_OPTIONS, NIC_VARIABLES, RESERVED, THREAD_POOLS
@@ -32,6 +31,7 @@ from ..placement.ranks import LocalRank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
     from ..facts.network import RankNic

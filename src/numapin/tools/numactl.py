@@ -15,7 +15,6 @@ option it does not carry out is refused by name, never ignored.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 
 from ..base.errors import UsageError, quoted
 from ..base.frozen import frozen
@@ -24,6 +23,10 @@ from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
 from ..kernel.mempolicy import KernelMemoryPolicy
 from ..pinning.memory import MemoryMode, MemoryNodes, allowed_nodes, get_mempolicy, place_memory, set_mempolicy
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 __all__ = ["NumactlRequest", "apply_memory", "cpus_of", "hardware", "memory_of", "parse_numactl", "run", "show"]
 

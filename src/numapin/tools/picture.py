@@ -25,7 +25,6 @@ picture may grow is shortened with an ellipsis.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from html import escape
 
 from ..base.text import format_size, plural
@@ -34,6 +33,10 @@ from ..facts.machine import Facts
 from ..facts.network import Network, assign
 from ..facts.topology import Core, Node
 from ..placement.modes import Placement
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 __all__ = ["PALETTE", "html", "svg"]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError
@@ -28,6 +27,7 @@ from ..placement.modes import Placement
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
     from typing import Any
 
 __all__ = ["Survey", "Verdict", "Worker", "survey"]
