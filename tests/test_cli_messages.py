@@ -230,3 +230,56 @@ def test_counts_agree_with_their_nouns() -> None:
     assert "has 1 core" in proc.stderr and "1 cores" not in proc.stderr
     proc = _numapin("plan", "--machine", "pair", "--cpus", "99")
     assert "CPU 99 is outside" in proc.stderr
+
+
+# -- options that cannot go together, and input taken too little or too much (issue 38, items 1 and 2) --------
+
+#: Each command line, and the one line it gets (exit 2): nothing given is dropped silently.
+REFUSED = [
+    (["exec", "--gpu", "0", "--nodes", "1"], "--gpu and --nodes both choose the CPUs"),
+    (["exec", "--local-rank", "1", "--nodes", "1"], "--local-rank and --nodes both choose the CPUs"),
+    (["exec", "--cpus", "0-3", "--nodes", "1"], "--cpus and --nodes both choose the CPUs"),
+    (["exec", "--mode", "exclusive", "--cpus", "0-3"], "--cpus and --mode both choose the CPUs"),
+    (["exec", "--nodes", "0", "--mode", "exclusive"], "--nodes and --mode both choose the CPUs"),
+    (["exec", "--mems", "1", "--memory", "none"], "--mems and --memory none"),
+    (["plan", "--cpus", "0-3", "--mode", "exclusive"], "--cpus and --mode both say which CPUs"),
+    (["plan", "--gpus", "0,0", "--mode", "exclusive"], "GPU 0 listed twice in --gpus"),
+    (["plan", "--gpus", "0-1", "--ranks", "2"], "--gpus and --ranks both say which ranks"),
+    (["plan", "--ranks", "12"], "local rank 8, but 8 GPUs are visible"),
+    (["plan", "--gpus", "3-1"], "not a list of GPU indices"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_options_that_cannot_go_together_are_refused_in_one_line(argv: list[str], says: str) -> None:
+    words = [*argv, "--machine", "dgx-h100"] + (["--", "true"] if argv[0] == "exec" else [])
+    proc = _numapin(*words)
+    assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stdout == ""
+
+
+def test_a_local_rank_past_the_gpus_is_named_not_wrapped() -> None:
+    proc = subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--dry-run", "--", "true"], capture_output=True,
+                          text=True, timeout=120, env={**live_env(), "LOCAL_RANK": "12"})
+    assert proc.returncode == 2 and "local rank 12, but 8 GPUs are visible" in proc.stderr, proc.stderr
+
+
+def test_plan_takes_gpu_ranges_and_a_number_of_ranks() -> None:
+    import json
+
+    ranges = json.loads(_numapin("plan", "--machine", "dgx-h100", "--gpus", "4-5,0", "--json").stdout)
+    assert [p["gpu"] for p in ranges] == [4, 5, 0] and [p["rank"] for p in ranges] == [0, 1, 2]
+    ranks = json.loads(_numapin("plan", "--machine", "dgx-h100", "--ranks", "3", "--json").stdout)
+    assert [(p["rank"], p["gpu"]) for p in ranks] == [(0, 0), (1, 1), (2, 2)]
+
+
+def live_env() -> dict[str, str]:
+    import live
+
+    return live.without_inputs(dict(__import__("os").environ))
+
+
+@pytest.mark.parametrize("placement", ["0", 0, {"cpus": "0"}])
+def test_pin_refuses_a_placement_that_is_none(placement: object) -> None:
+    with pytest.raises(numapin.UsageError, match="takes a Placement"):
+        numapin.pin(placement=placement)  # type: ignore[arg-type]

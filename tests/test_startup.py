@@ -23,6 +23,7 @@ import live
 import trtllm_like
 from conftest import REPO, STARTUP, Python
 from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
+from numapin.base.errors import UsageError
 
 
 def _imported(result: subprocess.CompletedProcess[str]) -> list[str]:
@@ -46,7 +47,7 @@ def test_active_start_up_imports_numapin(python: Python) -> None:
 
 
 @pytest.mark.parametrize(("env", "bad"), [
-    ({AUTOPIN: "yes"}, "yes"),
+    ({AUTOPIN: "maybe"}, "maybe"),
     ({PATCH: "tensorrt_llm,deepspeed"}, "deepspeed"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["mode"]: "nearest"}, "nearest"),
     ({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "interleave"}, "interleave"),
@@ -165,3 +166,17 @@ def test_a_huge_bad_fsroot_is_quoted_short_in_the_warning() -> None:
     done = subprocess.run([sys.executable, "-c", "import numapin.startup as s; s.at_start()"], capture_output=True,
                           text=True, timeout=60, env=env)
     assert done.returncode == 0 and "does not exist" in done.stderr and len(done.stderr) < 400, done.stderr[:300]
+
+
+@pytest.mark.parametrize(("value", "on"), [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False),
+                                         ("false", False), ("No", False), ("off", False), ("", False)])
+def test_autopin_takes_the_words_for_on_and_off(value: str, on: bool) -> None:
+    # Issue 38, item 2: NUMAPIN_AUTOPIN=true or yes was refused.
+    from numapin.startup import _autopin
+
+    try:
+        _autopin({AUTOPIN: value, "LOCAL_RANK": "-1"})  # on: the rank is read, and refused
+    except UsageError as exc:
+        assert on and "LOCAL_RANK" in str(exc)
+    else:
+        assert not on

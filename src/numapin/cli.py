@@ -146,10 +146,35 @@ def _percent(text: str) -> float:
 
 
 def _gpu_list(text: str) -> list[int]:
+    """GPU indices in the order given (rank i drives the i-th): ``0,2``, ``0-3``, ``4-7,0-3``."""
+    found: list[int] = []
     try:
-        return [_count(v) for v in text.split(",")]
+        for item in text.split(","):
+            first, dash, last = item.partition("-")
+            low, high = _count(first), _count(last) if dash else _count(first)
+            if high < low or high - low >= 4096:
+                raise argparse.ArgumentTypeError(item)
+            found.extend(range(low, high + 1))
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"not a list of GPU indices: {text[:40]!r}") from None
+        raise argparse.ArgumentTypeError(f"not a list of GPU indices (0,2 or 0-3): {text[:40]!r}") from None
+    return found
+
+
+def _refuse_together(args: argparse.Namespace, *pairs: tuple[str, str, str]) -> None:
+    """A CliError for the first pair of options given together that cannot be: each pair is two options'
+    ``dest`` names and why (numapin never drops an option the user gave)."""
+    for first, second, why in pairs:
+        if _given(args, first) and _given(args, second):
+            raise CliError(f"{_flag(first)} and {_flag(second)} {why}: give one")
+
+
+def _given(args: argparse.Namespace, dest: str) -> bool:
+    value = getattr(args, dest, None)
+    return value is not None and not (dest == "local_rank" and value == "auto")
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def _cpuset_arg(text: str) -> CpuSet:
@@ -334,9 +359,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from .placement.plan import plan_ranks
 
     quiet = _picture_to_stdout(args)
+    _refuse_together(args, ("cpus", "mode", "both say which CPUs each rank gets (--cpus is a placement of its own)"),
+                     ("gpus", "ranks", "both say which ranks to plan"))
     with _root(args) as root:
-        plans = plan_ranks(mode=args.mode, reserve=args.reserve, cpus=args.cpus, gpus=args.gpus, cores=args.cores,
-                           root=root)
+        plans = plan_ranks(mode=args.mode or "node", reserve=args.reserve, cpus=args.cpus, gpus=args.gpus,
+                           ranks=args.ranks, cores=args.cores, root=root)
         facts = cached(root)  # the facts plan_ranks() just read
         for note in facts.notes:  # an entry of CUDA_VISIBLE_DEVICES that ends the list, mixed models...
             print(f"numapin plan: note: {note}", file=sys.stderr)
@@ -407,6 +434,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
         raise CliError("no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
     if args.json and not args.dry_run:
         raise CliError("--json formats the --dry-run report: add --dry-run (a real exec prints nothing of its own)")
+    _refuse_together(
+        args,
+        ("gpu", "nodes", "both choose the CPUs (--nodes is a binding without a GPU)"),
+        ("local_rank", "nodes", "both choose the CPUs (--nodes is a binding without a GPU)"),
+        ("cpus", "nodes", "both choose the CPUs"),
+        ("cpus", "mode", "both choose the CPUs (--cpus is a placement of its own)"),
+        ("nodes", "mode", "both choose the CPUs (--nodes takes the nodes' CPUs whole)"))
+    if args.mems is not None and args.memory == "none":
+        raise CliError("--mems and --memory none: --mems names the memory policy's nodes, --memory none sets no "
+                       "policy: give one")
     # Everything that reads the machine happens inside _root(): a synthetic
     # machine's folder is removed before the program replaces this process.
     with _root(args) as root:
@@ -414,7 +451,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
             program=program,
             gpu=args.gpu,
             local_rank=args.local_rank,
-            mode=parse_mode(args.mode),
+            mode=parse_mode(args.mode or "node"),
             cpus=args.cpus,
             reserve=args.reserve,
             memory=parse_memory_mode(args.memory),
@@ -652,12 +689,15 @@ def _show_args(show: argparse.ArgumentParser) -> None:
 def _plan_args(plan: argparse.ArgumentParser) -> None:
     plan.description = ("Print the placement of every local rank: one row per visible GPU, local rank r driving "
                         "GPU r % N (or entry r of NUMAPIN_RANK_MAP); with --gpus, rank i drives the i-th GPU listed.")
-    plan.add_argument("--mode", choices=_modes(), default="node", help="placement mode (default: node)")
+    plan.add_argument("--mode", choices=_modes(), help="placement mode (default: node)")
     plan.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
     plan.add_argument("--reserve", type=_count, default=0, metavar="K",
                       help="set K whole cores aside for one latency-critical thread (the fastest cores)")
     _add_cores(plan)
-    plan.add_argument("--gpus", type=_gpu_list, metavar="LIST", help="only these logical GPUs, e.g. 0,2")
+    plan.add_argument("--gpus", type=_gpu_list, metavar="LIST",
+                      help="rank i drives the i-th GPU listed: logical indices, e.g. 0,2 or 0-3")
+    plan.add_argument("--ranks", type=_count, metavar="N",
+                      help="plan local ranks 0 to N-1, as a launcher of N processes would start them")
     plan.add_argument("--json", action="store_true", help="a JSON list, one object per rank")
     _add_picture(plan)
     _add_root(plan)
@@ -692,7 +732,7 @@ def _add_target(parser: argparse.ArgumentParser, mode_default: str | None = "nod
     target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
     target.add_argument("--local-rank", default="auto", metavar="auto|N",
                         help="the launcher's local rank (default auto: read it from the environment)")
-    parser.add_argument("--mode", choices=_modes(), default=mode_default,
+    parser.add_argument("--mode", choices=_modes(),
                         help="placement mode (default: " + (mode_default or "the process's record's, else node") + ")")
 
 

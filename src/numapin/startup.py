@@ -60,6 +60,10 @@ def _sglang() -> "tuple[PatchReport, ...]":
     return sglang.install()
 
 
+#: The words NUMAPIN_AUTOPIN takes, in any case (the start-up file's line knows the ones that mean off).
+_ON = ("1", "true", "yes", "on")
+_OFF = ("", "0", "false", "no", "off")
+
 #: ``NUMAPIN_PATCH`` names and what each installs (its reports).
 PATCHES: "dict[str, Callable[[], tuple[PatchReport, ...]]]" = {
     "tensorrt_llm": _tensorrt_llm,
@@ -147,12 +151,13 @@ def _patch(env: "Mapping[str, str]") -> "tuple[PatchReport, ...]":
 
 def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     value = env.get(AUTOPIN, "").strip()
-    if value in ("", "0"):
+    if value.lower() in _OFF:
         return None, None
-    if value != "1":
+    if value.lower() not in _ON:
         from .base.errors import UsageError, quoted
 
-        raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (pin) or 0 (off)", value=value)
+        raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (or true, yes, on) to pin, 0 (or false, no, off) "
+                         "to leave processes alone", value=value)
     from .facts.glance import no_worker
 
     # Most processes of a job are no workers: the environment and one listing of the PCI devices say so,

@@ -189,6 +189,9 @@ def pin(
     env = os.environ if environ is None else environ
     chosen_policy = parse_policy(policy)
     if placement is not None:
+        if not isinstance(placement, Placement):
+            raise UsageError(f"pin(placement=...) takes a Placement (numapin.plan(GPU) makes one), not "
+                             f"{type(placement).__name__} {placement!r:.40}; for CPUs, pin(cpus=...)", value=placement)
         given = [name for name, value in (("gpu", gpu), ("cpus", cpus), ("mode", mode), ("reserve", reserve or None))
                  if value is not None]
         if given:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from ..base.environment import RANK_MAP
+from ..base.errors import UsageError
 from ..cpuset import CpuSpec
 from ..facts.machine import cached
 from .modes import Cores, Placement, PlacementMode, resolve
@@ -44,19 +45,31 @@ def plan_ranks(
     cpus: CpuSpec | None = None,
     cores: str | Cores = Cores.ALL,
     gpus: Sequence[int] | None = None,
+    ranks: int | None = None,
     root: str | os.PathLike[str] | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[Placement, ...]:
-    """One placement per local rank: rank i drives ``gpus[i]`` when given; else as a launcher's
-    ranks would, one per visible GPU (rank r drives GPU r, or entry r of ``NUMAPIN_RANK_MAP``)."""
+    """One placement per local rank: rank i drives ``gpus[i]`` when given; else as a launcher's ranks would,
+    ``ranks`` of them (default: one per visible GPU, or per entry of ``NUMAPIN_RANK_MAP``), rank r driving GPU r
+    or entry r of the map. A GPU listed twice is a UsageError: two ranks would be given one placement."""
     env = os.environ if environ is None else environ
     facts = cached(root, env)
+    if gpus is not None and ranks is not None:
+        raise UsageError("--gpus and --ranks both say which ranks to plan: give one", value=ranks)
     if gpus is None:
         rank_map = env.get(RANK_MAP, "")
         count = len(rank_map.split(",")) if rank_map else len(facts.visible)
         if not count:
             facts.gpu(0)  # raises the "no GPU visible" error
+        if ranks is not None:
+            if ranks < 1:
+                raise UsageError(f"--ranks {ranks}: at least one rank", value=ranks)
+            count = ranks  # a rank past the GPUs in view is refused by the rank's own rule
         return tuple(resolve(facts, env, rank=LocalRank(r, "plan"), cpus=cpus, mode=mode, reserve=reserve,
                              cores=cores) for r in range(count))
+    twice = sorted({g for g in gpus if list(gpus).count(g) > 1})
+    if twice:
+        raise UsageError(f"GPU {', '.join(map(str, twice))} listed twice in --gpus: each rank drives a GPU of its "
+                         "own (to share a GPU, map ranks with NUMAPIN_RANK_MAP)", value=list(gpus))
     return tuple(resolve(facts, env, gpu=g, rank=LocalRank(r, "--gpus"), cpus=cpus, mode=mode, reserve=reserve,
                          cores=cores) for r, g in enumerate(gpus))

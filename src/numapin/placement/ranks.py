@@ -66,7 +66,9 @@ def requested_rank(value: str, environ: Mapping[str, str]) -> LocalRank | None:
 
 
 def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None = None) -> int:
-    """The logical GPU that local rank ``rank`` drives among ``visible`` GPUs."""
+    """The logical GPU that local rank ``rank`` drives among ``visible`` GPUs: ``NUMAPIN_RANK_MAP``'s entry, else
+    GPU ``rank`` (GPU 0 where the process sees one GPU: its launcher gave it its own). A rank past the GPUs in
+    view is a UsageError naming the misconfiguration."""
     if visible <= 0:
         raise UsageError("no GPU is visible, so no local rank can be given one", value=rank)
     if isinstance(rank_map, str) and not rank_map.strip():
@@ -81,4 +83,10 @@ def gpu_for_rank(rank: int, visible: int, rank_map: Sequence[int] | str | None =
             raise UsageError(f"{RANK_MAP} maps local rank {rank} to GPU {gpu}, but {visible} GPUs are visible",
                              value=rank_map)
         return gpu
+    if visible > 1 and rank >= visible:
+        # More local ranks than GPUs: a launcher started more processes than the node has GPUs for (one GPU in
+        # view is the other case, a launcher that hands each process its own GPU: rank r drives GPU 0 there).
+        raise UsageError(f"local rank {rank}, but {visible} GPUs are visible (ranks 0-{visible - 1}): the launcher "
+                         f"starts more processes than GPUs; to share GPUs, map ranks to them with {RANK_MAP}",
+                         value=rank)
     return rank % visible
