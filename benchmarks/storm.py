@@ -1,6 +1,6 @@
 """Rounds of pin() while native threads spawn threads: how many threads escape the pin.
 
-``python benchmarks/storm.py [ROUNDS]`` (default 500).
+``python benchmarks/storm.py [ROUNDS [DEADLINE_S]]`` (default 500 rounds, 60 s more than rounds).
 
 Each round starts the C storm of tests/contract/test_storm.py (4 spawners, 40 sleepers each), pins
 for GPU 0 or 1 of a two-node description of this machine (the tests' pair root), reads
@@ -36,7 +36,7 @@ def main() -> None:
         raise SystemExit("no C compiler: the storm is a small C library")
     root = live.write_pair(folder / "root")
     env = {"NUMAPIN_FSROOT": str(root), "PATH": "/usr/bin:/bin"}
-    deadline = 60 + rounds
+    deadline = float(sys.argv[2]) if len(sys.argv) > 2 else 60 + rounds
     try:
         proc = subprocess.run([sys.executable, "-c", test_storm.RUNNER, str(library), str(rounds),
                                json.dumps(sorted(live.NODE0)), json.dumps(sorted(live.NODE1))],

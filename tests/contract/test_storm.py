@@ -141,3 +141,13 @@ def test_native_thread_storm(storm_library: Path, pair_root: Path) -> None:
     assert seen["most"] > 20, f"the storm hardly blew: {seen}"
     assert seen["failed"] == 0, seen
     assert (seen["escaped"], seen["late"]) == (0, 0), f"threads outside the target after pin() returned: {seen}"
+
+
+def test_the_storm_benchmark_ends_in_one_line_past_its_deadline() -> None:
+    # Issue 38, item 9: a loaded machine ended benchmarks/storm.py in a TimeoutExpired traceback.
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        pytest.skip("no C compiler: the storm is a small C library")
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "storm.py"
+    done = subprocess.run([sys.executable, str(script), "500", "0.05"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "did not finish 500 rounds in 0.05 s" in done.stderr
