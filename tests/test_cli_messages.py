@@ -283,3 +283,38 @@ def live_env() -> dict[str, str]:
 def test_pin_refuses_a_placement_that_is_none(placement: object) -> None:
     with pytest.raises(numapin.UsageError, match="takes a Placement"):
         numapin.pin(placement=placement)  # type: ignore[arg-type]
+
+
+# -- help and messages (issue 38, items 6 and 7) ---------------------------------------------------
+
+
+def test_an_argument_no_parser_takes_points_at_the_sub_commands_help() -> None:
+    proc = _numapin("exec", "--bogus", "--", "true")
+    assert proc.returncode == 2 and proc.stderr == (
+        "numapin exec: unrecognized arguments: --bogus (see numapin exec --help)\n"), proc.stderr
+
+
+def test_show_promises_no_rank_cpus_and_pictures_are_named_for_their_format() -> None:
+    assert "each rank's CPUs" not in _numapin("show", "--help").stdout
+    assert "each rank's CPUs" in _numapin("plan", "--help").stdout
+    for option, name in (("--svg", "x.png"), ("--html", "x.svg")):
+        proc = _numapin("plan", "--machine", "laptop", option, name)
+        assert proc.returncode == 2 and "must end in" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_ps_as_root_does_not_advise_running_as_root(tmp_path: Path) -> None:
+    import os
+
+    from numapin.pinning.verdict import judge
+
+    judged = None
+    for pid in (1, 2):  # a process this one may not read the environment of, where there is one
+        try:
+            judged = judge(pid, memory=False)
+        except numapin.NumapinError:
+            continue
+        if judged.verdict.value == "unreadable":
+            break
+    if judged is None or judged.verdict.value != "unreadable":
+        pytest.skip("every process's environment is readable here")
+    assert ("(or root)" in (judged.note or "")) == (os.geteuid() != 0), judged.note

@@ -652,11 +652,16 @@ def _guides() -> str:
 class _Parser(argparse.ArgumentParser):
     """argparse's parser, whose errors are one line (the usage block is what --help is for)."""
 
+    #: The sub-command's prog (``numapin exec``) when one was named: an error the top parser finds (an
+    #: argument no parser takes) is still about that sub-command, and its --help is the one to read.
+    command_prog: str | None = None
+
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        prog = self.command_prog or self.prog
+        self.exit(2, f"{prog}: {message} (see {prog} --help)\n")
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> _Parser:
     """The whole parser; with ``command``, only that sub-command's arguments (the others are listed, empty)."""
     parser = _Parser(
         prog="numapin",
@@ -675,13 +680,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                        help="log what numapin does")
         if command is None or command == name:
             fill(p)
+    if command in _COMMANDS:
+        parser.command_prog = f"numapin {command}"
     return parser
 
 
 def _show_args(show: argparse.ArgumentParser) -> None:
     show.description = "Show this machine's topology as numapin sees it."
     show.add_argument("--json", action="store_true", help="one JSON object instead of text")
-    _add_picture(show)
+    _add_picture(show, ranks=False)
     _add_root(show)
     show.set_defaults(func=cmd_show)
 
@@ -718,11 +725,26 @@ def _file_name(text: str) -> str:
     return text
 
 
-def _add_picture(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--svg", metavar="FILE", type=_file_name,
-                        help="also draw the picture (packages, nodes, caches, cores, GPUs, each rank's CPUs) as SVG "
-                             "into FILE (- for standard output, instead of the text)")
-    parser.add_argument("--html", metavar="FILE", type=_file_name,
+def _picture_file(*endings: str) -> Callable[[str], str]:
+    """A file name for a picture: ``-`` (standard output), or one ending as its format does (an SVG written
+    into ``x.png`` is a file no viewer opens as what its name says)."""
+
+    def check(text: str) -> str:
+        name = _file_name(text)
+        if name != "-" and not name.lower().endswith(endings):
+            raise argparse.ArgumentTypeError(f"{name[:60]!r}: the file's name must end in {' or '.join(endings)} "
+                                             "(or be - for standard output)")
+        return name
+
+    return check
+
+
+def _add_picture(parser: argparse.ArgumentParser, ranks: bool = True) -> None:
+    what = "packages, nodes, caches, cores, GPUs" + (", each rank's CPUs" if ranks else "")
+    parser.add_argument("--svg", metavar="FILE", type=_picture_file(".svg"),
+                        help=f"also draw the picture ({what}) as SVG into FILE (- for standard output, instead of "
+                             "the text)")
+    parser.add_argument("--html", metavar="FILE", type=_picture_file(".html", ".htm"),
                         help="the same picture in a self-contained HTML page, with hover text per CPU (- as for --svg)")
 
 
@@ -908,7 +930,8 @@ def _hint(args: argparse.Namespace, exc: BaseException) -> str:
 
     if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and not (
             getattr(args, "machine", None) or getattr(args, "root", None)):
-        return f"; to try numapin as on a GPU host: numapin {args.command} --machine dgx-h100"
+        pid = f" {args.pid}" if getattr(args, "pid", None) is not None and args.command == "threads" else ""
+        return f"; to try numapin as on a GPU host: numapin {args.command}{pid} --machine dgx-h100"
     return ""
 
 

@@ -133,13 +133,17 @@ def test_the_live_machine_agrees_with_sysfs() -> None:
             assert os.path.realpath(f"/sys/class/net/{netdev}").startswith(device + "/")
 
 
-def test_plan_names_each_ranks_nic_and_who_shares_it(capsys: pytest.CaptureFixture[str]) -> None:
+def test_plan_names_each_ranks_nic_and_who_shares_it(capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     assert main(["plan", "--machine", "dgx-h100", "--json"]) == 0
     plans = json.loads(capsys.readouterr().out)
     assert [p["nic"]["name"] for p in plans] == ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9",
                                                    "mlx5_10", "mlx5_11"]
     assert all(p["nic"]["relation"] == "PXB" and p["nic"]["shared_with"] == [] for p in plans)
-    assert main(["plan", "--machine", "dgx-h100", "--gpus", "2,2,5"]) == 0
+    # Two ranks on one GPU: a rank map says so (a GPU listed twice in --gpus is refused as a likely mistake).
+    monkeypatch.setenv("NUMAPIN_RANK_MAP", "2,2,5")
+    assert main(["plan", "--machine", "dgx-h100"]) == 0
+    monkeypatch.delenv("NUMAPIN_RANK_MAP")
     out = capsys.readouterr().out
     assert "ranks 0, 1 share mlx5_4: it is the nearest NIC of each" in out
     assert out.splitlines()[3].split()[-2:] == ["mlx5_9", "(PXB)"]

@@ -375,3 +375,34 @@ def test_the_variables_without_the_start_up_file_are_an_error(tmp_path: Path) ->
     assert startup_file({AUTOPIN: "0"}, folders) == [] and startup_file({}, folders) == []
     (tmp_path / STARTUP_FILE).write_text("import os\n")
     assert startup_file({AUTOPIN: "1"}, folders) == []
+
+
+def test_the_interrupt_fixes_agree_and_say_how_many(tmp_path: Path) -> None:
+    # Issue 38, item 6: "1 of the 1 interrupt"; and irq-other-node's fix moved interrupts onto the reserved cores
+    # that irq-on-reserved moves them off.
+    root = machines.write("dgx-h100", tmp_path / "root")
+    hot = plan_reserved(root)
+    nic_irqs = _irqs(root, "0000:35:00.0")  # mlx5_5, GPU 3's NIC
+    assert len(nic_irqs) > 1
+    _deliver(root, nic_irqs[:1], "100")  # one of them on node 1
+    _, findings = dgx_doctor(root, NUMAPIN_RESERVED=str(hot))
+    other = next(f for f in findings if f["id"] == "irq-other-node")
+    assert other["sees"].startswith(f"1 of the {len(nic_irqs)} interrupts of mlx5_5") and " goes to " in other["sees"]
+    moved_to = CpuSet(other["fix"].split("echo ")[1].split(" >")[0])
+    assert moved_to and not moved_to & hot, "the fix keeps the reserved cores free"
+    _deliver(root, nic_irqs, "100")
+    _, findings = dgx_doctor(root)
+    assert next(f for f in findings if f["id"] == "irq-other-node")["sees"].startswith(
+        f"all {len(nic_irqs)} interrupts of mlx5_5")
+    gpu_irqs = _irqs(root, "0000:48:00.0")
+    _deliver(root, gpu_irqs, "100")
+    _, findings = dgx_doctor(root)
+    said = [f["sees"] for f in findings if f["sees"].startswith(("its one", "1 of the")) and "of GPU 3 (" in f["sees"]]
+    assert len(said) == 1 and "1 of the 1" not in said[0]
+
+
+def test_doctor_with_no_gpu_does_not_judge_by_one(tmp_path: Path) -> None:
+    root = machines.write("dgx-h100", tmp_path / "root")
+    proc = subprocess.run([*NUMAPIN, "doctor", "--root", str(root)], capture_output=True, text=True,
+                          env={**without_inputs(dict(os.environ)), "CUDA_VISIBLE_DEVICES": ""})
+    assert "its one visible GPU" not in proc.stdout and "no-placement" in proc.stdout, proc.stdout

@@ -261,7 +261,9 @@ def judge(
     if want is None:
         verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
         if unreadable:
-            note = "another user's process: its environment is for its owner (or root) to read"
+            note = ("its environment cannot be read, even by root (another PID namespace's process, or a ptrace "
+                    "restriction such as a container's)" if os.geteuid() == 0 else
+                    "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
     share = judged.remote_share()

@@ -220,6 +220,8 @@ def _assumption(gpu: int | None, rank: LocalRank | None, facts: Facts) -> str:
     if len(facts.visible) > 1:
         return (f"assumed local rank 0 (GPU 0 of {len(facts.visible)} visible): no record of numapin's and no "
                 "launcher variable; name it with --gpu or --local-rank")
+    if not facts.visible:
+        return "no GPU visible, no record of numapin's, no launcher variable"
     return "its one visible GPU (no record of numapin's, no launcher variable)"
 
 
@@ -325,13 +327,17 @@ def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet
         away = [i for i in irqs if not i.delivered & home]  # type: ignore[operator]
         if away:
             where = CpuSet.union(i.delivered for i in away if i.delivered)
+            which = ("its one interrupt" if len(irqs) == 1 else f"all {len(irqs)} interrupts" if len(away) == len(irqs)
+                     else f"{len(away)} of the {len(irqs)} interrupts")
+            # Onto the node's CPUs but the reserved cores: the fix must not be what irq-on-reserved undoes.
+            target = (home - reserved) or home
             found.append(Finding(
                 "irq-other-node", "warning",
-                f"{len(away)} of the {counted(len(irqs), 'interrupt')} of {what} ({pci}) go to CPUs {where}, "
-                f"off its node {node} (IRQ {_numbers(away)})",
+                f"{which} of {what} ({pci}) {'goes' if len(away) == 1 else 'go'} to CPUs {where}, off its node "
+                f"{node} (IRQ {_numbers(away)})",
                 "each completion then wakes a CPU of another node and its data crosses the interconnect, "
                 "away from the worker's threads and memory",
-                f"for N in {_numbers(away, ' ')}; do echo {home} > /proc/irq/$N/smp_affinity_list; done{again}"))
+                f"for N in {_numbers(away, ' ')}; do echo {target} > /proc/irq/$N/smp_affinity_list; done{again}"))
         hot = [i for i in irqs if reserved and i.delivered & reserved]  # type: ignore[operator]
         if hot:
             found.append(Finding(
