@@ -484,7 +484,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from .tools.doctor import diagnose
 
     with _root(args) as root:
-        found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, root=root, pid=args.pid)
+        found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, reserve=args.reserve, root=root,
+                         pid=args.pid)
     if args.json:
         import json
 
@@ -500,13 +501,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_threads(args: argparse.Namespace) -> int:
     import json
 
+    from .placement.modes import parse_mode
+    from .placement.ranks import LocalRank
     from .tools.threads_report import threads_report
 
+    _refuse_together(args, ("cpus", "mode", "both say which CPUs the process should be on"))
     if args.max_remote_memory is not None and not args.check:
         raise CliError("--max-remote-memory is a bound for --check: add --check")
     with _root(args) as root:
         bound = None if args.max_remote_memory is None else args.max_remote_memory / 100
-        report = threads_report(args.pid, gpu=args.gpu, cpus=args.cpus, root=root, max_remote=bound)
+        rank = None if args.local_rank is None else LocalRank(args.local_rank, "--local-rank")
+        report = threads_report(args.pid, gpu=args.gpu, rank=rank, cpus=args.cpus,
+                                mode=None if args.mode is None else parse_mode(args.mode), root=root, max_remote=bound)
     verdict = report.check() if args.check else 0  # no placement to check against: the error, before any table
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -805,6 +811,9 @@ def _doctor_args(doc: argparse.ArgumentParser) -> None:
     doc.add_argument("--pid", type=_count, metavar="PID",
                      help="check that process: its record of numapin's (a pin made inside it too), else its "
                           "environment's launcher rank and CUDA_VISIBLE_DEVICES; its mask and thread count")
+    doc.add_argument("--reserve", type=_count, default=0, metavar="K",
+                     help="judge the placement with K cores set aside for one latency-critical thread, as "
+                          "numapin exec --reserve K makes it (interrupts on them are then found)")
     doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
     _add_root(doc)
     doc.set_defaults(func=cmd_doctor)
@@ -818,7 +827,11 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
     which.add_argument("--gpu", type=_count, metavar="N",
                        help="compare with GPU N's node placement, N as the process sees its GPUs (its "
                             "CUDA_VISIBLE_DEVICES), as in every numapin command")
+    which.add_argument("--local-rank", type=_count, metavar="N",
+                       help="compare with local rank N's placement (its GPU in the process's view)")
     which.add_argument("--cpus", type=_cpuset_arg, metavar="LIST", help="compare with these CPUs")
+    th.add_argument("--mode", choices=_modes(),
+                    help="compare with this mode's placement (default: the process's record's, else node)")
     th.add_argument("--json", action="store_true",
                     help="one JSON object: the placement compared with, every thread, the count outside, "
                          "memory by node (all and own bytes, remote share)")

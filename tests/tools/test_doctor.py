@@ -406,3 +406,15 @@ def test_doctor_with_no_gpu_does_not_judge_by_one(tmp_path: Path) -> None:
     proc = subprocess.run([*NUMAPIN, "doctor", "--root", str(root)], capture_output=True, text=True,
                           env={**without_inputs(dict(os.environ)), "CUDA_VISIBLE_DEVICES": ""})
     assert "its one visible GPU" not in proc.stdout and "no-placement" in proc.stdout, proc.stdout
+
+
+def test_doctor_reserve_judges_as_exec_reserve_places(tmp_path: Path) -> None:
+    # Issue 38, item 4: doctor had no --reserve; the reserved cores came only from NUMAPIN_RESERVED.
+    root = machines.write("dgx-h100", tmp_path / "root")
+    hot = plan_reserved(root)
+    _deliver(root, _irqs(root, "0000:48:00.0")[:1], str(hot.first()))
+    code, findings = dgx_doctor(root, "--reserve", "1")
+    reserved = [f for f in findings if f["id"] == "irq-on-reserved"]
+    assert code == 1 and len(reserved) == 1 and str(hot) in reserved[0]["sees"]
+    _, without = dgx_doctor(root)
+    assert "irq-on-reserved" not in [f["id"] for f in without]

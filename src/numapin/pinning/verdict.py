@@ -32,7 +32,7 @@ from ..facts.machine import Facts, cached
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
-from ..placement.ranks import local_rank
+from ..placement.ranks import LocalRank, local_rank
 from . import record as records
 from .record import Record
 from .state import exec_marker, state
@@ -135,18 +135,23 @@ def expected(
     gpu: int | None = None,
     cpus: CpuSet | None = None,
     mode: PlacementMode | None = None,
+    rank: LocalRank | None = None,
+    reserve: int = 0,
     devices: Collection[str] = (),
 ) -> tuple[Expected | None, str | None]:
     """Where a process with this environment (its own view in ``facts``) and record should be, and what says
     so; or None and why nothing does. ``devices`` are the PCI addresses of the GPUs it has open.
 
-    Raises :class:`UsageError` when the caller's own question (``gpu``, ``cpus``, ``mode``) cannot be answered.
+    Raises :class:`UsageError` when the caller's own question (``gpu``, ``rank``, ``cpus``, ``mode``,
+    ``reserve``) cannot be answered.
     """
-    if gpu is not None or cpus is not None or mode is not None:
-        if gpu is None and cpus is None and record is not None:
+    if gpu is not None or cpus is not None or mode is not None or rank is not None or reserve:
+        if gpu is None and cpus is None and rank is None and record is not None:
             gpu = record.placement.gpu  # another mode for the GPU numapin placed it for
-        asked = resolve(facts, environ, gpu=gpu, cpus=cpus, mode=mode or PlacementMode.NODE)
-        what = f"CPUs {cpus}" if cpus is not None else gpu_words(asked) or "its local rank's GPU"
+        asked = resolve(facts, environ, gpu=gpu, cpus=cpus, rank=rank, mode=mode or PlacementMode.NODE,
+                        reserve=reserve)
+        what = (f"CPUs {cpus}" if cpus is not None else f"{rank}: {gpu_words(asked)}" if rank is not None
+                else gpu_words(asked) or "its local rank's GPU")
         return Expected(asked, asked.workers, f"{what}, as asked" + (f", mode {mode}" if mode else "")), None
     if record is not None:
         basis = f"numapin's record ({record.how}: {gpu_words(record.placement) or record.placement.reason}, " \
@@ -208,6 +213,8 @@ def judge(
     gpu: int | None = None,
     cpus: CpuSet | None = None,
     mode: PlacementMode | None = None,
+    rank: LocalRank | None = None,
+    reserve: int = 0,
     environ: Mapping[str, str] | None = None,
     devices: Collection[str] = (),
     known: Mapping[int, Record] | None = None,
@@ -217,7 +224,8 @@ def judge(
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
-    ``gpu`` is an index in the process's own view. ``environ`` is read unless
+    ``gpu`` is an index in the process's own view; ``rank`` a local rank, its GPU in that view; ``mode`` and
+    ``reserve`` as for ``numapin exec``. ``environ`` is read unless
     given; ``known`` are the records of the host's processes when the caller
     read them all (``ps``), else the process's own record is looked up (and its
     parent's, to say a child inherited its pin).
@@ -236,7 +244,8 @@ def judge(
         except AccessDenied:
             environ, unreadable = {}, True
     facts = cached(root, environ)
-    want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, devices=devices)
+    want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
+                          devices=devices)
     marker = exec_marker(environ)
     ops = LinuxThreads(pid)
     own = state().thread_masks() if pid == os.getpid() else set()

@@ -108,6 +108,7 @@ def diagnose(
     gpu: int | None = None,
     rank: str = "auto",
     mode: str | PlacementMode | None = None,
+    reserve: int = 0,
     root: str | os.PathLike[str] | None = None,
     pid: int | None = None,
 ) -> Diagnosis:
@@ -141,17 +142,18 @@ def diagnose(
     placement: Placement | None = None
     try:
         if pid is not None:
-            judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, environ=env,
+            judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, reserve=reserve, environ=env,
                            known={} if found is None else {pid: found}, stat=stat)
             want, why = judged.expected, judged.note
         else:
-            want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode)
+            want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode, reserve=reserve)
     except EnvironmentProblem as exc:
         want, why = None, str(exc)
     if want is None and pid is None:
         # An environment about to start a worker, not a process to judge: assume what numapin exec would.
         try:
-            assumed = resolve(facts, env, gpu=gpu, rank=chosen, mode=asked_mode or PlacementMode.NODE)
+            assumed = resolve(facts, env, gpu=gpu, rank=chosen, mode=asked_mode or PlacementMode.NODE,
+                              reserve=reserve)
             want = Expected(assumed, assumed.workers, _assumption(gpu, chosen, facts))
         except EnvironmentProblem as exc:
             why = str(exc)

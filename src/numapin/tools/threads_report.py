@@ -14,6 +14,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
+    from ..placement.modes import PlacementMode
+    from ..placement.ranks import LocalRank
+
 __all__ = ["ThreadsReport", "threads_report"]
 
 
@@ -103,10 +106,13 @@ def threads_report(
     pid: int | None = None,
     *,
     gpu: int | None = None,
+    rank: LocalRank | None = None,
     cpus: CpuSet | None = None,
+    mode: PlacementMode | None = None,
     root: str | None = None,
     max_remote: float | None = None,
 ) -> ThreadsReport:
-    """Judge every thread of ``pid`` (default: this process) and its memory; ``gpu`` is in the process's view."""
+    """Judge every thread of ``pid`` (default: this process) and its memory; ``gpu`` (or ``rank``'s GPU) is in
+    the process's view; ``mode`` as for ``numapin exec``."""
     target = os.getpid() if pid is None else pid
-    return ThreadsReport(judge(target, root=root, gpu=gpu, cpus=cpus, max_remote=max_remote))
+    return ThreadsReport(judge(target, root=root, gpu=gpu, rank=rank, cpus=cpus, mode=mode, max_remote=max_remote))
