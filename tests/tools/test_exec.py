@@ -14,6 +14,7 @@ import pytest
 
 from live import ALL, NODE0, NODE1, NODE1_REAL, cpus, without_inputs
 from numapin.base.environment import LOCAL_RANK_VARIABLES
+from numapin.cpuset import CpuSet
 from numapin.tools.exec import ExecRequest, prepare_exec
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -277,3 +278,34 @@ def test_strict_exec_under_a_conflicting_outside_mask_exits_2_naming_the_fix(env
                              timeout=60)
     assert relaxed.returncode == 0 and json.loads(relaxed.stdout) == [first]
     assert "--policy override" in relaxed.stderr
+
+
+def test_thread_pools_are_sized_to_the_ranks_share_of_a_shared_node() -> None:
+    # Issue 38, item 5b: mode node gave each of a node's four ranks OMP_NUM_THREADS=112 on 112 CPUs.
+    from numapin.facts import synthetic as machines
+
+    spec = machines.shape_named("dgx-h100")
+    node_cpus = spec.cores_per_socket * spec.threads_per_core  # one node a socket here
+    share = node_cpus // spec.gpus_per_node
+    dry = subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--dry-run", "--json", "--", "true"],
+                         capture_output=True, text=True, env=without_inputs(dict(os.environ)))
+    report = json.loads(dry.stdout)
+    assert report["threads"]["set"]["OMP_NUM_THREADS"] == str(share), report["threads"]
+    text = subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--dry-run", "--", "true"],
+                          capture_output=True, text=True, env=without_inputs(dict(os.environ))).stdout
+    assert f"thread pools sized {share}: the {node_cpus} CPUs are shared by the ranks of 4 GPUs" in text
+    for mode in ("exclusive", "single"):  # CPUs of its own: pools the size of its placement
+        own = json.loads(subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--mode", mode, "--dry-run",
+                                         "--json", "--", "true"], capture_output=True, text=True,
+                                        env=without_inputs(dict(os.environ))).stdout)
+        assert own["threads"]["set"]["OMP_NUM_THREADS"] == str(len(CpuSet(own["placement"]["cpus"])))
+
+
+def test_doctor_holds_pools_to_the_same_share() -> None:
+    env = without_inputs(dict(os.environ))
+    for size, oversized in (("112", True), ("28", False)):
+        proc = subprocess.run([*NUMAPIN, "doctor", "--machine", "dgx-h100", "--local-rank", "0", "--json"],
+                              capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": size})
+        found = {f["id"]: f for f in json.loads(proc.stdout)["findings"]}
+        assert ("thread-pool-oversized" in found) == oversized, found.keys()
+        assert "shared-node" in found and "thread pools to its share" in found["shared-node"]["why"]

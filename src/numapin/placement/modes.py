@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve"]
+__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve", "sharing_ranks"]
 
 
 class PlacementError(EnvironmentProblem):
@@ -368,3 +368,16 @@ def resolve(
             if facts.visible else 0
     return place(facts.topology, facts.inventory, facts.gpu(gpu), mode=mode, reserve=reserve,
                  rank=None if rank is None else rank.rank, cores=cores, kinds=kinds)
+
+
+def sharing_ranks(facts: Facts, placement: Placement) -> int:
+    """How many ranks of a job, one per GPU, are placed on this placement's worker CPUs: in mode ``node`` the
+    GPUs of its node, in mode ``socket`` those of its package, else 1 (each rank has CPUs of its own). Every
+    GPU of the machine counts, not only those in view: a launcher that hands each process its own GPU still
+    starts one process per GPU."""
+    if placement.mode not in (PlacementMode.NODE, PlacementMode.SOCKET) or placement.node is None:
+        return 1
+    t = facts.topology
+    nodes = ({placement.node} if placement.mode is PlacementMode.NODE
+             else {n.id for n in t.nodes if n.cpus and n.cpus & placement.cpus})
+    return max(1, sum(1 for g in facts.inventory.gpus if g.node in nodes))

@@ -35,7 +35,7 @@ from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
 from ..pinning.verdict import Expected, Judgement, Verdict, expected, judge
-from ..placement.modes import Placement, PlacementMode, parse_mode, resolve
+from ..placement.modes import Placement, PlacementMode, parse_mode, resolve, sharing_ranks
 from ..placement.ranks import LocalRank, gpu_for_rank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -294,8 +294,9 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
     if str(mode) == PlacementMode.NODE.value and len(sharing) > 1:
         found.append(Finding(
             "shared-node", "warning", f"{len(sharing)} visible GPUs on node {placement.node} and mode node",
-            "their workers all get the whole node and compete for the same CPUs",
-            "use --mode exclusive (each GPU its share of the node's cores)"))
+            "their workers all get the whole node and compete for the same CPUs (numapin exec sizes each one's "
+            "thread pools to its share, but the scheduler still moves their threads among all of them)",
+            "use --mode exclusive (each GPU its share of the node's cores, its threads kept there)"))
     return found
 
 
@@ -470,14 +471,19 @@ def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
 def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
                   status: dict[str, str] | None) -> list[Finding]:
     found = []
-    cpus = len(placement.workers)
+    sharing = sharing_ranks(facts, placement)
+    # The rank's share: the placement's CPUs over the ranks placed on them (mode node: its node's GPUs).
+    cpus = max(1, len(placement.workers) // sharing)
+    shared = f", shared by the ranks of {sharing} GPUs: {cpus} each" if sharing > 1 else ""
     for name in THREAD_POOLS:
         text = env.get(name, "").strip()
         size = decimal(text.split(",")[0]) if text else None  # OpenMP allows a list per nesting level
         if size is not None and size > cpus:
             found.append(Finding(
-                "thread-pool-oversized", "warning", f"{name}={text} but the placement has {cpus} CPU(s)",
-                f"{size} threads share {cpus} CPU(s): they preempt each other and wait on each other at every barrier",
+                "thread-pool-oversized", "warning",
+                f"{name}={text} but the placement has {len(placement.workers)} CPU(s){shared}",
+                f"{size * sharing} threads share {len(placement.workers)} CPU(s): they preempt each other and wait "
+                "on each other at every barrier",
                 f"export {name}={cpus} (numapin exec does it with --threads auto when it is unset)"))
     if "OMP_NUM_THREADS" not in env and len(facts.topology.online) > cpus:
         found.append(Finding(
