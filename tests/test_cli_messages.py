@@ -318,3 +318,44 @@ def test_ps_as_root_does_not_advise_running_as_root(tmp_path: Path) -> None:
     if judged is None or judged.verdict.value != "unreadable":
         pytest.skip("every process's environment is readable here")
     assert ("(or root)" in (judged.note or "")) == (os.geteuid() != 0), judged.note
+
+
+# -- rehearsing a large machine on this host (issue 38, item 3) ------------------------------------------
+
+
+def _rehearsal_only() -> None:
+    from numapin.facts import synthetic as machines
+    from numapin.facts.machine import this_host_cpus
+
+    spec = machines.shape_named("dgx-h100")
+    if len(this_host_cpus()) >= spec.sockets * spec.cores_per_socket * spec.threads_per_core:
+        pytest.skip("this host has a DGX H100's CPUs: --machine dgx-h100 is no rehearsal here")
+
+
+def test_exec_on_a_machine_that_is_not_this_host_says_it_is_a_rehearsal() -> None:
+    _rehearsal_only()
+    env = {**live_env(), "LOCAL_RANK": "3"}
+    strict = subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--strict", "--", "true"], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert strict.returncode == 2 and "--machine dgx-h100 is not this host" in strict.stderr, strict.stderr
+    assert strict.stderr.count("\n") == 1 and "--dry-run" in strict.stderr
+    plain = subprocess.run([*NUMAPIN, "exec", "--machine", "dgx-h100", "--", sys.executable, "-c", "print('ran')"],
+                           capture_output=True, text=True, timeout=120, env={**env, "LOCAL_RANK": "5"})
+    assert plain.returncode == 0 and plain.stdout == "ran\n"
+    assert "a rehearsal" in plain.stderr and "someone else" not in plain.stderr, plain.stderr
+
+
+def test_ps_on_a_rehearsal_machine_does_not_blame_someone_else() -> None:
+    import json
+
+    _rehearsal_only()
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True, env={**live_env(), "LOCAL_RANK": "1"})
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        proc = _numapin("ps", str(child.pid), "--machine", "dgx-h100", "--json")
+    finally:
+        child.kill()
+        child.wait()
+    workers = json.loads(proc.stdout)["workers"]
+    assert [w["placed_by"] for w in workers] == ["nobody"], workers

@@ -790,9 +790,8 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
                     help="what to do with a mask someone else set (default: respect)")
     ex.add_argument("--threads", default="auto", metavar="keep|auto|N",
                     help="thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) when unset: "
-                         "auto sizes them to the rank's share of the placement's CPUs (default; mode node: the node's CPUs over "
-                         "its GPUs), N to N, keep leaves them; "
-                         "a value already set is never changed")
+                         "auto sizes them to the rank's share of the placement's CPUs (default; mode node: the "
+                         "node's CPUs over its GPUs), N to N, keep leaves them; a value already set is never changed")
     ex.add_argument("--strict", action="store_true",
                     help="exit 2 instead of stepping down or running unpinned")
     ex.add_argument("--dry-run", action="store_true", help="print what would be done; run nothing")

@@ -20,6 +20,7 @@ from ..base.choices import parse_choice
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
 from ..base.errors import UsageError
 from ..base.frozen import field, frozen
+from ..cpuset import CpuSet
 from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, read_kinds
@@ -184,3 +185,13 @@ def machine(root: str | os.PathLike[str] | None = None, environ: Mapping[str, st
     process's) gives ``CUDA_VISIBLE_DEVICES``.
     """
     return cached(root, environ)
+
+
+def this_host_cpus() -> CpuSet:
+    """The CPUs of the host this process runs on (its live ``/sys``, whatever root the facts are read from).
+
+    A machine read from another root (``--machine``, ``NUMAPIN_FSROOT``) is this host only where its CPUs are
+    among these: ``pair`` on a host of two CPUs or more; ``dgx-h100`` on a laptop is a rehearsal, which can be
+    planned and judged, never pinned for real."""
+    return CpuSet.parse_or_none(Host.at("/").read("sys/devices/system/cpu/online") or "") \
+        or CpuSet(os.sched_getaffinity(0))

@@ -28,7 +28,7 @@ from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
 from ..facts import procfs
-from ..facts.machine import Facts, cached
+from ..facts.machine import Facts, cached, this_host_cpus
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
@@ -266,7 +266,9 @@ def judge(
         except ProcessError:
             pages = None  # another user's process (its numa_maps is for its owner or root), or gone meanwhile
     main = next((t.cpus for t in threads if t.tid == pid), None)
-    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed, stat.ppid)
+    # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
+    # machine's other CPUs exist nowhere, and no process was kept from them).
+    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed & this_host_cpus(), stat.ppid)
     if want is None:
         verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
         if unreadable:

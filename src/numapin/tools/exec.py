@@ -19,7 +19,7 @@ from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
-from ..facts.machine import Facts
+from ..facts.machine import Facts, this_host_cpus
 from ..facts.machine import cached as cached_facts
 from ..pinning.decision import ExternalMaskPolicy
 from ..pinning.memory import MemoryMode, MemoryNodes, parse_memory_mode, place_memory
@@ -366,6 +366,22 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         log.warning("%s; %s unpinned", prepared.unpinned or "no placement", what)
         return None, env
     p = prepared.placement
+    facts = cached_facts(request.root, env)
+    host = this_host_cpus()
+    if not facts.topology.online <= host:
+        # A rehearsal (--machine dgx-h100 on a laptop): the kernel here has none of that machine's CPUs to pin
+        # to; respecting "someone else's" mask, or stepping down, would only hide that.
+        from ..facts.synthetic import written
+
+        name = written(facts.topology.root)
+        what = f"--machine {name}" if name else f"the machine under {facts.topology.root}"
+        why = (f"{what} is not this host (its CPUs {facts.topology.online}, this host's {host}): a rehearsal, "
+               "which plans and judges (numapin exec --dry-run shows what would be done) but pins nothing here; "
+               "--machine pair is this host seen as two nodes")
+        if request.strict:
+            raise EnvironmentProblem(why)
+        log.warning("%s; %s unpinned", why, "the program runs" if request.program else "this process runs")
+        return None, env
     # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
     # program's to take (NUMAPIN_RESERVED below): this process and every thread run on the rest.
     whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
