@@ -146,3 +146,29 @@ def test_a_label_wider_than_the_picture_may_grow_is_shortened() -> None:
     cut = _fit(long, 12, 500)
     assert cut.endswith("…") and long.startswith(cut[:-1]) and _text_width(cut, 12) <= 500
     assert _fit("node 0", 12, 500) == "node 0"
+
+
+def _ids(root: ET.Element) -> list[tuple[float, float, str]]:
+    return [(float(e.get("x", "0")), float(e.get("y", "0")), "".join(e.itertext()))
+            for e in root.iter(f"{SVG}text") if e.get("class") == "cpu-id"]
+
+
+def test_every_cell_shows_its_cpus_number(tmp_path: Path) -> None:
+    # Issue 38, item 7: the cells showed rank numbers; a reader looking for CPU 57 could not find it.
+    _, root = draw(tmp_path, "plan", "--machine", "dgx-h100", "--mode", "exclusive")
+    cells = cpu_cells(root)
+    ids = _ids(root)
+    assert sorted(int(text) for _, _, text in ids) == sorted(cells)
+    for x, y, text in ids:  # each number inside its own cell
+        cell = cells[int(text)]
+        left, top, size = float(cell.get("x", "0")), float(cell.get("y", "0")), float(cell.get("width", "0"))
+        assert left <= x <= left + size and top <= y <= top + size, text
+
+
+def test_the_machine_picture_has_a_legend_and_no_blank_cell(tmp_path: Path) -> None:
+    out = tmp_path / "show.svg"
+    subprocess.run([*NUMAPIN, "show", "--machine", "laptop", "--svg", str(out)], capture_output=True, check=True)
+    root = ET.parse(out).getroot()
+    texts = ["".join(e.itertext()) for e in root.iter(f"{SVG}text")]
+    assert "legend" in texts and any(t.startswith("a CPU, its number inside") for t in texts)
+    assert {int(t) for _, _, t in _ids(root)} == set(cpu_cells(root))

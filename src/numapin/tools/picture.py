@@ -12,10 +12,11 @@ separated; ``data-reserved`` when it is set aside for a rank's hot thread),
 and a ``title`` that browsers show on hover. Every GPU is one ``g`` with
 ``id="gpu-N"`` (CUDA's index). A rank's colour comes from Paul Tol's "muted"
 palette (nine colours that people with the common colour-vision deficiencies
-tell apart) and is never the only label: cells carry the rank's number when
-they are big enough, each GPU and node names its ranks, the legend spells
-each rank's CPUs out, and a CPU several ranks share (mode node) shows a band
-of each one's colour.
+tell apart) and is never the only label: each GPU and node names its ranks,
+the legend spells each rank's CPUs out, the hover names a CPU's ranks, and a
+CPU several ranks share (mode node) shows a band of each one's colour. A cell
+carries its CPU's number (so that a reader finds CPU 57), in the largest size
+that fits it; the legend says what a cell, a core and a cache group are.
 
 Every label fits its box: boxes grow to their label's width, measured with
 DejaVu Sans's advance widths (the widest of the usual sans-serif faces and
@@ -43,7 +44,7 @@ __all__ = ["PALETTE", "html", "svg"]
 #: Paul Tol's "muted" palette: nine colours for qualitative data that colour-blind readers tell apart
 #: (his pale grey for "no data" is left out: free CPUs are drawn in a grey of their own).
 PALETTE = ("#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#44AA99", "#999933", "#AA4499")
-#: The palette's dark colours, on which a rank's number is written in white.
+#: The palette's dark colours, on which a CPU's number is written in white.
 _DARK = frozenset({"#332288", "#117733", "#882255", "#AA4499"})
 FREE = "#F2F2F2"
 _FONT = "font-family:sans-serif"
@@ -313,23 +314,30 @@ def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int
     extra = (f' id="cpu-{cpu}" class="cpu" data-cpu="{cpu}" data-core="{core_id}" data-node="{node_id}"'
              f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else ""))
     c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{escape(hover)}</title>")
-    # A number for one rank (R when reserved); the bands of a shared CPU say its ranks, and the hover lists them.
-    if len(ranks) == 1 and cell >= 14:
-        label = "R" if reserved else str(ranks[0])
-        label = label if _text_width(label, 9) <= cell - 2 else "…"
-        ink = ";fill:#FFFFFF" if _colour(ranks[0]) in _DARK else ""
-        c.parts.append(f'<text x="{x + cell / 2:g}" y="{y + cell - 3.5:g}" style="{_FONT};font-size:9px{ink}" '
-                       f'text-anchor="middle" pointer-events="none">{escape(label)}</text>')
+    # The CPU's number, so that a reader finds CPU 57 (the rank is the colour, the legend and the hover), in the
+    # largest size that fits the cell; where none does (a 1024-CPU machine's small cells), the hover says it.
+    label = str(cpu)
+    size = next((size for size in (9, 8, 7, 6) if _text_width(label, size) <= cell - 2), None)
+    if size is not None:
+        ink = ";fill:#FFFFFF" if len(ranks) == 1 and _colour(ranks[0]) in _DARK else ""
+        c.parts.append(f'<text x="{x + cell / 2:g}" y="{y + cell - (cell - size * 0.7) / 2:g}" '
+                       f'style="{_FONT};font-size:{size}px{ink}" class="cpu-id" text-anchor="middle" '
+                       f'pointer-events="none">{label}</text>')
 
 
 def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
     """The legend, listing only what the picture holds; returns its bottom and its width."""
-    if not plan.plans:
-        return y, 0.0
     c.text(_PAD, y + 14, "legend", 13, ' font-weight="bold"')
     y += 22
     width = 0.0
     x = _PAD + 20
+    # What every picture holds: the CPUs, each core's SMT siblings, each last-level cache's cores.
+    for style, words in ((f"fill:{FREE};stroke:#FFFFFF", "a CPU, its number inside (hover: its core and node)"),
+                         ("fill:none;stroke:#444;stroke-width:0.8", "a core: its CPUs (SMT siblings) side by side"),
+                         ("fill:none;stroke:#888;stroke-dasharray:3 2", "a last-level cache: the cores that share it")):
+        c.rect(_PAD, y, 14, 14, style, ' class="key"')
+        width = max(width, x + _label(c, x, y + 12, words))
+        y += 20
     for i, p in enumerate(plan.plans):
         rank = plan.rank(i)
         c.rect(_PAD, y, 14, 14, f"fill:{_colour(rank)};stroke:#333", f' class="swatch" data-rank="{rank}"')
@@ -349,7 +357,7 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
         y += 20
     if plan.reserved:
         c.rect(_PAD, y, 14, 14, f"fill:{FREE};stroke:#000;stroke-width:2.5")
-        words = "thick border (R): reserved for the rank's latency-critical thread"
+        words = "thick border: reserved for the rank's latency-critical thread"
         width = max(width, x + _label(c, x, y + 12, words))
         y += 20
     return y + 2, width
