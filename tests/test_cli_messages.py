@@ -189,7 +189,6 @@ def test_a_picture_to_standard_output(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("words", "says"), [
     (["exec", "--cpus", "0", "--json", "--", "true"], "add --dry-run"),
-    (["threads", "1", "--cpus", "0", "--max-remote-memory", "5"], "add --check"),
     (["snapshot", "out.zip"], "gzip-compressed tar"),
 ])
 def test_an_option_that_would_be_ignored_is_refused(words: list[str], says: str, tmp_path: Path) -> None:

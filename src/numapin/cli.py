@@ -506,10 +506,8 @@ def cmd_threads(args: argparse.Namespace) -> int:
     from .tools.threads_report import threads_report
 
     _refuse_together(args, ("cpus", "mode", "both say which CPUs the process should be on"))
-    if args.max_remote_memory is not None and not args.check:
-        raise CliError("--max-remote-memory is a bound for --check: add --check")
     with _root(args) as root:
-        bound = None if args.max_remote_memory is None else args.max_remote_memory / 100
+        bound = args.max_remote_memory / 100
         rank = None if args.local_rank is None else LocalRank(args.local_rank, "--local-rank")
         report = threads_report(args.pid, gpu=args.gpu, rank=rank, cpus=args.cpus,
                                 mode=None if args.mode is None else parse_mode(args.mode), root=root, max_remote=bound)
@@ -525,13 +523,23 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from .base.text import counted, table
+    from .base.text import table
     from .tools.ps import survey
 
-    if args.json and args.prometheus:
-        raise CliError("--json and --prometheus are two formats of the same listing: give one")
+    formats = [name for name, given in (("--json", args.json), ("--prometheus", args.prometheus),
+                                        ("--textfile", args.textfile is not None)) if given]
+    if len(formats) > 1:
+        raise CliError(f"{' and '.join(formats)} are formats of the same listing: give one")
     with _root(args) as root:
-        found = survey(args.pids or None, root=root)
+        found = survey(args.pids or None, root=root, max_remote=args.max_remote_memory / 100,
+                       candidates=args.all)
+    if args.textfile is not None:
+        from .tools.prometheus import exposition, write_textfile
+
+        # For a timer: the file is replaced whole (node_exporter never reads half of one), and the exit status
+        # says whether the scan and the write worked, not what they found (the series say that).
+        write_textfile(args.textfile, exposition(found))
+        return 0
     if args.prometheus:
         from .tools.prometheus import exposition
 
@@ -539,23 +547,35 @@ def cmd_ps(args: argparse.Namespace) -> int:
     elif args.json:
         import json
 
-        print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced)},
-                         indent=2))
+        print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced),
+                          "tally": found.tally()}, indent=2))
     else:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
-                  "verdict"]
+                  "seen by", "verdict"]
         rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.pci or "-", w.placed_by,
                  "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
-                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", str(w.verdict)] for w in found.workers]
+                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.why + (" (candidate)" if w.candidate else ""),
+                 w.verdict_words] for w in found.workers]
         print("\n".join(table(header, rows)))
         for w in found.workers:
             if w.note:
                 print(f"note: {w.pid}: {w.note}")
         if found.workers:
             print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
-        print(f"{counted(len(found.workers), 'GPU worker')}" + (f", {len(found.misplaced)} misplaced"
-                                                                if found.misplaced else ", none misplaced"))
+        print(_tally(found.tally(), len(found.counted)))
     return found.exit_code
+
+
+def _tally(tally: dict[str, int], workers: int) -> str:
+    """``3 GPU workers: 1 ok, 1 misplaced, 1 unknown; 2 candidates (their environment only, not counted)``."""
+    from .base.text import counted
+
+    parts = [f"{n} {verdict}" for verdict, n in tally.items() if n and verdict != "candidates"]
+    line = f"{counted(workers, 'GPU worker')}" + (f": {', '.join(parts)}" if parts else "")
+    if tally["candidates"]:
+        line += (f"; {counted(tally['candidates'], 'candidate')} (known from their environment only: not "
+                 "counted)")
+    return line
 
 
 # -- numactl --------------------------------------------------------------
@@ -837,22 +857,41 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
                          "memory by node (all and own bytes, remote share)")
     th.add_argument("--check", action="store_true",
                     help="exit 1 if a thread is outside the placement or too much memory is remote")
-    th.add_argument("--max-remote-memory", type=_percent, metavar="PCT",
-                    help="with --check: the largest share of its own memory allowed on other nodes before the "
-                         "verdict is misplaced (default: memory is reported, not judged)")
+    _add_remote_bound(th)
     _add_root(th)
     th.set_defaults(func=cmd_threads)
 
 
+def _add_remote_bound(parser: argparse.ArgumentParser) -> None:
+    from .pinning.verdict import REMOTE_BOUND
+
+    parser.add_argument("--max-remote-memory", type=_percent, metavar="PCT", default=100 * REMOTE_BOUND,
+                        help="the largest share of a worker's own memory (heap, stacks, shared memory it made; not "
+                             "files it maps) allowed on other nodes than its placement's before the verdict is "
+                             f"misplaced (memory) (default {100 * REMOTE_BOUND:.0f}: past half, most of what its "
+                             "threads touch crosses the interconnect; 100: memory reported, not judged)")
+
+
 def _ps_args(ps: argparse.ArgumentParser) -> None:
-    ps.description = ("Every process of this host that numapin placed or that looks like a GPU worker (a /dev/nvidiaN "
-                      "open, NVML's process list, a launcher rank or CUDA_VISIBLE_DEVICES in its environment), with "
-                      "its GPU, expected placement, threads outside it, remote share of its own memory, and what "
-                      "placed it. Exit 1 when a worker is misplaced.")
+    ps.description = ("Every GPU worker of this host: a process that holds a GPU (a /dev/nvidiaN open, NVML's "
+                      "process list) or numapin's record of it; with its GPU, expected placement, threads outside "
+                      "it, remote share of its own memory, what placed it and the verdict: ok, misplaced (threads "
+                      "outside, or too much of its own memory on other nodes), unknown, unreadable. A process known "
+                      "only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES: every shell of a job has "
+                      "them) is a candidate, listed with --all or by PID, never counted. Exit 1 when a worker is "
+                      "misplaced; 2 for a PID that is no process.")
     ps.add_argument("pids", nargs="*", type=_count, metavar="PID", help="only these processes (default: all)")
-    ps.add_argument("--json", action="store_true", help="one JSON object: every worker and the count misplaced")
+    ps.add_argument("--all", action="store_true",
+                    help="list the candidates too: processes known only from their environment (never counted)")
+    _add_remote_bound(ps)
+    ps.add_argument("--json", action="store_true",
+                    help="one JSON object: every worker, the count misplaced, and the tally by verdict")
     ps.add_argument("--prometheus", action="store_true",
-                    help="Prometheus text exposition format, for node_exporter's textfile collector")
+                    help="Prometheus text exposition format on standard output")
+    ps.add_argument("--textfile", metavar="DIR",
+                    help="write DIR/numapin.prom for node_exporter's textfile collector, replaced whole (a reader "
+                         "sees the old file or the new one, never half); exit 0 unless the scan or the write "
+                         "failed")
     _add_root(ps)
     ps.set_defaults(func=cmd_ps)
 

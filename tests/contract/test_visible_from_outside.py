@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -237,6 +238,16 @@ def test_doctor_says_what_it_assumed(pair_root: Path, records: Path, workers: Wo
 # -- numapin ps ------------------------------------------------------------------------------
 
 
+def holding_a_gpu(minor: int) -> list[str]:
+    """A command line whose process holds ``/dev/nvidiaMINOR`` open, as a CUDA process does: a regular file
+    standing in for the device, in a private mount namespace (root: ``unshare --mount``), then WORKER."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("standing a file in for a GPU device needs root and unshare")
+    code = f"held = open('/dev/nvidia{minor}')\n" + WORKER
+    return ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /dev && : > /dev/nvidia{minor} && exec "
+            f"{shlex.quote(sys.executable)} -c {shlex.quote(code)}"]
+
+
 @needs_two
 def test_ps_lists_every_worker_with_its_verdict(python: Python, pair_root: Path, records: Path,
                                                 workers: Workers) -> None:
@@ -245,34 +256,51 @@ def test_ps_lists_every_worker_with_its_verdict(python: Python, pair_root: Path,
                              sys.executable, "-c", WORKER])
     by_hook = workers.start([hooked, "-c", WORKER], **{AUTOPIN: "1", "LOCAL_RANK": "1", FSROOT: str(pair_root),
                                                        RUNTIME_DIR: str(records)})
-    unpinned = workers.start([sys.executable, "-c", WORKER], **{CUDA_VISIBLE_DEVICES: "1"})
+    # Unpinned, holding GPU 1 open: a worker, whatever its environment says.
+    unpinned = workers.start(holding_a_gpu(1))
+    # A shell of the job: CUDA_VISIBLE_DEVICES and a rank inherited, no GPU held: a candidate, never counted.
+    shell = workers.start([sys.executable, "-c", WORKER], **{CUDA_VISIBLE_DEVICES: "1", "LOCAL_RANK": "0"})
     mine = [str(p) for p in (by_exec, by_hook, unpinned)]
     listing = _numapin("ps", "--root", str(pair_root), "--json")
     seen = {w["pid"]: w for w in json.loads(listing.stdout)["workers"]}
-    assert {by_exec, by_hook, unpinned} <= set(seen), listing.stdout
+    assert {by_exec, by_hook, unpinned} <= set(seen) and shell not in seen, listing.stdout
     assert (seen[by_exec]["placed_by"], seen[by_exec]["verdict"], seen[by_exec]["gpu"]) == ("exec", "ok", 1)
     assert (seen[by_hook]["placed_by"], seen[by_hook]["verdict"], seen[by_hook]["rank"]) == ("autopin", "ok", 1)
-    assert (seen[unpinned]["placed_by"], seen[unpinned]["verdict"]) == ("nobody", "misplaced")
-    assert seen[unpinned]["pci"] == seen[by_exec]["pci"], "CUDA_VISIBLE_DEVICES=1 is the same physical GPU"
-    assert seen[by_hook]["threads"] == 3 and seen[unpinned]["outside"] == 3
+    assert (seen[unpinned]["placed_by"], seen[unpinned]["verdict"], seen[unpinned]["why"]) == (
+        "nobody", "misplaced", "/dev/nvidia1")
+    assert seen[unpinned]["pci"] == seen[by_exec]["pci"], "/dev/nvidia1 is GPU 1"
+    assert seen[unpinned]["misplaced_by"] == ["threads"] and seen[by_hook]["threads"] == 3
     assert listing.returncode == 1, "a misplaced worker makes ps exit non-zero"
     assert _numapin("ps", "--root", str(pair_root), *mine[:2]).returncode == 0
-    text = _numapin("ps", "--root", str(pair_root), *mine)
-    assert text.returncode == 1 and text.stdout.rstrip().endswith("3 GPU workers, 1 misplaced")
+    text = _numapin("ps", "--root", str(pair_root), *mine, str(shell))
+    assert text.returncode == 1 and text.stdout.rstrip().endswith(
+        "3 GPU workers: 2 ok, 1 misplaced; 1 candidate (known from their environment only: not counted)"), text.stdout
+    every = json.loads(_numapin("ps", "--root", str(pair_root), "--all", "--json").stdout)
+    assert {w["pid"]: w["candidate"] for w in every["workers"] if w["pid"] in (shell, unpinned)} == {
+        shell: True, unpinned: False}
+    assert every["tally"]["candidates"] >= 1
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    exposition = _numapin("ps", "--root", str(pair_root), "--prometheus", *mine)
+    exposition = _numapin("ps", "--root", str(pair_root), "--prometheus", *mine, str(shell))
     families = {f.name: f for f in text_string_to_metric_families(exposition.stdout)}
     assert exposition.returncode == 1
     for name in ("numapin_worker", "numapin_worker_threads", "numapin_worker_threads_outside",
-                 "numapin_worker_misplaced"):
+                 "numapin_worker_misplaced", "numapin_worker_misplaced_threads", "numapin_worker_misplaced_memory"):
         samples = families[name].samples
-        assert sorted(s.labels["pid"] for s in samples) == sorted(mine), name  # one series per process
+        assert sorted(s.labels["pid"] for s in samples) == sorted(mine), name  # one series per worker, no shell
         assert all(set(s.labels) >= {"pid", "rank", "gpu", "pci"} for s in samples), name
     verdicts = {s.labels["pid"]: s.labels["verdict"] for s in families["numapin_worker"].samples}
     assert verdicts == {mine[0]: "ok", mine[1]: "ok", mine[2]: "misplaced"}
     assert [s.value for s in families["numapin_workers_misplaced"].samples] == [1.0]
+
+
+def test_a_pid_that_is_no_process_is_one_line_and_exit_2(workers: Workers) -> None:
+    pid = workers.start([sys.executable, "-c", WORKER])
+    thread = max(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+    for asked, says in ((str(2**22 + 12345), "does not exist"), (str(thread), f"is a thread of process {pid}")):
+        done = _numapin("ps", asked)
+        assert done.returncode == 2 and says in done.stderr and done.stderr.count("\n") == 1, done.stderr
 
 
 def test_a_forked_child_of_a_worker_is_said_to_inherit(pair_root: Path, records: Path, workers: Workers) -> None:
@@ -339,3 +367,40 @@ def test_a_killed_workers_record_is_not_taken_for_a_live_one(pair_root: Path, re
         time.sleep(0.05)
     assert len(list(records.iterdir())) == 1
     assert proc.pid not in record.entries() and list(records.iterdir()) == [], "stale: ignored and removed"
+
+
+def test_the_textfile_is_replaced_whole_and_a_timer_gets_exit_0(tmp_path: Path, workers: Workers) -> None:
+    # Issue 39: `ps --prometheus > DIR/numapin.prom` let node_exporter read half a file, and exit 1 for a
+    # misplaced worker made the timer's unit fail.
+    import threading
+
+    from numapin.tools.prometheus import TEXTFILE, write_textfile
+
+    folder = tmp_path / "textfile"
+    folder.mkdir()
+    texts = ["# numapin small\nnumapin_workers 0\n", "# numapin large\n" + "numapin_workers 1\n" * 20000]
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            try:
+                seen.add((folder / TEXTFILE).read_text())
+            except FileNotFoundError:
+                continue
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    try:
+        for i in range(300):
+            write_textfile(str(folder), texts[i % 2])
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and seen <= set(texts), "a reader saw half a file"
+    assert sorted(p.name for p in folder.iterdir()) == [TEXTFILE], "no temporary file left behind"
+    unpinned = workers.start(holding_a_gpu(0))
+    done = _numapin("ps", str(unpinned), "--textfile", str(folder))
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert f'pid="{unpinned}"' in (folder / TEXTFILE).read_text()
+    assert _numapin("ps", "--textfile", str(tmp_path / "missing")).returncode == 2

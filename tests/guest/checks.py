@@ -342,6 +342,27 @@ def threads_check_fails_for_remote_memory() -> str:
 
 
 @check()
+def ps_says_misplaced_memory_by_default() -> str:
+    """ps and threads, with no bound given, call a worker whose memory lies on the far node misplaced (memory)."""
+    env = {**os.environ, "LOCAL_RANK": "1"}
+    proc = subprocess.Popen(["numactl", "--cpunodebind=1", "--membind=0", sys.executable, "-c", TOUCH_AND_REPORT,
+                             "hold"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    try:
+        assert json.loads(line)["nodes"] == "0", line
+        listed = numapin_cli("ps", str(proc.pid), "--json")
+        threads = numapin_cli("threads", str(proc.pid), "--check")
+    finally:
+        proc.communicate("", timeout=60)
+    worker = json.loads(listed.stdout)["workers"][0]
+    assert (worker["verdict"], worker["misplaced_by"]) == ("misplaced", ["memory"]), worker
+    assert threads.returncode == 1 and "misplaced (memory)" in threads.stdout, threads.stdout
+    return f"ps: {worker['verdict']} ({', '.join(worker['misplaced_by'])}), remote {worker['remote_share']:.2f}"
+
+
+@check()
 def tensorrt_llm_compat_twice_with_six_threads() -> str:
     """configure_cpu_affinity(1) twice with six threads: every thread on node 1, the second call changes nothing."""
     from live import NODE1

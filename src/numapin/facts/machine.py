@@ -195,3 +195,11 @@ def this_host_cpus() -> CpuSet:
     planned and judged, never pinned for real."""
     return CpuSet.parse_or_none(Host.at("/").read("sys/devices/system/cpu/online") or "") \
         or CpuSet(os.sched_getaffinity(0))
+
+
+def this_host_nodes() -> CpuSet:
+    """The NUMA nodes with memory of the host this process runs on (its live ``/sys``): where a page of its can
+    lie. A placement naming another node (a rehearsal machine's, or ``pair``'s second node on a one-node host)
+    cannot be judged by where pages lie."""
+    return CpuSet.parse_or_none(Host.at("/").read("sys/devices/system/node/has_memory") or "") \
+        or CpuSet.parse_or_none(Host.at("/").read("sys/devices/system/node/online") or "") or CpuSet([0])

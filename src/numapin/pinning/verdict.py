@@ -28,7 +28,7 @@ from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
 from ..facts import procfs
-from ..facts.machine import Facts, cached, this_host_cpus
+from ..facts.machine import Facts, cached, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
     from typing import Any
 
-__all__ = ["Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge", "placed_by"]
+__all__ = ["REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge", "placed_by"]
 
 
 class Verdict(Choice):
@@ -113,11 +113,33 @@ class Judgement:
     def outside(self) -> tuple[ThreadState, ...]:
         return tuple(t for t in self.threads if t.inside is False)
 
+    @property
+    def misplaced_by(self) -> tuple[str, ...]:
+        """What makes it misplaced: ``threads`` (one outside the target), ``memory`` (more of its own memory on
+        other nodes than the bound allows); empty when it is not."""
+        share = self.remote_share()
+        return tuple(why for why, found in (
+            ("threads", bool(self.outside)),
+            ("memory", self.max_remote is not None and share is not None and share > self.max_remote)) if found)
+
+    @property
+    def verdict_words(self) -> str:
+        """The verdict as tables print it: ``misplaced (memory)`` says which."""
+        why = self.misplaced_by
+        return f"{self.verdict} ({', '.join(why)})" if self.verdict is Verdict.MISPLACED and why else str(self.verdict)
+
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
         if self.expected is None or self.memory is None:
             return None
         return self.memory.share_outside(self.expected.mems, own=True)
+
+
+#: The default bound on the share of a worker's own memory (heap, stacks, anonymous and shared memory it made;
+#: not the files it maps) on other nodes than its placement's: past half, most of what its threads touch
+#: crosses the interconnect, the slowdown numapin exists to prevent, while the allocations a process made
+#: before a late pin (an interpreter's own start, a library's init) stay well under it.
+REMOTE_BOUND = 0.5
 
 
 def gpu_words(placement: Placement) -> str | None:
@@ -219,7 +241,7 @@ def judge(
     devices: Collection[str] = (),
     known: Mapping[int, Record] | None = None,
     memory: bool = True,
-    max_remote: float | None = None,
+    max_remote: float | None = REMOTE_BOUND,
     stat: procfs.Stat | None = None,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
@@ -229,8 +251,8 @@ def judge(
     given; ``known`` are the records of the host's processes when the caller
     read them all (``ps``), else the process's own record is looked up (and its
     parent's, to say a child inherited its pin).
-    ``max_remote`` (0..1) bounds the share of its own memory outside the
-    expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
+    ``max_remote`` (0..1, default :data:`REMOTE_BOUND`; None: memory not judged) bounds the share of its own
+    memory outside the expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
@@ -276,8 +298,13 @@ def judge(
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
+    if max_remote is not None and pages is not None and not want.mems <= this_host_nodes():
+        # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can be
+        # there, so where pages lie says nothing of the placement.
+        note = ((note + "; ") if note else "") + f"memory not judged: node(s) {want.mems - this_host_nodes()} " \
+            "are not this host's"
+        max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
-    share = judged.remote_share()
-    if judged.outside or (max_remote is not None and share is not None and share > max_remote):
+    if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged

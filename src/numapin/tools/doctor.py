@@ -177,11 +177,16 @@ def diagnose(
         findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
     if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
+        share = judged.remote_share()
+        sees = [f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}"
+                if judged.outside else "",
+                f"{100 * (share or 0):.1f}% of its own memory lies outside node(s) {want.mems} (bound "
+                f"{100 * (judged.max_remote or 0):.0f}%)" if "memory" in judged.misplaced_by else ""]
         findings.append(Finding(
-            "misplaced", "error",
-            f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}",
+            "misplaced", "error", "; ".join(x for x in sees if x),
             "the process is not where its placement puts it: numapin threads PID and numapin ps PID say the same",
-            "run it under numapin exec (or pin() it again); numapin threads PID shows which threads moved"))
+            "run it under numapin exec (or pin() it again, with migrate=True to move its pages); numapin threads "
+            "PID shows which threads moved and where its memory lies"))
     findings += _openmp(env)
     findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)

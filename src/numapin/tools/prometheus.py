@@ -1,7 +1,9 @@
 """``numapin ps --prometheus``: the host's GPU workers in Prometheus's text exposition format.
 
-For node_exporter's textfile collector (``numapin ps --prometheus > DIR/numapin.prom``,
-from a timer), the way fleets already collect host facts. The names and labels
+For node_exporter's textfile collector (``numapin ps --textfile DIR`` from a timer: the file
+replaced whole), the way fleets already collect host facts. Only GPU workers are
+exported (what holds a GPU or numapin's record); candidates known only from their
+environment are not. The names and labels
 are stable: every per-worker series carries ``pid``, ``rank``, ``gpu`` (CUDA's
 index in the worker's view) and ``pci`` (the physical device); a label numapin
 cannot tell is the empty string, which Prometheus treats as absent.
@@ -12,7 +14,10 @@ from __future__ import annotations
 from ..base.text import printable
 from .ps import Survey, Verdict, Worker
 
-__all__ = ["METRICS", "exposition"]
+__all__ = ["METRICS", "TEXTFILE", "exposition", "write_textfile"]
+
+#: The file ``--textfile DIR`` writes (node_exporter reads every ``*.prom`` of its folder).
+TEXTFILE = "numapin.prom"
 
 #: name -> (type, help). The names are stable: dashboards and alerts match on them.
 METRICS = {
@@ -21,9 +26,13 @@ METRICS = {
     "numapin_worker_threads_outside": ("gauge", "Threads of the worker running outside its placement's CPUs."),
     "numapin_worker_remote_memory_ratio": ("gauge", "Share (0 to 1) of the worker's own memory on other NUMA "
                                                     "nodes than its placement's."),
-    "numapin_worker_misplaced": ("gauge", "1 when a thread of the worker runs outside its placement, else 0."),
+    "numapin_worker_misplaced": ("gauge", "1 when the worker is misplaced (threads or memory), else 0."),
+    "numapin_worker_misplaced_threads": ("gauge", "1 when a thread of the worker runs outside its placement, else 0."),
+    "numapin_worker_misplaced_memory": ("gauge", "1 when more of the worker's own memory than the bound lies on other "
+                                                 "nodes than its placement's, else 0."),
     "numapin_workers": ("gauge", "GPU worker processes found on this host."),
-    "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host with a thread outside their placement."),
+    "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host that are misplaced (threads or "
+                                           "memory)."),
 }
 
 
@@ -50,18 +59,36 @@ def exposition(found: Survey) -> str:
                                             "pci": worker.pci, **extra}
         series[metric].append(f"{metric}{_labels(labels) if labels else ''} {_number(value)}")
 
-    for w in found.workers:
+    for w in found.counted:
         add("numapin_worker", w, 1, name=w.name, placed_by=w.placed_by, verdict=str(w.verdict))
         if w.verdict in (Verdict.OK, Verdict.MISPLACED):
             add("numapin_worker_threads", w, w.threads)
             add("numapin_worker_threads_outside", w, w.outside)
             add("numapin_worker_misplaced", w, int(w.verdict is Verdict.MISPLACED))
+            add("numapin_worker_misplaced_threads", w, int("threads" in w.misplaced_by))
+            add("numapin_worker_misplaced_memory", w, int("memory" in w.misplaced_by))
             if w.remote is not None:
                 add("numapin_worker_remote_memory_ratio", w, round(w.remote, 6))
-    add("numapin_workers", None, len(found.workers))
+    add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
     lines = []
     for name, (kind, helptext) in METRICS.items():
         if series[name]:
             lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}", *series[name]]
     return "\n".join(lines) + "\n"
+
+
+def write_textfile(folder: str, text: str) -> str:
+    """Write ``text`` as ``folder/numapin.prom``, replaced whole: a new temporary file (``.tmp``, which the
+    textfile collector skips) renamed over the old, in the folder held open, so a reader racing the writer
+    reads the old file or the new one, never half of one. The path written; OSError as the kernel says it."""
+    import os
+
+    from ..base.files import Folder
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        Folder(fd, folder, os.fstat(fd).st_uid).replace(TEXTFILE, text.encode(), 0o644)
+    finally:
+        os.close(fd)
+    return os.path.join(folder, TEXTFILE)

@@ -1,9 +1,12 @@
 """Every GPU worker on this host, found and judged: what ``numapin ps`` lists.
 
-A process is listed when numapin placed it (its record) or when it looks like
-a GPU worker: a ``/dev/nvidiaN`` open among its file descriptors, NVML's list of
-processes on a GPU (where NVML is installed), or a launcher's local rank or
-``CUDA_VISIBLE_DEVICES`` in its environment. Each is judged by the one judge
+A process is a GPU worker when what it holds says so: numapin's record of it, a
+``/dev/nvidiaN`` among its open files, or NVML's list of processes on a GPU
+(where NVML is installed). A process known only from what it inherited (a
+launcher's local rank, or ``CUDA_VISIBLE_DEVICES``, in its environment: every
+shell, ``sleep`` and ``tmux`` of a Slurm step or a container carries them) is a
+*candidate*: listed with ``--all`` (or when asked for by PID), judged, never
+counted as a worker nor as misplaced. Each is judged by the one judge
 (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``doctor --pid`` judge it.
 """
 
@@ -22,7 +25,7 @@ from ..facts.host import Host
 from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
 from ..pinning import record
-from ..pinning.verdict import Verdict, judge
+from ..pinning.verdict import REMOTE_BOUND, Verdict, judge
 from ..placement.modes import Placement
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -58,10 +61,21 @@ class Worker:
     note: str | None = None
     target: CpuSet | None = None
     """The CPUs its threads must lie within (the record's target, else the placement's workers)."""
+    misplaced_by: tuple[str, ...] = ()
+    """``threads``, ``memory`` or both, when misplaced."""
+    candidate: bool = False
+    """Known only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES): never counted."""
+
+    @property
+    def verdict_words(self) -> str:
+        """``misplaced (memory)``: the verdict, and what makes it so."""
+        why = f" ({', '.join(self.misplaced_by)})" if self.verdict is Verdict.MISPLACED and self.misplaced_by else ""
+        return f"{self.verdict}{why}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "pid": self.pid, "name": self.name, "verdict": str(self.verdict), "why": self.why,
+            "pid": self.pid, "name": self.name, "verdict": str(self.verdict),
+            "misplaced_by": list(self.misplaced_by), "candidate": self.candidate, "why": self.why,
             "placed_by": self.placed_by, "rank": self.rank, "gpu": self.gpu, "pci": self.pci,
             "gpu_view": "the process's own (its CUDA_VISIBLE_DEVICES)",
             "expected": None if self.target is None else str(self.target),
@@ -75,10 +89,23 @@ class Survey:
     """Every worker found, and whether any is misplaced."""
 
     workers: tuple[Worker, ...]
+    """The GPU workers found (and, with ``candidates``, the processes known only from their environment)."""
+
+    @property
+    def counted(self) -> tuple[Worker, ...]:
+        """The GPU workers: what holds a GPU or numapin's record, not a candidate."""
+        return tuple(w for w in self.workers if not w.candidate)
 
     @property
     def misplaced(self) -> tuple[Worker, ...]:
-        return tuple(w for w in self.workers if w.verdict == Verdict.MISPLACED)
+        return tuple(w for w in self.counted if w.verdict == Verdict.MISPLACED)
+
+    def tally(self) -> dict[str, int]:
+        """The GPU workers by verdict (ok, misplaced, unknown, unreadable), and the candidates listed."""
+        found = {str(v): 0 for v in Verdict}
+        for w in self.counted:
+            found[str(w.verdict)] += 1
+        return {**found, "candidates": len(self.workers) - len(self.counted)}
 
     @property
     def exit_code(self) -> int:
@@ -124,11 +151,20 @@ def survey(
     *,
     root: str | os.PathLike[str] | None = None,
     memory: bool = True,
+    max_remote: float | None = REMOTE_BOUND,
+    candidates: bool = False,
 ) -> Survey:
-    """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are."""
+    """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are,
+    ``max_remote`` bounds the share of its own memory on other nodes (None: not judged); ``candidates`` lists the
+    processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
+    is a :class:`NoSuchProcess`."""
     machine = cached_facts(root, {})  # every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them
     chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
+    for pid in chosen if asked else ():
+        if procfs.status(pid).get("Tgid", str(pid)).strip() != str(pid):  # NoSuchProcess when there is none
+            raise NoSuchProcess(pid, f"{pid} is a thread of process {procfs.status(pid).get('Tgid', '?').strip()},"
+                                     " not a process")
     me = os.getpid()
     stats, owners = {}, {}
     for pid in chosen:
@@ -145,15 +181,15 @@ def survey(
     for pid in chosen:
         if pid == me and not asked:
             continue
-        worker = _look(pid, stats.get(pid), known, nvml, machine, root, memory, asked)
-        if worker is not None:
+        worker = _look(pid, stats.get(pid), known, nvml, machine, root, memory, asked, max_remote)
+        if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
     return Survey(tuple(found))
 
 
 def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record], nvml: Mapping[int, set[str]],
-          machine: Facts,
-          root: str | os.PathLike[str] | None, memory: bool, asked: bool) -> Worker | None:
+          machine: Facts, root: str | os.PathLike[str] | None, memory: bool, asked: bool,
+          max_remote: float | None) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone)."""
     entry = known.get(pid)
     try:
@@ -167,12 +203,13 @@ def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record]
             return None  # nothing says it is a worker, and nothing more can be read
         env, devices = None, ()
     except NoSuchProcess:
-        return Worker(pid, "?", Verdict.UNKNOWN, "asked for", note="no such process") if asked else None
+        return None  # gone since the listing (an asked PID that is none was refused above)
     launcher = None if env is None else next(
         (f"{v}={env[v]}" for v in LOCAL_RANK_VARIABLES if env.get(v, "").strip()), None)
-    why = ("record" if entry else f"/dev/nvidia{devices[0]}" if devices else "NVML" if pid in nvml
-           else launcher or (f"{CUDA_VISIBLE_DEVICES}={env[CUDA_VISIBLE_DEVICES]}"
-                             if env is not None and CUDA_VISIBLE_DEVICES in env else None))
+    # What it holds makes a worker; what it inherited, a candidate (every shell of a Slurm step has LOCAL_RANK).
+    held = "record" if entry else f"/dev/nvidia{devices[0]}" if devices else "NVML" if pid in nvml else None
+    why = held or launcher or (f"{CUDA_VISIBLE_DEVICES}={env[CUDA_VISIBLE_DEVICES]}"
+                               if env is not None and CUDA_VISIBLE_DEVICES in env else None)
     if why is None:
         if not asked:
             return None
@@ -180,14 +217,15 @@ def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record]
     using = {g.pci for g in machine.inventory.gpus if g.minor in devices} | nvml.get(pid, set())
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
-                       stat=stat)
+                       stat=stat, max_remote=max_remote)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
-        return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc))
+        return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc), candidate=held is None)
     e = judged.expected
     rank = None if e is None else e.placement.rank
     return Worker(pid, judged.name, judged.verdict, why, judged.placed_by, rank,
                   None if e is None else e.placement.gpu, None if e is None else e.placement.pci,
                   None if e is None else e.placement, len(judged.threads), len(judged.outside),
-                  judged.remote_share(), judged.note, None if e is None else e.target)
+                  judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
+                  held is None)

@@ -8,7 +8,7 @@ from ..base.errors import UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, plural, table
 from ..cpuset import CpuSet
-from ..pinning.verdict import Judgement, Verdict, judge
+from ..pinning.verdict import REMOTE_BOUND, Judgement, Verdict, judge
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -56,7 +56,9 @@ class ThreadsReport:
         if share is not None and j.expected is not None:
             mems = j.expected.mems
             parts.append(f"{100 * share:.1f}% of its own memory outside {plural(len(mems), 'node')} {mems}")
-        parts.append(f"verdict: {j.verdict}")
+        if share is not None and j.max_remote is not None:
+            parts[-1] += f" (bound {100 * j.max_remote:.0f}%)"
+        parts.append(f"verdict: {j.verdict_words}")
         return "; ".join(parts)
 
     def table(self) -> str:
@@ -76,6 +78,7 @@ class ThreadsReport:
         return {
             "pid": j.pid,
             "verdict": j.verdict.value,
+            "misplaced_by": list(j.misplaced_by),
             "basis": None if e is None else e.basis,
             "placement": None if e is None else str(e.target),
             "expected": None if e is None else e.placement.as_dict(),
@@ -91,7 +94,7 @@ class ThreadsReport:
             "memory": None if memory is None else {
                 "bytes": {str(k): v for k, v in sorted(memory.bytes.items())},
                 "own_bytes": {str(k): v for k, v in sorted(memory.own_bytes.items())},
-                "remote_share": j.remote_share()},
+                "remote_share": j.remote_share(), "bound": j.max_remote},
         }
 
     def check(self) -> int:
@@ -110,7 +113,7 @@ def threads_report(
     cpus: CpuSet | None = None,
     mode: PlacementMode | None = None,
     root: str | None = None,
-    max_remote: float | None = None,
+    max_remote: float | None = REMOTE_BOUND,
 ) -> ThreadsReport:
     """Judge every thread of ``pid`` (default: this process) and its memory; ``gpu`` (or ``rank``'s GPU) is in
     the process's view; ``mode`` as for ``numapin exec``."""
