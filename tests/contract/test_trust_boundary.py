@@ -274,3 +274,24 @@ def test_a_pid_namespace_never_judges_nor_removes_anothers_records(private_tmp: 
         for child in (host, contained):
             child.kill()
             child.wait()
+
+
+def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: tuple[int, int],
+                                                                       private_tmp: Path) -> None:
+    # An earlier interpreter of the job put the front first on PATH; its folder has since passed to another
+    # user: the next interpreter takes it off PATH and uses the next place, never running it unchecked.
+    runtime, home = private_tmp / "run", private_tmp / "home"
+    runtime.mkdir()
+    home.mkdir()
+    env = {"XDG_RUNTIME_DIR": str(runtime), "HOME": str(home)}
+    first = _front(**env)
+    assert first.startswith(str(runtime))
+    os.chown(first, *other)
+    code = ("import os; from numapin.compat.numactl_front import ensure_front; "
+            f"env = {{'PATH': {first!r} + ':/nonexistent'}}; print(ensure_front(env)); print(env['PATH'])")
+    base = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "XDG_CACHE_HOME", "TMPDIR")}
+    done = subprocess.run([sys.executable, "-c", code], env={**base, **env}, capture_output=True, text=True,
+                          timeout=60)
+    folder, path = done.stdout.split()
+    assert folder.startswith(str(home / ".cache")) and first not in path.split(":"), done.stdout
+    assert path.split(":")[0] == folder

@@ -30,17 +30,22 @@ __all__ = ["NAME", "ensure_front", "front_folder", "front_report"]
 NAME = "numactl"
 
 
-def _candidates() -> list[str]:
-    """Where the front may live, first choice first: the user's runtime folder, the user's cache, the
-    temporary folder. Each is kept only where no other user can make or replace anything on its way (see
-    :func:`only_theirs`): the front stays first on PATH for the whole job, and a world-writable /tmp that a
-    cleaner empties would let anyone put their own ``numactl`` there for root's next worker to run."""
+def _places() -> list[str]:
+    """Every place the front may be named, first choice first: in the user's runtime folder, the user's cache,
+    the temporary folder (real paths)."""
     tag = f"front-{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     bases = [os.environ.get("XDG_RUNTIME_DIR", ""), cache, tempfile.gettempdir()]
-    mine = {0, os.geteuid()}
     return [os.path.realpath(os.path.join(base, "numapin", tag)) for base in dict.fromkeys(bases)
-            if os.path.isabs(base) and only_theirs(os.path.join(base, "numapin", tag), mine)]
+            if os.path.isabs(base)]
+
+
+def _candidates() -> list[str]:
+    """The places the front may live now: those where no other user can make or replace anything on the way
+    (see :func:`only_theirs`). The front stays first on PATH for the whole job, and a world-writable /tmp that
+    a cleaner empties would let anyone put their own ``numactl`` there for root's next worker to run."""
+    mine = {0, os.geteuid()}
+    return [place for place in _places() if only_theirs(place, mine)]
 
 
 def _runs_scripts(folder: str) -> bool:
@@ -93,19 +98,18 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
     path = env.get("PATH", os.defpath)
     found = shutil.which(NAME, path=path)
     candidates = [c for c in _candidates() if _runs_scripts(c)]
-    tried = []
     if found is not None:
-        folder = os.path.dirname(found)
-        if folder not in candidates:
+        ours = os.path.dirname(found)
+        if ours not in _places():
             return None  # a numactl that is not numapin's: never shadowed
-        try:
-            _write(folder)
-            return folder
-        except OSError as exc:  # no longer this user's alone: off PATH, and the next place tried
-            tried.append(f"{folder}: {exc}")
-            candidates.remove(folder)
-            path = os.pathsep.join(entry for entry in path.split(os.pathsep) if entry != folder)
-            env["PATH"] = path
+        # Numapin's own, put there by an earlier interpreter of the job: taken off PATH, then put back first if
+        # it is still a place only this user and root can change (checked, rewritten if it changed); if not,
+        # the next place is used, and it is never run unchecked.
+        if ours in candidates:
+            candidates.remove(ours)
+            candidates.insert(0, ours)
+        path = os.pathsep.join(entry for entry in path.split(os.pathsep) if entry != ours)
+    tried = []
     for folder in candidates:
         try:
             _write(folder)
@@ -114,6 +118,8 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
             continue
         env["PATH"] = f"{folder}{os.pathsep}{path}" if path else folder
         return folder
+    if found is not None:
+        env["PATH"] = path  # numapin's own, no longer fit: off PATH rather than run unchecked
     why = "; ".join(tried) or ("no runtime folder, cache or temporary folder that only this user and root may "
                                "write, and that lets a script run (set XDG_RUNTIME_DIR to one, or install numactl)")
     log.warning("no numactl on PATH, and numapin's stand-in could not be written: %s", why)
