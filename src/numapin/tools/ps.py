@@ -35,7 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Survey", "Verdict", "Worker", "survey"]
 
-_DEVICE = re.compile(r"/dev/nvidia(\d+)$")
+#: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, or under the root of another mount
+#: namespace's tree (a container's /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where
+#: the kernel names the file from that tree's top.
+_DEVICE = re.compile(r"(?:^|/)dev/nvidia(\d+)$")
 
 
 @frozen
@@ -122,7 +125,7 @@ def _pids() -> list[int]:
 
 def _devices(pid: int) -> tuple[int, ...]:
     """The minor numbers of the ``/dev/nvidiaN`` it has open; AccessDenied for another user's."""
-    return tuple(sorted({int(m.group(1)) for m in map(_DEVICE.match, procfs.fd_targets(pid)) if m}))
+    return tuple(sorted({int(m.group(1)) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
 
 
 def _nvml_processes(machine: Facts) -> dict[int, set[str]]:
