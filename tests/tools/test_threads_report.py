@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from live import ALL, NODE0, NODE1, REAL_NODES, cpus
+from live import ALL, MISSING_NODE, NODE0, NODE1, REAL_NODES, cpus
 from numapin.cli import main
 from numapin.cpuset import CpuSet
 from numapin.facts import procfs
@@ -110,14 +110,15 @@ def test_check_passes_and_fails_on_memory(refusing_root: Path,
     assert threads_json(str(pid), "--gpu", "0", "--check")[0] == 0
     # Without --gpu the exec marker names the placement.
     assert threads_json(str(pid), "--check")[0] == 0
-    # GPU 1's memory node does not exist on the real kernel: no page can be there, so where the pages lie says
+    # GPU 1's memory node (MISSING_NODE) does not exist on the real kernel: no page can be there, so where they lie says
     # nothing of the placement, whatever the bound (the guest tier judges memory on real nodes).
     pid1, _ = launch({"a": None}, gpu="1")
     for bound in ((), ("--max-remote-memory", "10")):
         proc = subprocess.run([*NUMAPIN, "threads", str(pid1), "--gpu", "1", "--check", "--json", *bound],
                               capture_output=True, text=True, timeout=60)
         report = json.loads(proc.stdout)
-        assert proc.returncode == 0 and "memory not judged: node(s) 1 are not this host's" in report["note"], report
+        assert proc.returncode == 0 and f"memory not judged: node(s) {MISSING_NODE} are not this host's" in (
+            report["note"]), report
 
 
 def test_missing_process_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
