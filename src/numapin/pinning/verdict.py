@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
     from typing import Any
 
-__all__ = ["REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge", "placed_by"]
+__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
+           "placed_by"]
 
 
 class Verdict(Choice):
@@ -140,6 +141,10 @@ class Judgement:
 #: crosses the interconnect, the slowdown numapin exists to prevent, while the allocations a process made
 #: before a late pin (an interpreter's own start, a library's init) stay well under it.
 REMOTE_BOUND = 0.5
+#: The least own memory a process's pages are judged by: below it, what the interpreter and its libraries made
+#: before a late pin (pin(), a lease, a framework's hook) outweighs the rest, and its share says nothing of the
+#: placement; a GPU worker's own memory (tensors staged on the host, pinned buffers) is gigabytes.
+JUDGED_MEMORY = 32 << 20
 
 
 def gpu_words(placement: Placement) -> str | None:
@@ -298,12 +303,18 @@ def judge(
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
-    if max_remote is not None and pages is not None and not want.mems <= this_host_nodes():
-        # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can be
-        # there, so where pages lie says nothing of the placement.
-        note = ((note + "; ") if note else "") + f"memory not judged: node(s) {want.mems - this_host_nodes()} " \
-            "are not this host's"
-        max_remote = None
+    if max_remote is not None and pages is not None:
+        unjudged = None
+        if not want.mems <= this_host_nodes():
+            # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
+            # be there, so where pages lie says nothing of the placement.
+            unjudged = f"node(s) {want.mems - this_host_nodes()} are not this host's"
+        elif sum(pages.own_bytes.values()) < JUDGED_MEMORY:
+            # What an interpreter made before a late pin dominates a small process; a worker's data does not.
+            unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
+        if unjudged is not None:
+            note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
+            max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
