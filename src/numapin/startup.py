@@ -30,7 +30,7 @@ value is one warning on stderr and the interpreter starts as usual.
 # The rest is imported where it is used, by the processes that pin or patch.
 import os
 
-from .base.environment import AUTOPIN, AUTOPIN_OPTIONS, PATCH
+from .base.environment import AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, PATCH
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -59,10 +59,6 @@ def _sglang() -> "tuple[PatchReport, ...]":
 
     return sglang.install()
 
-
-#: The words NUMAPIN_AUTOPIN takes, in any case (the start-up file's line knows the ones that mean off).
-_ON = ("1", "true", "yes", "on")
-_OFF = ("", "0", "false", "no", "off")
 
 #: ``NUMAPIN_PATCH`` names and what each installs (its reports).
 PATCHES: "dict[str, Callable[[], tuple[PatchReport, ...]]]" = {
@@ -151,9 +147,9 @@ def _patch(env: "Mapping[str, str]") -> "tuple[PatchReport, ...]":
 
 def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     value = env.get(AUTOPIN, "").strip()
-    if value.lower() in _OFF:
+    if value.lower() in AUTOPIN_OFF:
         return None, None
-    if value.lower() not in _ON:
+    if value.lower() not in AUTOPIN_ON:
         from .base.errors import UsageError, quoted
 
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (or true, yes, on) to pin, 0 (or false, no, off) "

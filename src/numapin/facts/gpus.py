@@ -26,6 +26,7 @@ from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
+from .glance import DISPLAY_CLASSES, NVIDIA
 from .host import Host
 from .topology import Topology
 
@@ -45,9 +46,6 @@ __all__ = [
     "visible_gpus",
 ]
 
-_NVIDIA = 0x10DE
-# PCI base class 0x03 (display): 0x0300 VGA, 0x0302 3D controller.
-_DISPLAY_CLASSES = (0x0300, 0x0302)
 
 
 class UnknownGpu(UsageError):
@@ -181,8 +179,8 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
         vendor = _hex(host.read(f"{folder}/vendor"))
         pci_class = _hex(host.read(f"{folder}/class"))
         # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
-        is_nvidia = vendor == _NVIDIA or (vendor is None and bdf in driver_bdfs)
-        if not is_nvidia or pci_class is None or pci_class >> 8 not in _DISPLAY_CLASSES:
+        is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
+        if not is_nvidia or pci_class is None or pci_class >> 8 not in DISPLAY_CLASSES:
             continue
         node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
         memory = _numa_status_node(host, bdf)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
-           "placed_by"]
+           "placed_by", "verdict_words"]
 
 
 class Verdict(Choice):
@@ -125,9 +125,7 @@ class Judgement:
 
     @property
     def verdict_words(self) -> str:
-        """The verdict as tables print it: ``misplaced (memory)`` says which."""
-        why = self.misplaced_by
-        return f"{self.verdict} ({', '.join(why)})" if self.verdict is Verdict.MISPLACED and why else str(self.verdict)
+        return verdict_words(self.verdict, self.misplaced_by)
 
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
@@ -145,6 +143,11 @@ REMOTE_BOUND = 0.5
 #: before a late pin (pin(), a lease, a framework's hook) outweighs the rest, and its share says nothing of the
 #: placement; a GPU worker's own memory (tensors staged on the host, pinned buffers) is gigabytes.
 JUDGED_MEMORY = 32 << 20
+
+
+def verdict_words(verdict: Verdict, misplaced_by: tuple[str, ...]) -> str:
+    """The verdict as tables print it: ``misplaced (memory)`` says which."""
+    return f"{verdict} ({', '.join(misplaced_by)})" if verdict is Verdict.MISPLACED and misplaced_by else str(verdict)
 
 
 def gpu_words(placement: Placement) -> str | None:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "resolve", "sharing_ranks"]
+__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "rank_share", "resolve"]
 
 
 class PlacementError(EnvironmentProblem):
@@ -370,14 +370,14 @@ def resolve(
                  rank=None if rank is None else rank.rank, cores=cores, kinds=kinds)
 
 
-def sharing_ranks(facts: Facts, placement: Placement) -> int:
-    """How many ranks of a job, one per GPU, are placed on this placement's worker CPUs: in mode ``node`` the
-    GPUs of its node, in mode ``socket`` those of its package, else 1 (each rank has CPUs of its own). Every
-    GPU of the machine counts, not only those in view: a launcher that hands each process its own GPU still
-    starts one process per GPU."""
-    if placement.mode not in (PlacementMode.NODE, PlacementMode.SOCKET) or placement.node is None:
-        return 1
-    t = facts.topology
-    nodes = ({placement.node} if placement.mode is PlacementMode.NODE
-             else {n.id for n in t.nodes if n.cpus and n.cpus & placement.cpus})
-    return max(1, sum(1 for g in facts.inventory.gpus if g.node in nodes))
+def rank_share(facts: Facts, placement: Placement) -> tuple[int, int]:
+    """How many ranks of a job, one per GPU, are placed on this placement's worker CPUs, and how many of them
+    each rank's thread pools get: in mode ``node`` the GPUs of its node share them, in mode ``socket`` those of
+    its package, else the rank has them alone. Every GPU of the machine counts, not only those in view: a
+    launcher that hands each process its own GPU still starts one process per GPU."""
+    sharing = 1
+    if placement.mode in (PlacementMode.NODE, PlacementMode.SOCKET) and placement.node is not None:
+        nodes = ({placement.node} if placement.mode is PlacementMode.NODE
+                 else {n.id for n in facts.topology.nodes if n.cpus and n.cpus & placement.cpus})
+        sharing = max(1, sum(1 for g in facts.inventory.gpus if g.node in nodes))
+    return sharing, max(1, len(placement.workers) // sharing)

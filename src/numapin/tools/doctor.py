@@ -14,6 +14,7 @@ import os
 
 from ..base.environment import (
     AUTOPIN,
+    AUTOPIN_OFF,
     CUDA_DEVICE_ORDER,
     OPENMP_BINDING,
     PATCH,
@@ -35,7 +36,7 @@ from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
 from ..pinning.verdict import Expected, Judgement, Verdict, expected, judge
-from ..placement.modes import Placement, PlacementMode, parse_mode, resolve, sharing_ranks
+from ..placement.modes import Placement, PlacementMode, parse_mode, rank_share, resolve
 from ..placement.ranks import LocalRank, gpu_for_rank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -205,7 +206,8 @@ def _site_folders() -> list[str]:
 def startup_file(env: Mapping[str, str], folders: list[str] | None = None) -> list[Finding]:
     """NUMAPIN_AUTOPIN or NUMAPIN_PATCH set where no site-packages folder holds numapin's start-up file (an
     editable install, ``pip install -e .``, carries only the package): the variables then do nothing."""
-    asked = [name for name in (AUTOPIN, PATCH) if env.get(name, "").strip() not in ("", "0")]
+    asked = [name for name, off in ((AUTOPIN, AUTOPIN_OFF), (PATCH, ("",)))
+             if env.get(name, "").strip().lower() not in off]
     where = _site_folders() if folders is None else folders
     if not asked or any(os.path.isfile(os.path.join(folder, STARTUP_FILE)) for folder in where):
         return []
@@ -476,9 +478,7 @@ def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
 def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
                   status: dict[str, str] | None) -> list[Finding]:
     found = []
-    sharing = sharing_ranks(facts, placement)
-    # The rank's share: the placement's CPUs over the ranks placed on them (mode node: its node's GPUs).
-    cpus = max(1, len(placement.workers) // sharing)
+    sharing, cpus = rank_share(facts, placement)  # the CPUs over the ranks placed on them (mode node: its GPUs)
     shared = f", shared by the ranks of {sharing} GPUs: {cpus} each" if sharing > 1 else ""
     for name in THREAD_POOLS:
         text = env.get(name, "").strip()

@@ -26,7 +26,7 @@ from ..pinning.memory import MemoryMode, MemoryNodes, parse_memory_mode, place_m
 from ..pinning.process import pin
 from ..pinning.results import PinResult
 from ..pinning.state import acting
-from ..placement.modes import Cores, Placement, PlacementMode, parse_mode, resolve, sharing_ranks
+from ..placement.modes import Cores, Placement, PlacementMode, parse_mode, rank_share, resolve
 from ..placement.ranks import LocalRank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -239,12 +239,11 @@ def prepare_exec(request: ExecRequest, environ: Mapping[str, str]) -> PreparedEx
     # Pools sized to the rank's share of CPUs it shares with the other ranks of the job (mode node: the node's
     # GPUs' ranks), not to all of them: four ranks of 112 threads on one node's 112 CPUs is the slowdown the
     # sizing exists to prevent (pytorch/pytorch#125547).
-    sharing = sharing_ranks(facts, placement)
-    pools, kept = _pools(request.threads, max(1, len(placement.workers) // sharing), environ)
+    sharing, share = rank_share(facts, placement)
+    pools, kept = _pools(request.threads, share, environ)
     if sharing > 1 and pools:
-        notes.append(f"thread pools sized {max(1, len(placement.workers) // sharing)}: the {len(placement.workers)} "
-                     f"CPUs are shared by the ranks of {sharing} GPUs (mode {placement.mode}; --mode exclusive gives "
-                     "each rank CPUs of its own)")
+        notes.append(f"thread pools sized {share}: the {len(placement.workers)} CPUs are shared by the ranks of "
+                     f"{sharing} GPUs (mode {placement.mode}; --mode exclusive gives each rank CPUs of its own)")
     nic, network, kept_network = _network(facts, placement, request.nics, environ, notes)
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept,
                         nic=nic, network=network, kept_network=kept_network)

@@ -25,7 +25,7 @@ from ..facts.host import Host
 from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
 from ..pinning import record
-from ..pinning.verdict import REMOTE_BOUND, Verdict, judge
+from ..pinning.verdict import REMOTE_BOUND, Verdict, judge, verdict_words
 from ..placement.modes import Placement
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -71,9 +71,7 @@ class Worker:
 
     @property
     def verdict_words(self) -> str:
-        """``misplaced (memory)``: the verdict, and what makes it so."""
-        why = f" ({', '.join(self.misplaced_by)})" if self.verdict is Verdict.MISPLACED and self.misplaced_by else ""
-        return f"{self.verdict}{why}"
+        return verdict_words(self.verdict, self.misplaced_by)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -165,9 +163,9 @@ def survey(
     chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
     for pid in chosen if asked else ():
-        if procfs.status(pid).get("Tgid", str(pid)).strip() != str(pid):  # NoSuchProcess when there is none
-            raise NoSuchProcess(pid, f"{pid} is a thread of process {procfs.status(pid).get('Tgid', '?').strip()},"
-                                     " not a process")
+        group = procfs.status(pid).get("Tgid", str(pid)).strip()  # NoSuchProcess when there is none
+        if group != str(pid):
+            raise NoSuchProcess(pid, f"{pid} is a thread of process {group}, not a process")
     me = os.getpid()
     stats, owners = {}, {}
     for pid in chosen:
