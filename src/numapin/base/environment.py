@@ -8,8 +8,6 @@ the start-up hook of every Python process reads these names, and that module's i
 __all__ = [
     "APPLIED",
     "AUTOPIN",
-    "AUTOPIN_OFF",
-    "AUTOPIN_ON",
     "AUTOPIN_OPTIONS",
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
@@ -45,7 +43,8 @@ RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 PATCH = "NUMAPIN_PATCH"
 #: Read at interpreter start: ``1`` pins a worker process as ``numapin exec`` would, before any user code.
 AUTOPIN = "NUMAPIN_AUTOPIN"
-#: The words AUTOPIN takes, in any case (the start-up file's one line knows those that mean off).
+#: The words AUTOPIN takes, in any case (the start-up file's one line knows those that mean off). Values, not
+#: variables: left out of __all__, which names the variables (docs/environment.md lists each).
 AUTOPIN_ON = ("1", "true", "yes", "on")
 AUTOPIN_OFF = ("", "0", "false", "no", "off")
 #: ``numapin exec``'s options, for NUMAPIN_AUTOPIN: option name -> variable.

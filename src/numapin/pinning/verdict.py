@@ -28,6 +28,7 @@ from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
 from ..facts import procfs
+from ..facts.host import Host
 from ..facts.machine import Facts, cached, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
@@ -298,7 +299,9 @@ def judge(
     main = next((t.cpus for t in threads if t.tid == pid), None)
     # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
     # machine's other CPUs exist nowhere, and no process was kept from them).
-    who = placed_by(pid, found, environ, main, known or {}, facts.topology.allowed & this_host_cpus(), stat.ppid)
+    live = Host(facts.topology.root).is_live  # this host: no other CPUs or nodes to leave out (nothing read)
+    baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
+    who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
     if want is None:
         verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
         if unreadable:
@@ -308,10 +311,11 @@ def judge(
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
     if max_remote is not None and pages is not None:
         unjudged = None
-        if not want.mems <= this_host_nodes():
+        lacking = CpuSet() if live else want.mems - this_host_nodes()
+        if lacking:
             # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
             # be there, so where pages lie says nothing of the placement.
-            unjudged = f"node(s) {want.mems - this_host_nodes()} are not this host's"
+            unjudged = f"node(s) {lacking} are not this host's"
         elif sum(pages.own_bytes.values()) < JUDGED_MEMORY:
             # What an interpreter made before a late pin dominates a small process; a worker's data does not.
             unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"

@@ -19,6 +19,7 @@ from ..base.frozen import frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
+from ..facts.host import Host
 from ..facts.machine import Facts, this_host_cpus
 from ..facts.machine import cached as cached_facts
 from ..pinning.decision import ExternalMaskPolicy
@@ -366,8 +367,9 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         return None, env
     p = prepared.placement
     facts = cached_facts(request.root, env)
-    host = this_host_cpus()
-    if not facts.topology.online <= host:
+    # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys.
+    host = None if Host(facts.topology.root).is_live else this_host_cpus()
+    if host is not None and not facts.topology.online <= host:
         # A rehearsal (--machine dgx-h100 on a laptop): the kernel here has none of that machine's CPUs to pin
         # to; respecting "someone else's" mask, or stepping down, would only hide that.
         from ..facts.synthetic import written
