@@ -110,7 +110,8 @@ class LinuxThreads:
         except ProcessError:
             return None
 
-    def _stat(self, tid: int) -> procfs.Stat | None:
+    def stat(self, tid: int) -> procfs.Stat | None:
+        """The thread's ``stat`` (its name, last CPU and start time in one read), None when it is gone."""
         try:
             return procfs.stat(self.pid, tid)
         except ProcessError:
@@ -118,12 +119,12 @@ class LinuxThreads:
 
     def last_cpu(self, tid: int) -> int | None:
         """The CPU the thread last ran on (field 39 of its ``stat``)."""
-        found = self._stat(tid)
+        found = self.stat(tid)
         return None if found is None else found.last_cpu
 
     def start_time(self, tid: int) -> int | None:
         """Field 22 of the thread's ``stat``: its start time in clock ticks since boot."""
-        found = self._stat(tid)
+        found = self.stat(tid)
         return None if found is None else found.start
 
 

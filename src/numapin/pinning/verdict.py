@@ -252,6 +252,7 @@ def judge(
     memory: bool = True,
     max_remote: float | None = REMOTE_BOUND,
     stat: procfs.Stat | None = None,
+    small_memory: bool = True,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
@@ -262,6 +263,8 @@ def judge(
     parent's, to say a child inherited its pin).
     ``max_remote`` (0..1, default :data:`REMOTE_BOUND`; None: memory not judged) bounds the share of its own
     memory outside the expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
+    ``small_memory`` False leaves unread where the memory of a process too small to be judged by it lies
+    (``ps``, judging every worker of the host, has no use for it; ``threads`` shows it).
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
@@ -287,15 +290,23 @@ def judge(
             mask = ops.get_affinity(tid)
         except OSError:
             continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
-        threads.append(ThreadState(tid, ops.thread_name(tid), mask, ops.last_cpu(tid),
+        seen = ops.stat(tid)  # its name and last CPU, one read
+        threads.append(ThreadState(tid, None if seen is None else seen.name, mask,
+                                   None if seen is None else seen.last_cpu,
                                    None if want is None or mask is None else mask <= want.target,
                                    mask is not None and mask in own))
-    pages = None
+    pages, size, hidden = None, None, False
     if memory:
         try:
-            pages = residency(pid)
+            # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
+            # which walks every page of every mapping (and any user may read status).
+            size = None if small_memory or max_remote is None else procfs.own_memory(pid)
+            if size is None or size >= JUDGED_MEMORY:
+                pages = residency(pid)
+        except AccessDenied:
+            hidden = True  # another user's process: its numa_maps is for its owner or root
         except ProcessError:
-            pages = None  # another user's process (its numa_maps is for its owner or root), or gone meanwhile
+            pass  # gone meanwhile: its threads, read above, say so
     main = next((t.cpus for t in threads if t.tid == pid), None)
     # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
     # machine's other CPUs exist nowhere, and no process was kept from them).
@@ -309,14 +320,17 @@ def judge(
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
-    if max_remote is not None and pages is not None:
+    if max_remote is not None and (pages is not None or size is not None or hidden):
         unjudged = None
         lacking = CpuSet() if live else want.mems - this_host_nodes()
+        own = sum(pages.own_bytes.values()) if pages is not None else size
         if lacking:
             # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
             # be there, so where pages lie says nothing of the placement.
             unjudged = f"node(s) {lacking} are not this host's"
-        elif sum(pages.own_bytes.values()) < JUDGED_MEMORY:
+        elif hidden:
+            unjudged = "another user's process, whose numa_maps only its owner or root may read"
+        elif own is not None and own < JUDGED_MEMORY:
             # What an interpreter made before a late pin dominates a small process; a worker's data does not.
             unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
         if unjudged is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError
@@ -30,10 +31,14 @@ from ..placement.modes import Placement
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
     from typing import Any
 
-__all__ = ["Survey", "Verdict", "Worker", "survey"]
+__all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
+
+
+class ScanTimeout(NumapinError):
+    """A scan ran past the time it was given (the exporter's scrape bound): its partial count would mislead."""
 
 #: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, or under the root of another mount
 #: namespace's tree (a container's /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where
@@ -154,11 +159,13 @@ def survey(
     memory: bool = True,
     max_remote: float | None = REMOTE_BOUND,
     candidates: bool = False,
+    deadline: float | None = None,
 ) -> Survey:
     """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are,
     ``max_remote`` bounds the share of its own memory on other nodes (None: not judged); ``candidates`` lists the
     processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
-    is a :class:`NoSuchProcess`."""
+    is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
+    :class:`ScanTimeout`."""
     machine = cached_facts(root, {})  # every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them
     chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
@@ -167,44 +174,67 @@ def survey(
         if group != str(pid):
             raise NoSuchProcess(pid, f"{pid} is a thread of process {group}, not a process")
     me = os.getpid()
-    stats, owners = {}, {}
+    owners = {}
     for pid in chosen:
         try:
-            stats[pid] = procfs.stat(pid)  # each worker's stat read once, for its record and its judge
             owners[pid] = procfs.owner(pid)
         except ProcessError:
             continue
+    stats: dict[int, procfs.Stat | None] = {}
+
+    def stat_of(pid: int) -> procfs.Stat | None:
+        """Its stat, read once a scan, and only for a process that might be a worker (1,000 shells read none)."""
+        if pid not in stats:
+            try:
+                stats[pid] = procfs.stat(pid)
+            except ProcessError:
+                stats[pid] = None
+        return stats[pid]
+
     known = record.entries(set(owners.values()),
-                           lambda pid: stats[pid].start if pid in stats else record.start_time(pid),
+                           lambda pid: None if (found := stat_of(pid)) is None else found.start,
                            lambda pid: owners[pid] if pid in owners else record.owner(pid))
     nvml = _nvml_processes(machine)
     found = []
     for pid in chosen:
+        if deadline is not None and time.monotonic() > deadline:
+            raise ScanTimeout(f"the scan ran past its time bound, {len(found)} workers found so far")
         if pid == me and not asked:
             continue
-        worker = _look(pid, stats.get(pid), known, nvml, machine, root, memory, asked, max_remote)
+        worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, asked=asked,
+                       candidates=candidates)
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
     return Survey(tuple(found))
 
 
-def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record], nvml: Mapping[int, set[str]],
-          machine: Facts, root: str | os.PathLike[str] | None, memory: bool, asked: bool,
-          max_remote: float | None) -> Worker | None:
-    """The worker ``pid`` is, or None when it is none (or gone)."""
+def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
+          nvml: Mapping[int, set[str]], machine: Facts, root: str | os.PathLike[str] | None, memory: bool,
+          max_remote: float | None, *, asked: bool, candidates: bool) -> Worker | None:
+    """The worker ``pid`` is, or None when it is none (or gone). ``asked``: a PID asked for, judged whatever it
+    is; ``candidates``: its environment read even when nothing it holds makes it a worker."""
     entry = known.get(pid)
+    try:
+        devices: tuple[int, ...] | None = _devices(pid)
+    except AccessDenied:
+        devices = None  # another user's: only a record or NVML can say it is a worker
+    except NoSuchProcess:
+        return None
+    if not (entry or devices or pid in nvml or asked or candidates):
+        return None  # what it holds says no, and its environment could make it a candidate at most: not read
+    stat = stat_of(pid)
     try:
         if stat is None or stat.exited:
             raise NoSuchProcess(pid)
-        name = stat.name  # the stat read once above holds the name (comm) too
+        name = stat.name  # the stat read once a scan holds the name (comm) too
         env: dict[str, str] | None = procfs.environ(pid)
-        devices = _devices(pid)
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
             return None  # nothing says it is a worker, and nothing more can be read
-        env, devices = None, ()
+        env = None
     except NoSuchProcess:
         return None  # gone since the listing (an asked PID that is none was refused above)
+    devices = devices or ()
     launcher = None if env is None else next(
         (f"{v}={env[v]}" for v in LOCAL_RANK_VARIABLES if env.get(v, "").strip()), None)
     # What it holds makes a worker; what it inherited, a candidate (every shell of a Slurm step has LOCAL_RANK).
@@ -218,7 +248,7 @@ def _look(pid: int, stat: procfs.Stat | None, known: Mapping[int, record.Record]
     using = {g.pci for g in machine.inventory.gpus if g.minor in devices} | nvml.get(pid, set())
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
-                       stat=stat, max_remote=max_remote)
+                       stat=stat, max_remote=max_remote, small_memory=False)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)

@@ -1,0 +1,97 @@
+"""``numapin ps`` at scale, measured side by side with procps's ``ps -e -L -o pid,tid,psr``.
+
+Two ratios, each over the same live processes, in alternated pairs (A B A B ..., the ratio taken pair
+by pair), with the bound each must keep:
+
+- 1,000 GPU workers: ``sleep`` processes, each with numapin's record (written as a pin would write
+  it: the whole machine as its placement, so each is judged ``ok``), ``LOCAL_RANK`` and
+  ``CUDA_VISIBLE_DEVICES`` in its environment; ``numapin ps --json`` finds, judges (threads and
+  memory) and prints all 1,000 — bound 2x;
+- 1,000 ordinary processes (``sleep``, nothing GPU about them): ``numapin ps --json`` looks at each
+  and lists none — bound 1.5x.
+
+Both sides start a process and read every process of the host; procps also reads every thread.
+Run as root or as any user: python benchmarks/ps_scale.py [PROCESSES] [PAIRS]
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from numapin.cpuset import CpuSet
+from numapin.pinning import record
+from numapin.placement.modes import Placement, PlacementMode
+
+PROCESSES = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
+PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+
+
+def wall(command: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def paired(a: list[str], b: list[str], env: dict[str, str]) -> float:
+    """Median of the pair-by-pair ratios A/B over PAIRS alternated pairs, after one warm-up of each."""
+    wall(a, env), wall(b, env)
+    return statistics.median(wall(a, env) / wall(b, env) for _ in range(PAIRS))
+
+
+def spawn(count: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen(["sleep", "3600"], env=env) for _ in range(count)]
+
+
+def publish_records(children: list[subprocess.Popen[bytes]]) -> None:
+    """Each child's record, as a pin of the whole machine by numapin would leave it."""
+    everything = CpuSet(os.sched_getaffinity(0))
+    placement = Placement(everything, CpuSet([0]), "the whole machine", PlacementMode.EXPLICIT)
+    for child in children:
+        start = record.start_time(child.pid)
+        assert start is not None
+        record.publish(record.Record(child.pid, start, "pin", everything, everything, placement))
+
+
+def main() -> None:
+    procps = shutil.which("ps")
+    if procps is None:
+        sys.exit("procps's ps is needed: apt-get install procps")
+    script = Path(sys.executable).parent / "numapin"
+    numapin = [str(script)] if script.exists() else [sys.executable, "-m", "numapin"]
+    baseline = [procps, "-e", "-L", "-o", "pid,tid,psr"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMAPIN_")}
+    with tempfile.TemporaryDirectory() as tmp:
+        env[record.RUNTIME_DIR] = os.environ[record.RUNTIME_DIR] = tmp
+        print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios (wall)")
+        plain = {k: v for k, v in env.items() if not k.startswith(("LOCAL_RANK", "CUDA_VISIBLE"))}
+        for name, worker_env, bound in (
+                (f"{PROCESSES} GPU workers (record, LOCAL_RANK)", {**plain, "LOCAL_RANK": "0",
+                                                                   "CUDA_VISIBLE_DEVICES": "0"}, 2.0),
+                (f"{PROCESSES} ordinary processes", plain, 1.5)):
+            children = spawn(PROCESSES, worker_env)
+            try:
+                if bound == 2.0:
+                    publish_records(children)
+                listed = subprocess.run([*numapin, "ps", "--json"], env=env, capture_output=True, text=True)
+                counted = listed.stdout.count('"pid"')
+                ratio = paired([*numapin, "ps", "--json"], baseline, env)
+                seconds = statistics.median(wall([*numapin, "ps", "--json"], env) for _ in range(3))
+            finally:
+                for child in children:
+                    child.kill()
+                for child in children:
+                    child.wait()
+            within = "within" if ratio <= bound else "OVER"
+            print(f"  {name:42} numapin ps --json / ps -e -L: {ratio:5.2f}x  ({seconds:.3f} s, "
+                  f"{counted} listed; bound {bound}x: {within})")
+
+
+if __name__ == "__main__":
+    main()
