@@ -566,6 +566,25 @@ def cmd_ps(args: argparse.Namespace) -> int:
     return found.exit_code
 
 
+def cmd_exporter(args: argparse.Namespace) -> int:
+    import signal
+
+    from .tools.exporter import Exporter
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # a service manager's SIGTERM ends the exporter as ^C does: cleanly, exit 0
+
+    with _root(args) as root:
+        exporter = Exporter(root=root, max_remote=args.max_remote_memory / 100, timeout=args.scrape_timeout)
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            exporter.serve(args.listen, lambda url: print(f"numapin exporter: serving {url}", file=sys.stderr,
+                                                          flush=True))
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
 def _tally(tally: dict[str, int], workers: int) -> str:
     """``3 GPU workers: 1 ok, 1 misplaced, 1 unknown; 2 candidates (their environment only, not counted)``."""
     from .base.text import counted
@@ -896,6 +915,34 @@ def _ps_args(ps: argparse.ArgumentParser) -> None:
     ps.set_defaults(func=cmd_ps)
 
 
+def _seconds_arg(text: str) -> float:
+    try:
+        value = float(text) if text.isascii() else 0.0
+    except ValueError:
+        value = 0.0
+    if not 0 < value < 86400:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"not a number of seconds above 0: {text[:40]!r}")
+    return value
+
+
+def _exporter_args(exp: argparse.ArgumentParser) -> None:
+    exp.description = ("Serve the host's GPU workers to Prometheus: each scrape of /metrics scans the host as "
+                       "numapin ps does (the same workers, verdicts and series as ps --prometheus) and adds "
+                       "numapin_up (1 when the scan completed), numapin_scrape_duration_seconds and "
+                       "numapin_scrape_errors_total. A scan that fails or runs past its time bound answers with "
+                       "those three only, numapin_up 0. Runs until SIGTERM or ^C (exit 0).")
+    exp.add_argument("--listen", required=True, metavar="ADDR:PORT",
+                     help="where to listen: 127.0.0.1:9877 (this host only), :9877 (every IPv4 interface), "
+                          "[::1]:9877; no default, so that exposing a host's process list is a choice; "
+                          "port 0 takes a free one (the URL is printed)")
+    exp.add_argument("--scrape-timeout", type=_seconds_arg, default=10.0, metavar="SECONDS",
+                     help="the longest a scan may take (default 10, Prometheus's own default); lowered to what "
+                          "the scraper says it waits")
+    _add_remote_bound(exp)
+    _add_root(exp)
+    exp.set_defaults(func=cmd_exporter)
+
+
 def _snapshot_args(snap: argparse.ArgumentParser) -> None:
     snap.description = "Write OUT.tar.gz (or .tgz; - for standard output) with exactly the files numapin reads."
     snap.add_argument("out", metavar="OUT.tar.gz")
@@ -921,6 +968,7 @@ _COMMANDS = {
     "threads": ("where every thread of a process runs", _threads_args),
     "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
     "ps": ("every GPU worker of this host: where it runs, where it should, who placed it", _ps_args),
+    "exporter": ("serve the host's GPU workers to Prometheus over HTTP, scanned at each scrape", _exporter_args),
     "numactl": ("numactl's language, carried out by numapin (no numactl needed)", _numactl_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
     "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),

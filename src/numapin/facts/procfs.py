@@ -126,12 +126,15 @@ def own_memory(pid: int) -> int | None:
     """Bytes of memory the process made itself and holds resident (anonymous, shared memory, huge pages), from
     ``status``, which any user may read; None for a process without memory (a kernel thread). What ``numa_maps``
     counts as its own, at a small share of the cost (that file walks every mapping's pages)."""
-    sizes = status(pid)
-    try:
-        fields = [sizes[name] for name in ("RssAnon", "RssShmem", "HugetlbPages") if name in sizes]
-        return sum(int(value.split()[0]) << 10 for value in fields) if fields else None  # "1234 kB"
-    except (IndexError, ValueError):
-        return None
+    text = _read(pid, None, "status")
+    total, seen = 0, False
+    for name in (b"\nRssAnon:", b"\nRssShmem:", b"\nHugetlbPages:"):  # each "\nName:\t   1234 kB"
+        at = text.find(name)
+        if at >= 0:
+            value = text[at + len(name):text.find(b"\n", at + 1)].split()
+            if len(value) == 2 and value[0].isdigit():
+                total, seen = total + (int(value[0]) << 10), True
+    return total if seen else None
 
 
 def numa_maps(pid: int) -> str:

@@ -233,16 +233,18 @@ def _sweep(folder: Folder, keep: str, ns: int, start_of: Callable[[int], int | N
             folder.remove(name)
 
 
-def _stale(name: str, ns: int, start_of: Callable[[int], int | None] = start_time) -> bool:
+def _stale(name: str, ns: int, start_of: Callable[[int], int | None] = start_time,
+           named: tuple[int, int, int] | None = None) -> bool:
     """A record of namespace ``ns`` whose process is gone (or whose id names another now), or a write of one
-    whose writer is gone. Another namespace's files are never stale here: its ids name other processes."""
+    whose writer is gone. Another namespace's files are never stale here: its ids name other processes.
+    ``named``: what :func:`_named` makes of ``name``, when the caller has it."""
     if name.endswith(".tmp"):
         record, _, rest = name.rpartition(".json.")
         writer = decimal(rest.removesuffix(".tmp"))
         named = _named(f"{record}.json")
         return named is not None and named[2] == ns and writer is not None and writer > 0 \
             and not os.path.exists(f"/proc/{writer}")
-    named = _named(name)
+    named = named or _named(name)
     return named is not None and named[2] == ns and start_of(named[0]) != named[1]
 
 
@@ -278,12 +280,13 @@ def stamp(entry: Record) -> Record:
 # -- reading ----------------------------------------------------------------------------
 
 
-def _read(folder: Folder, name: str, uid: int | None) -> Record | None:
+def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int] | None = None) -> Record | None:
     """The record in ``name``, when it can be believed: the folder and the file belong to the process's
-    owner (or root), the file is of this namespace, and the content names the process the file's name does."""
+    owner (or root), the file is of this namespace, and the content names the process the file's name does.
+    ``named``: what :func:`_named` makes of ``name``, when the caller has it."""
     import json
 
-    named = _named(name)
+    named = named or _named(name)
     if named is None or named[2] != namespace() or uid is None or folder.owner not in (uid, 0):
         return None
     found = folder.read(name, _CAP)
@@ -336,12 +339,12 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
         try:
             with Folder.open(path, owners | {0}) as folder:
                 for name in folder.names():
-                    if _stale(name, ns, start_of):
+                    named = _named(name)
+                    if _stale(name, ns, start_of, named):
                         folder.remove(name)
                         continue
-                    named = _named(name)
                     if named is not None and named[2] == ns and named[0] not in found:
-                        record = _read(folder, name, owner_of_pid(named[0]))
+                        record = _read(folder, name, owner_of_pid(named[0]), named)
                         if record is not None:
                             found[named[0]] = record
         except OSError:

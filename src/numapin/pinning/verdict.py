@@ -290,7 +290,7 @@ def judge(
             mask = ops.get_affinity(tid)
         except OSError:
             continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
-        seen = ops.stat(tid)  # its name and last CPU, one read
+        seen = stat if tid == pid else ops.stat(tid)  # its name and last CPU (the main thread's: read above)
         threads.append(ThreadState(tid, None if seen is None else seen.name, mask,
                                    None if seen is None else seen.last_cpu,
                                    None if want is None or mask is None else mask <= want.target,
@@ -323,14 +323,14 @@ def judge(
     if max_remote is not None and (pages is not None or size is not None or hidden):
         unjudged = None
         lacking = CpuSet() if live else want.mems - this_host_nodes()
-        own = sum(pages.own_bytes.values()) if pages is not None else size
+        made = sum(pages.own_bytes.values()) if pages is not None else size
         if lacking:
             # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
             # be there, so where pages lie says nothing of the placement.
             unjudged = f"node(s) {lacking} are not this host's"
         elif hidden:
             unjudged = "another user's process, whose numa_maps only its owner or root may read"
-        elif own is not None and own < JUDGED_MEMORY:
+        elif made is not None and made < JUDGED_MEMORY:
             # What an interpreter made before a late pin dominates a small process; a worker's data does not.
             unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
         if unjudged is not None:

@@ -195,7 +195,7 @@ def survey(
                            lambda pid: None if (found := stat_of(pid)) is None else found.start,
                            lambda pid: owners[pid] if pid in owners else record.owner(pid))
     nvml = _nvml_processes(machine)
-    found = []
+    found: list[Worker] = []
     for pid in chosen:
         if deadline is not None and time.monotonic() > deadline:
             raise ScanTimeout(f"the scan ran past its time bound, {len(found)} workers found so far")

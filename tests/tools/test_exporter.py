@@ -1,0 +1,188 @@
+"""Issue 39: ``numapin exporter``, the host's GPU workers over HTTP, scanned at each scrape within a time bound.
+(Prometheus itself scrapes it in tests/exporters, a tier of its own.)"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import live
+from numapin.base.environment import RUNTIME_DIR
+from numapin.base.errors import UsageError
+from numapin.tools.exporter import OWN_METRICS, Exporter, parse_listen
+from numapin.tools.ps import ScanTimeout, Survey, survey
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+WORKER = "import time; print('ready', flush=True); time.sleep(120)"
+
+
+@pytest.fixture
+def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "records"
+    monkeypatch.setenv(RUNTIME_DIR, str(folder))
+    return folder
+
+
+@pytest.fixture
+def worker(records: Path) -> Iterator[int]:
+    """A worker numapin exec placed on the first CPU this process may use: its record says so."""
+    first = min(os.sched_getaffinity(0))
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--cpus", str(first), "--memory", "none", "--", sys.executable,
+                             "-c", WORKER], stdout=subprocess.PIPE, text=True,
+                            env=live.without_inputs(dict(os.environ)) | {RUNTIME_DIR: str(records)})
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    yield proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def _series(text: str) -> dict[str, str]:
+    """Each sample line of an exposition as series -> value."""
+    return dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+# -- ADDR:PORT ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "want"), [("127.0.0.1:9877", ("127.0.0.1", 9877)), (":0", ("", 0)),
+                                            ("[::1]:9877", ("::1", 9877)), ("localhost:65535", ("localhost", 65535))])
+def test_listen_addresses_are_read(text: str, want: tuple[str, int]) -> None:
+    assert parse_listen(text) == want
+
+
+@pytest.mark.parametrize("text", ["9877", "127.0.0.1", "host:", "host:65536", "host:-1", "::1:9877", "[::1:9877",
+                                  "host:９８", "host:0x10"])
+def test_bad_listen_addresses_are_refused_with_the_form_expected(text: str) -> None:
+    with pytest.raises(UsageError, match=r"ADDR:PORT|IPv6"):
+        parse_listen(text)
+
+
+@given(st.text(max_size=30))
+def test_any_listen_text_is_an_address_or_a_usage_error(text: str) -> None:
+    try:
+        host, port = parse_listen(text)
+    except UsageError:
+        return
+    written = text.rpartition(":")[2]
+    assert 0 <= port <= 65535 and written.isascii() and int(written) == port and host in text
+
+
+# -- one scrape -------------------------------------------------------------------------------
+
+
+def test_a_scrape_holds_each_worker_and_the_exporters_own_series(worker: int) -> None:
+    exporter = Exporter(max_remote=0.5)
+    series = _series(exporter.scrape())
+    assert any(s.startswith("numapin_worker{") and f'pid="{worker}"' in s and 'verdict="ok"' in s for s in series)
+    assert series["numapin_up"] == "1" and series["numapin_scrape_errors_total"] == "0"
+    assert 0 < float(series["numapin_scrape_duration_seconds"]) < 60
+    assert set(OWN_METRICS) <= set(series)
+
+
+def test_a_scan_past_its_deadline_stops_and_says_so() -> None:
+    with pytest.raises(ScanTimeout, match="time bound"):
+        survey(deadline=time.monotonic() - 1)
+
+
+def test_a_scan_past_its_bound_is_an_error_counted_and_no_partial_count(worker: int) -> None:
+    # A real scan with no time at all: it stops at its first process. What it found so far is not served:
+    # a partial count reads as workers gone.
+    exporter = Exporter(timeout=1e-9)
+    first, second = _series(exporter.scrape()), _series(exporter.scrape())
+    assert first["numapin_up"] == "0" and first["numapin_scrape_errors_total"] == "1"
+    assert second["numapin_scrape_errors_total"] == "2", "a counter, never reset"
+    assert not any(s.startswith("numapin_worker") for s in first), first
+
+
+def test_a_scrape_waits_for_a_scan_in_flight_only_within_its_bound() -> None:
+    running, release = threading.Event(), threading.Event()
+
+    def slow(deadline: float) -> Survey:
+        running.set()
+        release.wait(10)
+        return Survey(())
+
+    exporter = Exporter(timeout=0.3, scan=slow)
+    first: list[str] = []
+    holder = threading.Thread(target=lambda: first.append(exporter.scrape(waits=30)))
+    holder.start()
+    assert running.wait(5)
+    started = time.monotonic()
+    blocked = _series(exporter.scrape())
+    assert time.monotonic() - started < 5 and blocked["numapin_up"] == "0"
+    release.set()
+    holder.join()
+    assert _series(first[0])["numapin_up"] == "1"
+    assert _series(exporter.scrape())["numapin_scrape_errors_total"] == "1"
+
+
+def test_the_scrapers_own_timeout_lowers_the_bound() -> None:
+    bounds: list[float] = []
+
+    def timed(deadline: float) -> Survey:
+        bounds.append(deadline - time.monotonic())
+        return Survey(())
+
+    exporter = Exporter(timeout=10, scan=timed)
+    exporter.scrape(waits=3)
+    exporter.scrape(waits=60)
+    assert bounds[0] < 3 and 9 < bounds[1] <= 10
+
+
+# -- over HTTP --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(records: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen([*NUMAPIN, "exporter", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, RUNTIME_DIR: str(records)})
+    assert proc.stderr is not None
+    line = proc.stderr.readline()
+    assert line.startswith("numapin exporter: serving http://127.0.0.1:"), line
+    yield proc, line.split()[-1]
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_the_exporter_serves_metrics_over_http_and_stops_on_sigterm(served: tuple[subprocess.Popen[str], str],
+                                                                    worker: int) -> None:
+    proc, url = served
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        assert answer.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+        text = answer.read().decode()
+    assert f'pid="{worker}"' in text and _series(text)["numapin_up"] == "1"
+    zipped = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"})
+    with urllib.request.urlopen(zipped, timeout=30) as answer:
+        body = answer.read()
+        if answer.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+    assert f'pid="{worker}"' in body.decode()
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(url.replace("/metrics", "/nothing"), timeout=30)
+    assert missing.value.code == 404
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_a_taken_or_bad_address_is_one_line_and_exit_2(served: tuple[subprocess.Popen[str], str]) -> None:
+    taken = served[1].split("/")[2]
+    for listen in (taken, "nowhere"):
+        proc = subprocess.run([*NUMAPIN, "exporter", "--listen", listen], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith(f"numapin exporter: --listen {listen!r}" if listen == "nowhere" else
+                                      f"numapin exporter: --listen {listen}: ")
