@@ -54,9 +54,10 @@ class Snapshots:
 _OWN_BASETEMP = pytest.StashKey[str]()
 _PRIVATE = pytest.StashKey[str]()
 #: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
-#: runs torchrun and Ray, the browser tier Chromium. Each runs only when asked for by path
-#: (python -m pytest tests/guest).
-_TIERS = {Path(__file__).resolve().parent / name for name in ("guest", "integration", "browser", "launchers")}
+#: runs torchrun and Ray, the browser tier Chromium, the exporters tier Prometheus and node_exporter.
+#: Each runs only when asked for by path (python -m pytest tests/guest).
+_TIERS = {Path(__file__).resolve().parent / name
+          for name in ("guest", "integration", "browser", "launchers", "exporters")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -523,7 +523,7 @@ def cmd_threads(args: argparse.Namespace) -> int:
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from .base.text import table
+    from .base.text import counted, table
     from .tools.ps import survey
 
     formats = [name for name, given in (("--json", args.json), ("--prometheus", args.prometheus),
@@ -548,7 +548,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         import json
 
         print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced),
-                          "tally": found.tally()}, indent=2))
+                          "tally": found.tally(), "unseen": found.unseen}, indent=2))
     else:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
                   "seen by", "verdict"]
@@ -563,6 +563,10 @@ def cmd_ps(args: argparse.Namespace) -> int:
         if found.workers:
             print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
         print(_tally(found.tally(), len(found.counted)))
+        if found.unseen:
+            print(f"not looked into: {counted(found.unseen, 'process', 'processes')} of other users (their open files and "
+                  "environment are for their owners or root), any of which may be a GPU worker: run as root to "
+                  "see every one")
     return found.exit_code
 
 

@@ -295,3 +295,77 @@ def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: tup
     folder, path = done.stdout.split()
     assert folder.startswith(str(home / ".cache")) and first not in path.split(":"), done.stdout
     assert path.split(":")[0] == folder
+
+
+#: numapin's ps, run by the other user: this interpreter imports what ps needs while root (the interpreter may
+#: live where that user may not read), then becomes the other user for good, and only then scans.
+_PS_AS = """
+import json, locale, os, sys
+import numapin.cli, numapin.tools.ps, numapin.tools.prometheus, numapin.pinning.verdict, numapin.facts.gpus
+numapin.cli.build_parser("ps").parse_args(["ps"])
+uid, gid = int(sys.argv[1]), int(sys.argv[2])
+os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)
+assert os.getresuid() == (uid, uid, uid)
+sys.exit(numapin.cli.main(sys.argv[3:]))
+"""
+
+
+def test_a_user_sees_roots_workers_by_their_records_and_says_what_it_could_not_read(
+        other: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 39, item 6: a user's ps judged root's workers `unreadable`, though their masks and records are
+    # readable by anyone; and said nothing of the processes it could not look into.
+    top = Path(tempfile.mkdtemp(prefix="numapin-view-"))
+    top.chmod(0o755)  # root's records, readable by every user, as /run/numapin is
+    monkeypatch.setenv(RUNTIME_DIR, str(top))
+    first = min(os.sched_getaffinity(0))
+    placed = subprocess.Popen([sys.executable, "-m", "numapin", "exec", "--cpus", str(first), "--memory", "none",
+                               "--", sys.executable, "-c", "held = b'x' * (64 << 20)\n" + READY],
+                              stdout=subprocess.PIPE, text=True)  # past the memory judged, written: resident
+    hidden = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
+    try:
+        for child in (placed, hidden):
+            assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        seen = subprocess.run([sys.executable, "-c", _PS_AS, *map(str, other), "ps", "--json"], capture_output=True,
+                              text=True, timeout=60)
+        assert seen.returncode == 0, seen.stderr
+        report = json.loads(seen.stdout)
+        worker = next(w for w in report["workers"] if w["pid"] == placed.pid)
+        assert (worker["verdict"], worker["placed_by"], worker["why"]) == ("ok", "exec", "record")
+        assert worker["expected"] == str(first) and worker["threads"] == 1
+        assert "another user's process" in worker["note"], "it says its memory could not be read"
+        assert hidden.pid not in {w["pid"] for w in report["workers"]}
+        assert report["unseen"] >= 1, "root's unrecorded process is counted as not looked into"
+        text = subprocess.run([sys.executable, "-c", _PS_AS, *map(str, other), "ps"], capture_output=True,
+                              text=True, timeout=60).stdout
+        assert "not looked into:" in text and "run as root" in text
+        # Root itself looks into every process: none is left unseen.
+        assert json.loads(subprocess.run([sys.executable, "-m", "numapin", "ps", "--json"], capture_output=True,
+                                         text=True, timeout=60).stdout)["unseen"] == 0
+    finally:
+        for child in (placed, hidden):
+            child.kill()
+            child.wait()
+        shutil.rmtree(top)
+
+
+def test_the_textfile_is_never_written_through_another_users_symlink(other: tuple[int, int]) -> None:
+    # A textfile folder every user may write (sticky, as /tmp): the other user plants numapin.prom, and the
+    # temporary name the writer will use, as links to a file of root's. Root's ps replaces the link; the
+    # file it pointed to is untouched.
+    top = Path(tempfile.mkdtemp(prefix="numapin-textfile-"))
+    try:
+        top.chmod(0o755)
+        folder = top / "textfile"
+        folder.mkdir()
+        folder.chmod(0o1777)
+        precious = top / "precious"
+        precious.write_text("root's own\n")
+        as_other(other, 'ln -s "$1" "$2/numapin.prom"', str(precious), str(folder))
+        done = subprocess.run([sys.executable, "-m", "numapin", "ps", "--textfile", str(folder)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        written = folder / "numapin.prom"
+        assert precious.read_text() == "root's own\n"
+        assert not written.is_symlink() and written.stat().st_uid == 0 and "numapin_workers" in written.read_text()
+    finally:
+        shutil.rmtree(top)

@@ -72,7 +72,7 @@ def test_a_zombie_has_exited() -> None:
 
 
 @pytest.mark.parametrize("read", [procfs.stat, procfs.comm, procfs.environ, procfs.status, procfs.tasks,
-                                  procfs.fd_targets, procfs.owner, procfs.numa_maps])
+                                  procfs.fd_targets, procfs.owner, procfs.numa_maps, procfs.own_memory])
 def test_every_reader_says_a_process_is_gone_with_its_pid(read) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(NoSuchProcess) as raised:
         read(GONE)
@@ -104,3 +104,37 @@ def test_any_pid_is_read_or_a_process_error(pid: int) -> None:
         assert exc.pid == pid
         return
     assert stat.pid == pid and stat.start >= 0
+
+
+def test_own_memory_from_status_is_what_numa_maps_counts_as_the_processs_own() -> None:
+    # ps decides from status (cheap, anyone's to read) whether a process is too small to judge by its memory,
+    # instead of walking numa_maps: the two must agree on what a process made itself.
+    def body() -> tuple[int | None, int, int | None]:
+        from numapin.kernel.residency import residency
+
+        before = procfs.own_memory(os.getpid())
+        held = b"x" * (64 << 20)  # written: resident, anonymous
+        own = sum(residency().own_bytes.values())
+        after = procfs.own_memory(os.getpid())
+        del held
+        return before, own, after
+
+    before, own, after = in_child(body)
+    assert before is not None and after is not None and after - before >= 60 << 20
+    assert abs(after - own) < 8 << 20, (after, own)
+
+
+def test_kernel_threads_are_told_from_processes() -> None:
+    # Two sources that must agree: the PF_KTHREAD flag in stat, and status, which has memory lines for every
+    # process with memory. (A container may show no kernel thread: then every process has memory.)
+    told = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat, own = procfs.stat(int(name)), procfs.own_memory(int(name))
+            except ProcessError:
+                continue  # ended meanwhile
+            if not stat.exited:
+                told[int(name)] = (stat.kernel_thread, own is None)
+    assert told and all(flag == memoryless for flag, memoryless in told.values()), told
+    assert told[os.getpid()] == (False, False)

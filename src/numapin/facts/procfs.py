@@ -36,6 +36,13 @@ class Stat:
     start: int
     """Start time in clock ticks since boot: with the id, it names one process (or thread) for the boot."""
     last_cpu: int | None
+    flags: int = 0
+    """The kernel's ``PF_*`` flags of the task."""
+
+    @property
+    def kernel_thread(self) -> bool:
+        """A kernel thread (``PF_KTHREAD``): no memory, no files, never anybody's worker."""
+        return bool(self.flags & 0x00200000)
 
     @property
     def exited(self) -> bool:
@@ -86,7 +93,7 @@ def stat(pid: int, tid: int | None = None) -> Stat:
     try:
         last = int(fields[36]) if len(fields) > 36 else None
         return Stat(pid if tid is None else tid, text[text.find(b"(") + 1:close].decode(errors="replace"),
-                    fields[0].decode(errors="replace"), int(fields[1]), int(fields[19]), last)
+                    fields[0].decode(errors="replace"), int(fields[1]), int(fields[19]), last, int(fields[6]))
     except (IndexError, ValueError):
         raise NoSuchProcess(pid, f"process {pid}: its stat cannot be read ({text[:80]!r})") from None
 

@@ -33,6 +33,9 @@ METRICS = {
     "numapin_workers": ("gauge", "GPU worker processes found on this host."),
     "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host that are misplaced (threads or "
                                            "memory)."),
+    "numapin_processes_unseen": ("gauge", "Processes of other users the scan could not look into (their open "
+                                          "files are for their owner or root), any of which may be a GPU worker; "
+                                          "0 when it runs as root."),
 }
 
 
@@ -71,6 +74,7 @@ def exposition(found: Survey) -> str:
                 add("numapin_worker_remote_memory_ratio", w, round(w.remote, 6))
     add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
+    add("numapin_processes_unseen", None, found.unseen)
     lines = []
     for name, (kind, helptext) in METRICS.items():
         if series[name]:

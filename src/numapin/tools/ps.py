@@ -97,6 +97,10 @@ class Survey:
     workers: tuple[Worker, ...]
     """The GPU workers found (and, with ``candidates``, the processes known only from their environment)."""
 
+    unseen: int = 0
+    """Processes of other users this user could not look into (their open files and environment are for their
+    owner or root): any of them may be a GPU worker. Always 0 for root, but for other PID namespaces' processes."""
+
     @property
     def counted(self) -> tuple[Worker, ...]:
         """The GPU workers: what holds a GPU or numapin's record, not a candidate."""
@@ -196,23 +200,30 @@ def survey(
                            lambda pid: owners[pid] if pid in owners else record.owner(pid))
     nvml = _nvml_processes(machine)
     found: list[Worker] = []
+    unseen = 0
     for pid in chosen:
         if deadline is not None and time.monotonic() > deadline:
             raise ScanTimeout(f"the scan ran past its time bound, {len(found)} workers found so far")
         if pid == me and not asked:
             continue
-        worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, asked=asked,
-                       candidates=candidates)
+        try:
+            worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, asked=asked,
+                           candidates=candidates)
+        except AccessDenied:
+            seen = stat_of(pid)
+            unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
+            continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
-    return Survey(tuple(found))
+    return Survey(tuple(found), unseen)
 
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
           nvml: Mapping[int, set[str]], machine: Facts, root: str | os.PathLike[str] | None, memory: bool,
           max_remote: float | None, *, asked: bool, candidates: bool) -> Worker | None:
-    """The worker ``pid`` is, or None when it is none (or gone). ``asked``: a PID asked for, judged whatever it
-    is; ``candidates``: its environment read even when nothing it holds makes it a worker."""
+    """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
+    be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
+    ``candidates``: its environment read even when nothing it holds makes it a worker."""
     entry = known.get(pid)
     try:
         devices: tuple[int, ...] | None = _devices(pid)
@@ -221,6 +232,8 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     except NoSuchProcess:
         return None
     if not (entry or devices or pid in nvml or asked or candidates):
+        if devices is None:
+            raise AccessDenied(pid, "its open files")
         return None  # what it holds says no, and its environment could make it a candidate at most: not read
     stat = stat_of(pid)
     try:
@@ -230,7 +243,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
         env: dict[str, str] | None = procfs.environ(pid)
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
-            return None  # nothing says it is a worker, and nothing more can be read
+            raise  # nothing says it is a worker, and nothing more can be read
         env = None
     except NoSuchProcess:
         return None  # gone since the listing (an asked PID that is none was refused above)
