@@ -564,9 +564,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
             print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
         print(_tally(found.tally(), len(found.counted)))
         if found.unseen:
-            print(f"not looked into: {counted(found.unseen, 'process', 'processes')} of other users (their open files and "
-                  "environment are for their owners or root), any of which may be a GPU worker: run as root to "
-                  "see every one")
+            unseen = counted(found.unseen, "process", "processes")
+            print(f"not looked into: {unseen} of other users (their open files and environment are for their "
+                  "owners or root), any of which may be a GPU worker: run as root to see every one")
     return found.exit_code
 
 
@@ -886,7 +886,7 @@ def _threads_args(th: argparse.ArgumentParser) -> None:
 
 
 def _add_remote_bound(parser: argparse.ArgumentParser) -> None:
-    from .pinning.verdict import REMOTE_BOUND
+    from .pinning.outcome import REMOTE_BOUND
 
     parser.add_argument("--max-remote-memory", type=_percent, metavar="PCT", default=100 * REMOTE_BOUND,
                         help="the largest share of a worker's own memory (heap, stacks, shared memory it made; not "

@@ -18,8 +18,9 @@ from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, LOCAL_RANK_VARIABLE
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from typing import Any
 
-__all__ = ["DISPLAY_CLASSES", "NVIDIA", "machine_gpus", "no_worker"]
+__all__ = ["DISPLAY_CLASSES", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -94,3 +95,13 @@ def no_worker(environ: "Mapping[str, str]") -> str | None:
     if visible is None or visible == 1:
         return None
     return f"not a worker: no local rank and {visible} GPUs visible"
+
+
+def load_nvml() -> "Any | None":
+    """The ``pynvml`` module of the ``nvml`` extra, or None when it is not installed. Here, not with the GPU
+    readers: ``numapin ps`` asks NVML for its processes before it reads anything of the machine."""
+    try:
+        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    return pynvml

@@ -26,7 +26,7 @@ from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .glance import DISPLAY_CLASSES, NVIDIA
+from .glance import DISPLAY_CLASSES, NVIDIA, load_nvml
 from .host import Host
 from .topology import Topology
 
@@ -241,15 +241,6 @@ def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
 
 
 # -- NVML -----------------------------------------------------------------
-
-
-def load_nvml() -> Any | None:
-    """The ``pynvml`` module of the ``nvml`` extra, or None when it is not installed."""
-    try:
-        import pynvml  # type: ignore[import-not-found,import-untyped,unused-ignore]
-    except ImportError:
-        return None
-    return pynvml
 
 
 def _text(value: Any) -> str:

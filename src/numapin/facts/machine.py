@@ -21,7 +21,8 @@ from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY
 from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
-from .gpus import Inventory, VisibleGpu, load_nvml, read_gpus, resolve_visible, select_gpu
+from .glance import load_nvml
+from .gpus import Inventory, VisibleGpu, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology

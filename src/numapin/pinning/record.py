@@ -43,14 +43,15 @@ from ..base.logger import log
 from ..base.text import decimal, json_text
 from ..cpuset import CpuSet
 from ..facts import procfs
-from ..placement.modes import Placement
-from .decision import ExternalMaskPolicy
-from .memory import MemoryMode
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from typing import Any
+
+    from ..placement.modes import Placement
+    from .decision import ExternalMaskPolicy
+    from .memory import MemoryMode
 
 __all__ = ["HOW", "VERSION", "Record", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
            "start_time", "withdraw"]
@@ -99,6 +100,11 @@ class Record:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record | None:
         """The record a file holds; None for anything else (another version, a damaged file)."""
+        # Imported when a record is read: ps looks for records among a host of ordinary processes without them.
+        from ..placement.modes import Placement
+        from .decision import ExternalMaskPolicy
+        from .memory import MemoryMode
+
         try:
             if data.get("version") != VERSION or data.get("how") not in HOW:
                 return None

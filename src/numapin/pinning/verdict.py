@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 
-from ..base.choices import Choice
 from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
@@ -35,6 +34,7 @@ from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
+from .outcome import JUDGED_MEMORY, REMOTE_BOUND, Verdict, verdict_words
 from .record import Record
 from .state import exec_marker, state
 
@@ -45,17 +45,6 @@ if TYPE_CHECKING:
 
 __all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
            "placed_by", "verdict_words"]
-
-
-class Verdict(Choice):
-    """Whether a process is where it should be."""
-
-    OK = "ok"
-    MISPLACED = "misplaced"
-    UNKNOWN = "unknown"
-    """Nothing says which GPU it drives, so there is no placement to judge it by."""
-    UNREADABLE = "unreadable"
-    """Another user's process: nothing this user may read says where it should be."""
 
 
 @frozen
@@ -133,22 +122,6 @@ class Judgement:
         if self.expected is None or self.memory is None:
             return None
         return self.memory.share_outside(self.expected.mems, own=True)
-
-
-#: The default bound on the share of a worker's own memory (heap, stacks, anonymous and shared memory it made;
-#: not the files it maps) on other nodes than its placement's: past half, most of what its threads touch
-#: crosses the interconnect, the slowdown numapin exists to prevent, while the allocations a process made
-#: before a late pin (an interpreter's own start, a library's init) stay well under it.
-REMOTE_BOUND = 0.5
-#: The least own memory a process's pages are judged by: below it, what the interpreter and its libraries made
-#: before a late pin (pin(), a lease, a framework's hook) outweighs the rest, and its share says nothing of the
-#: placement; a GPU worker's own memory (tensors staged on the host, pinned buffers) is gigabytes.
-JUDGED_MEMORY = 32 << 20
-
-
-def verdict_words(verdict: Verdict, misplaced_by: tuple[str, ...]) -> str:
-    """The verdict as tables print it: ``misplaced (memory)`` says which."""
-    return f"{verdict} ({', '.join(misplaced_by)})" if verdict is Verdict.MISPLACED and misplaced_by else str(verdict)
 
 
 def gpu_words(placement: Placement) -> str | None:

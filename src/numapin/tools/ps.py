@@ -19,20 +19,21 @@ import time
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError
 from ..base.frozen import frozen
-from ..cpuset import CpuSet
 from ..facts import procfs
-from ..facts.gpus import load_nvml
 from ..facts.host import Host
-from ..facts.machine import Facts
-from ..facts.machine import cached as cached_facts
 from ..pinning import record
-from ..pinning.verdict import REMOTE_BOUND, Verdict, judge, verdict_words
-from ..placement.modes import Placement
+from ..pinning.outcome import REMOTE_BOUND, Verdict, verdict_words
 
+# The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
+# shells, a login node) reads each process's open files and nothing of the machine.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
     from typing import Any
+
+    from ..cpuset import CpuSet
+    from ..facts.machine import Facts
+    from ..placement.modes import Placement
 
 __all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
 
@@ -135,16 +136,20 @@ def _devices(pid: int) -> tuple[int, ...]:
     return tuple(sorted({int(m.group(1)) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
 
 
-def _nvml_processes(machine: Facts) -> dict[int, set[str]]:
-    """Process id → the PCI addresses of the GPUs NVML says it runs on (empty without NVML)."""
-    nvml = load_nvml() if Host(machine.topology.root).is_live else None
+def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], Facts]) -> dict[int, set[str]]:
+    """Process id → the PCI addresses of the GPUs NVML says it runs on (empty without NVML, or off this host)."""
+    if not Host.at(root).is_live:
+        return {}
+    from ..facts.glance import load_nvml
+
+    nvml = load_nvml()
     if nvml is None:
         return {}
     found: dict[int, set[str]] = {}
     try:
         nvml.nvmlInit()
         try:
-            for gpu in machine.inventory.gpus:
+            for gpu in machine().inventory.gpus:
                 handle = nvml.nvmlDeviceGetHandleByPciBusId(gpu.pci)
                 for query in (nvml.nvmlDeviceGetComputeRunningProcesses, nvml.nvmlDeviceGetGraphicsRunningProcesses):
                     for process in query(handle):
@@ -170,7 +175,12 @@ def survey(
     processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
     is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
     :class:`ScanTimeout`."""
-    machine = cached_facts(root, {})  # every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them
+    def machine() -> Facts:
+        """Every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them (read once, when first needed)."""
+        from ..facts.machine import cached
+
+        return cached(root, {})
+
     chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
     for pid in chosen if asked else ():
@@ -198,7 +208,7 @@ def survey(
     known = record.entries(set(owners.values()),
                            lambda pid: None if (found := stat_of(pid)) is None else found.start,
                            lambda pid: owners[pid] if pid in owners else record.owner(pid))
-    nvml = _nvml_processes(machine)
+    nvml = _nvml_processes(root, machine)
     found: list[Worker] = []
     unseen = 0
     for pid in chosen:
@@ -219,7 +229,8 @@ def survey(
 
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
-          nvml: Mapping[int, set[str]], machine: Facts, root: str | os.PathLike[str] | None, memory: bool,
+          nvml: Mapping[int, set[str]], machine: Callable[[], Facts], root: str | os.PathLike[str] | None,
+          memory: bool,
           max_remote: float | None, *, asked: bool, candidates: bool) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
     be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
@@ -258,7 +269,9 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
         if not asked:
             return None
         why = "asked for"
-    using = {g.pci for g in machine.inventory.gpus if g.minor in devices} | nvml.get(pid, set())
+    from ..pinning.verdict import judge
+
+    using = {g.pci for g in machine().inventory.gpus if g.minor in devices} | nvml.get(pid, set())
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
                        stat=stat, max_remote=max_remote, small_memory=False)
