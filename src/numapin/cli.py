@@ -901,8 +901,9 @@ def _ps_args(ps: argparse.ArgumentParser) -> None:
                       "it, remote share of its own memory, what placed it and the verdict: ok, misplaced (threads "
                       "outside, or too much of its own memory on other nodes), unknown, unreadable. A process known "
                       "only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES: every shell of a job has "
-                      "them) is a candidate, listed with --all or by PID, never counted. Exit 1 when a worker is "
-                      "misplaced; 2 for a PID that is no process.")
+                      "them) is a candidate, listed with --all or by PID, never counted. Run by a user other than "
+                      "root, it judges other users' workers by their records and counts the processes it could not "
+                      "look into. Exit 1 when a worker is misplaced; 2 for a PID that is no process.")
     ps.add_argument("pids", nargs="*", type=_count, metavar="PID", help="only these processes (default: all)")
     ps.add_argument("--all", action="store_true",
                     help="list the candidates too: processes known only from their environment (never counted)")

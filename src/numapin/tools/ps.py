@@ -175,11 +175,15 @@ def survey(
     processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
     is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
     :class:`ScanTimeout`."""
+    read: list[Facts] = []
+
     def machine() -> Facts:
         """Every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them (read once, when first needed)."""
-        from ..facts.machine import cached
+        if not read:
+            from ..facts.machine import cached
 
-        return cached(root, {})
+            read.append(cached(root, {}))
+        return read[0]
 
     chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
     asked = pids is not None
