@@ -38,9 +38,9 @@ def test_a_pin_loads_only_what_it_needs() -> None:
 def test_a_scan_that_finds_no_worker_loads_neither_the_judge_nor_the_machine(tmp_path: object) -> None:
     # ps looks through every process of the host: where none is a worker (a login node, a thousand shells), it
     # reads their open files and nothing of the machine, so it starts as fast as the scan allows.
-    code = ("import os; os.environ['NUMAPIN_RUNTIME_DIR'] = os.path.join({folder!r}, 'records'); "
+    code = (f"import os; os.environ['NUMAPIN_RUNTIME_DIR'] = os.path.join({str(tmp_path)!r}, 'records'); "
             "from numapin.tools.ps import survey; found = survey(); "
-            "print(json.dumps(len(found.counted)), file=sys.stderr)").format(folder=str(tmp_path))
+            "print(json.dumps(len(found.counted)), file=sys.stderr)")
     done = subprocess.run([sys.executable, "-c", _LOADED.format(code=code)], capture_output=True, text=True,
                           check=True, env={"PATH": "/usr/bin:/bin"})
     loaded = set(json.loads(done.stdout))

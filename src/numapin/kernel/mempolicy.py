@@ -9,10 +9,10 @@ never raw buffers, and raise :class:`OSError` as the kernel would.
 
 from __future__ import annotations
 
-import enum
 import errno
 import os
 
+from ..base.choices import Numbered
 from ..cpuset import CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -36,7 +36,7 @@ _WORD_BITS = 64  # an unsigned long on the 64-bit machines of _SYSCALLS (ctypes,
 _MAXNODE = _MASK_WORDS * _WORD_BITS + 1
 
 
-class KernelMemoryPolicy(enum.IntEnum):
+class KernelMemoryPolicy(Numbered):
     """The kernel's memory policy modes (``MPOL_*``)."""
 
     DEFAULT = 0
