@@ -556,6 +556,10 @@ def cmd_ps(args: argparse.Namespace) -> int:
                  "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
                  "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.why + (" (candidate)" if w.candidate else ""),
                  w.verdict_words] for w in found.workers]
+        if any(w.pod is not None for w in found.workers):  # a column only where a worker runs in a pod
+            header.insert(2, "pod")
+            for row, w in zip(rows, found.workers, strict=True):
+                row.insert(2, "-" if w.pod is None else str(w.pod))
         print("\n".join(table(header, rows)))
         for w in found.workers:
             if w.note:

@@ -243,6 +243,28 @@ def step_down_on_a_real_refusal() -> str:
     return f"stepped down: {result.memory}"
 
 
+@check()
+def pods_known_from_cgroup_v2_paths() -> str:
+    """A process moved into every kubelet layout on cgroup v2 is known by its pod and container."""
+    import kube
+    from numapin.facts.pod import Pod, pod_of
+
+    top = Path("/sys/fs/cgroup")
+    every = kube.layouts() + kube.layouts(root="kubelet")
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with kube.placed_in(top, [k.path for k in every]) as groups:
+            for layout in every:
+                (groups[layout.path] / "cgroup.procs").write_text(f"{child.pid}\n")
+                assert Path(f"/proc/{child.pid}/cgroup").read_text().startswith("0::"), "cgroup v2"
+                want = Pod(layout.uid, layout.qos, layout.driver, layout.container_id, layout.runtime_said)
+                assert pod_of(child.pid) == want, layout.path
+    finally:
+        child.kill()
+        child.wait()
+    return f"{len(every)} layouts on cgroup v2, each known by its pod"
+
+
 @check(shapes=("grace",))
 def memory_only_nodes_never_hold_cpus() -> str:
     """On a Grace-shaped machine, no placement's CPUs or memory nodes come from CPU-less nodes."""

@@ -17,8 +17,8 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "comm", "environ", "fd_targets", "numa_maps", "own_memory", "owner", "stat", "status",
-           "tasks"]
+__all__ = ["Stat", "alive", "cgroup_paths", "comm", "environ", "fd_targets", "numa_maps", "own_memory", "owner",
+           "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -142,6 +142,12 @@ def own_memory(pid: int) -> int | None:
             if len(value) == 2 and value[0].isdigit():
                 total, seen = total + (int(value[0]) << 10), True
     return total if seen else None
+
+
+def cgroup_paths(pid: int) -> list[str]:
+    """The cgroup path of each hierarchy ``pid`` is in (``/proc/PID/cgroup``: one for v2, one per v1 hierarchy)."""
+    lines = _read(pid, None, "cgroup").decode(errors="replace").splitlines()
+    return [line.split(":", 2)[2] for line in lines if line.count(":") >= 2]
 
 
 def numa_maps(pid: int) -> str:

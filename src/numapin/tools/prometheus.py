@@ -5,8 +5,10 @@ replaced whole), the way fleets already collect host facts. Only GPU workers are
 exported (what holds a GPU or numapin's record); candidates known only from their
 environment are not. The names and labels
 are stable: every per-worker series carries ``pid``, ``rank``, ``gpu`` (CUDA's
-index in the worker's view) and ``pci`` (the physical device); a label numapin
-cannot tell is the empty string, which Prometheus treats as absent.
+index in the worker's view) and ``pci`` (the physical device), and a worker in a
+Kubernetes pod ``namespace``, ``pod``, ``container`` (names from the kubelet's API),
+``pod_uid`` and ``container_id`` (from its cgroup path); a label numapin cannot tell
+is the empty string, which Prometheus treats as absent.
 """
 
 from __future__ import annotations
@@ -58,8 +60,12 @@ def exposition(found: Survey) -> str:
     series: dict[str, list[str]] = {name: [] for name in METRICS}
 
     def add(metric: str, worker: Worker | None, value: float, **extra: object) -> None:
+        pod = None if worker is None else worker.pod
         labels = {} if worker is None else {"pid": worker.pid, "rank": worker.rank, "gpu": worker.gpu,
                                             "pci": worker.pci, **extra}
+        if pod is not None:  # a worker in a pod: Kubernetes's own label names, the names from its API only
+            labels.update(namespace=pod.namespace, pod=pod.name, container=pod.container, pod_uid=pod.uid,
+                          container_id=pod.container_id)
         series[metric].append(f"{metric}{_labels(labels) if labels else ''} {_number(value)}")
 
     for w in found.counted:

@@ -21,6 +21,7 @@ from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessErro
 from ..base.frozen import frozen
 from ..facts import procfs
 from ..facts.host import Host
+from ..facts.pod import Pod, pod_of
 from ..pinning import record
 from ..pinning.outcome import REMOTE_BOUND, Verdict, verdict_words
 
@@ -74,6 +75,8 @@ class Worker:
     """``threads``, ``memory`` or both, when misplaced."""
     candidate: bool = False
     """Known only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES): never counted."""
+    pod: Pod | None = None
+    """Its Kubernetes pod and container, where its cgroup path names one."""
 
     @property
     def verdict_words(self) -> str:
@@ -88,6 +91,7 @@ class Worker:
             "expected": None if self.target is None else str(self.target),
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
+            "pod": None if self.pod is None else self.pod.as_dict(),
         }
 
 
@@ -289,4 +293,4 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
                   None if e is None else e.placement.gpu, None if e is None else e.placement.pci,
                   None if e is None else e.placement, len(judged.threads), len(judged.outside),
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
-                  held is None)
+                  held is None, pod_of(pid))

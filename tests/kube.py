@@ -1,0 +1,107 @@
+"""The kubelet's cgroup layouts, made for real: a test builds a pod's and a container's cgroup as the
+kubelet and its runtime would (their naming: the kubelet's ``cgroup_manager_linux.go``, the runtimes'
+scope prefixes), and moves a real process into it. Root only; on cgroup v2 in the unified hierarchy,
+on v1 in a hierarchy that needs no settings before a process joins (freezer, pids, name=systemd)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Where each runtime's container cgroup is named, by driver: (prefix, suffix) around the 64-hex id.
+CONTAINERS = {
+    ("cgroupfs", "containerd"): ("", ""), ("cgroupfs", "cri-o"): ("crio-", ""),
+    ("systemd", "containerd"): ("cri-containerd-", ".scope"), ("systemd", "cri-o"): ("crio-", ".scope"),
+    ("systemd", "docker"): ("docker-", ".scope"),
+}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One pod container's cgroup path as the kubelet lays it out, and what it names."""
+
+    driver: str
+    qos: str
+    runtime: str
+    uid: str
+    container_id: str
+    root: str = ""
+    """The kubelet's --cgroup-root, when it has one (``kubelet`` as kind runs it)."""
+
+    @property
+    def path(self) -> str:
+        prefix, suffix = CONTAINERS[(self.driver, self.runtime)]
+        container = f"{prefix}{self.container_id}{suffix}"
+        levels = [self.root] if self.root else []
+        levels.append("kubepods")
+        if self.qos != "guaranteed":
+            levels.append(self.qos)
+        if self.driver == "cgroupfs":
+            return "/" + "/".join([*levels, f"pod{self.uid}", container])
+        # systemd: each level's slice repeats the names above it, dashes inside a name written as underscores
+        names = [*levels, "pod" + self.uid.replace("-", "_")]
+        return "/" + "/".join("-".join(names[:i + 1]) + ".slice" for i in range(len(names))) + "/" + container
+
+    @property
+    def runtime_said(self) -> str | None:
+        """The runtime the path itself tells (cgroupfs names containerd's containers by their bare id)."""
+        return None if (self.driver, self.runtime) == ("cgroupfs", "containerd") else self.runtime
+
+
+def layouts(root: str = "") -> list[Layout]:
+    """One of each: both drivers, the three QoS classes, every runtime of the driver."""
+    made = []
+    for driver, runtime in CONTAINERS:
+        for qos in ("guaranteed", "burstable", "besteffort"):
+            made.append(Layout(driver, qos, runtime, str(uuid.uuid4()), os.urandom(32).hex(), root))
+    return made
+
+
+def hierarchy() -> Path | None:
+    """A cgroup hierarchy this root can make groups in and move any process into, or None."""
+    if os.geteuid() != 0:
+        return None
+    mounts = [line.split(" - ") for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    found = {}
+    for before, after in mounts:
+        fstype, _, options = after.split(" ", 2)
+        point = before.split()[4]
+        if fstype == "cgroup2":
+            found.setdefault("v2", Path(point))
+        elif fstype == "cgroup":
+            for name in ("freezer", "pids", "name=systemd"):
+                if name in options.split(" ")[-1].split(","):
+                    found.setdefault(name, Path(point))
+    for key in ("v2", "freezer", "pids", "name=systemd"):
+        if key in found and os.access(found[key], os.W_OK):
+            return found[key]
+    return None
+
+
+@contextmanager
+def placed_in(top: Path, paths: list[str]) -> Iterator[dict[str, Path]]:
+    """Each of ``paths`` made as a cgroup under ``top``; yields path -> its folder (write a pid to its
+    cgroup.procs to move a process in). On the way out, every process still inside goes back to the top
+    and each group made is removed, deepest first."""
+    made: list[Path] = []
+    folders = {}
+    try:
+        for path in paths:
+            folder = top
+            for part in path.strip("/").split("/"):
+                folder = folder / part
+                if not folder.exists():
+                    folder.mkdir()
+                    made.append(folder)
+            folders[path] = folder
+        yield folders
+    finally:
+        for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):
+            for pid in (folder / "cgroup.procs").read_text().split():
+                with suppress(OSError):  # ended meanwhile
+                    (top / "cgroup.procs").write_text(f"{pid}\n")
+            folder.rmdir()
