@@ -82,21 +82,53 @@ def hierarchy() -> Path | None:
     return None
 
 
+def cpuset_hierarchy() -> Path | None:
+    """The cpuset controller's hierarchy (v1's own mount, or v2's unified one), where this root can make
+    groups; None elsewhere."""
+    if os.geteuid() != 0:
+        return None
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        before, after = line.split(" - ")
+        fstype, _, options = after.split(" ", 2)
+        point = Path(before.split()[4])
+        if fstype == "cgroup" and "cpuset" in options.split(" ")[-1].split(","):
+            return point if os.access(point, os.W_OK) else None
+        if fstype == "cgroup2" and "cpuset" in (point / "cgroup.controllers").read_text().split():
+            return point if os.access(point, os.W_OK) else None
+    return None
+
+
+def _limit(folder: Path, cpus: str | None) -> None:
+    """Give a group made in the cpuset hierarchy its CPUs: v1 wants cpus and mems before a process may join
+    (its parent's, or ``cpus``); v2 has the parent hand the controller down."""
+    if (folder.parent / "cgroup.subtree_control").exists():  # v2
+        (folder.parent / "cgroup.subtree_control").write_text("+cpuset\n")
+        if cpus is not None:
+            (folder / "cpuset.cpus").write_text(f"{cpus}\n")
+        return
+    (folder / "cpuset.mems").write_text((folder.parent / "cpuset.mems").read_text())
+    (folder / "cpuset.cpus").write_text(f"{cpus}\n" if cpus is not None else (folder.parent / "cpuset.cpus").read_text())
+
+
 @contextmanager
-def placed_in(top: Path, paths: list[str]) -> Iterator[dict[str, Path]]:
+def placed_in(top: Path, paths: list[str], cpus: str | None = None) -> Iterator[dict[str, Path]]:
     """Each of ``paths`` made as a cgroup under ``top``; yields path -> its folder (write a pid to its
-    cgroup.procs to move a process in). On the way out, every process still inside goes back to the top
-    and each group made is removed, deepest first."""
+    cgroup.procs to move a process in). ``cpus``: ``top`` is the cpuset hierarchy, and each path's last group
+    gets these CPUs (the kubelet's choice for the container). On the way out, every process still inside goes
+    back to the top and each group made is removed, deepest first."""
     made: list[Path] = []
     folders = {}
     try:
         for path in paths:
             folder = top
-            for part in path.strip("/").split("/"):
+            parts = path.strip("/").split("/")
+            for depth, part in enumerate(parts, 1):
                 folder = folder / part
                 if not folder.exists():
                     folder.mkdir()
                     made.append(folder)
+                    if cpus is not None:
+                        _limit(folder, cpus if depth == len(parts) else None)
             folders[path] = folder
         yield folders
     finally:

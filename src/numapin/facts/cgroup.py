@@ -70,15 +70,15 @@ def _mounts(host: Host) -> list[_Mount]:
     return found
 
 
-def _membership(host: Host) -> tuple[str | None, str | None]:
-    """(v1 cpuset path, v2 path) from ``proc/self/cgroup``.
+def _membership(host: Host, process: str = "self") -> tuple[str | None, str | None]:
+    """(v1 cpuset path, v2 path) from ``proc/PROCESS/cgroup``.
 
-    Without that file, the legacy ``proc/self/cpuset`` names the path, which
+    Without that file, the legacy ``proc/PROCESS/cpuset`` names the path, which
     then applies to whichever hierarchy is mounted.
     """
     v1: str | None = None
     v2: str | None = None
-    for line in (host.read("proc/self/cgroup") or "").splitlines():
+    for line in (host.read(f"proc/{process}/cgroup") or "").splitlines():
         parts = line.strip().split(":", 2)
         if len(parts) != 3:
             continue
@@ -88,7 +88,7 @@ def _membership(host: Host) -> tuple[str | None, str | None]:
         elif "cpuset" in controllers.split(","):
             v1 = path
     if v1 is None and v2 is None:
-        legacy = host.read("proc/self/cpuset")
+        legacy = host.read(f"proc/{process}/cpuset")
         if legacy and legacy.strip().startswith("/"):
             v1 = v2 = legacy.strip()
     return v1, v2
@@ -122,10 +122,11 @@ def _folder(mount: _Mount, path: str) -> str:
     return posixpath.normpath(posixpath.join(mount.point, rel.lstrip("/")))
 
 
-def read_cgroup(host: Host, warn: Callable[[str], None] | None = None) -> Cgroup:
-    """The process's cpuset restriction as far as the files tell; ``warn`` hears of files it cannot read."""
+def read_cgroup(host: Host, warn: Callable[[str], None] | None = None, *, pid: int | None = None) -> Cgroup:
+    """This process's cpuset restriction (or process ``pid``'s) as far as the files tell; ``warn`` hears of
+    files it cannot read."""
     say = warn or (lambda message: None)
-    v1_path, v2_path = _membership(host)
+    v1_path, v2_path = _membership(host, "self" if pid is None else str(pid))
     mounts = _mounts(host)
     if v1_path is not None:
         for mount in mounts:

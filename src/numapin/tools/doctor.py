@@ -27,10 +27,13 @@ from ..base.frozen import frozen
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet, hex_word
 from ..facts import procfs
+from ..facts.cgroup import read_cgroup
 from ..facts.host import Host
 from ..facts.interrupts import Irq, device_irqs, running
+from ..facts.kubelet import CONFIG, STATE, read_kubelet
 from ..facts.machine import Facts, cached
 from ..facts.network import assign
+from ..facts.pod import pod_of
 from ..facts.topology import Topology, read_topology
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
@@ -177,6 +180,8 @@ def diagnose(
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
         findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
+    if pid is not None:
+        findings += _kubernetes(pid, facts, placement, root)
     if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
         share = judged.remote_share()
         sees = [f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}"
@@ -304,6 +309,63 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "their workers all get the whole node and compete for the same CPUs (numapin exec sizes each one's "
             "thread pools to its share, but the scheduler still moves their threads among all of them)",
             "use --mode exclusive (each GPU its share of the node's cores, its threads kept there)"))
+    return found
+
+
+def _kubernetes(pid: int, facts: Facts, placement: Placement | None,
+                root: str | os.PathLike[str] | None) -> list[Finding]:
+    """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node."""
+    pod = pod_of(pid)
+    if pod is None:
+        return []
+    kubelet = read_kubelet(root)
+    where = f"pod {pod.uid} ({pod.qos})"
+    if not kubelet.found:
+        return [Finding(
+            "kubelet-unread", "info", f"process {pid} runs in {where}, and neither {CONFIG} nor {STATE} can be read "
+            "here", "the kubelet's CPU and topology managers' decisions cannot be checked",
+            "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod")]
+    found = []
+    if pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
+        found.append(Finding(
+            "kubelet-cpu-manager-none", "warning", f"the kubelet's CPU manager policy is none and process {pid} runs "
+            f"in a Guaranteed {where}", "no container gets CPUs of its own: the GPU worker's threads share every "
+            "CPU of the node with all other pods, and the kubelet cannot align them with the GPU",
+            f"set cpuManagerPolicy: static (and reservedSystemCPUs) in {CONFIG}, with integer CPU requests"))
+    if len(facts.topology.nodes) > 1 and kubelet.topology_manager in ("none", "best-effort"):
+        found.append(Finding(
+            "kubelet-topology-manager", "warning", f"the kubelet's topology manager policy is "
+            f"{kubelet.topology_manager} on a node of {len(facts.topology.nodes)} NUMA nodes",
+            "the kubelet admits a GPU pod whose CPUs (or memory) lie on another node than its GPU: nothing makes "
+            "them agree", f"set topologyManagerPolicy: single-numa-node (or restricted) in {CONFIG}"))
+    containers = kubelet.exclusive.get(pod.uid, {})
+    if kubelet.topology_scope == "container" and len(containers) > 1:
+        found.append(Finding(
+            "kubelet-topology-scope", "warning", f"topology manager scope container and {len(containers)} "
+            f"containers of {where} with CPUs of their own ({', '.join(sorted(containers))})",
+            "each container is aligned alone, so the containers of one GPU job may land on different nodes",
+            f"set topologyManagerScope: pod in {CONFIG}"))
+    node = None if placement is None else next((n for n in facts.topology.nodes if n.id == placement.node), None)
+    if placement is None or node is None:
+        return found
+    mask = read_cgroup(Host.at("/"), pid=pid).cpus  # the container's cpuset: processes are always the live ones
+    mine = kubelet.by_container_id.get(pod.container_id or "") or next(
+        (cpus for cpus in containers.values() if mask is not None and cpus == mask), None) or (
+        next(iter(containers.values())) if len(containers) == 1 else None)
+    if mine is not None and not mine <= node.cpus:
+        found.append(Finding(
+            "kubelet-cpus-other-node", "error", f"the CPU manager gave the container CPUs {mine}, "
+            f"{'none' if not mine & node.cpus else 'only part'} of them on GPU {placement.gpu}'s node {node.id} "
+            f"({node.cpus})", "its threads run across the interconnect from its GPU, and numapin, inside the "
+            "container's cpuset, can only narrow them", f"set topologyManagerPolicy: single-numa-node in {CONFIG} "
+            "(the kubelet then takes the CPUs from the GPU's node), or lower the pod's CPU request to fit one node"))
+    if mask is not None and not mask & node.cpus:
+        found.append(Finding(
+            "pod-cpuset-misses-gpu-node", "error", f"the container's cpuset {mask} holds no CPU of GPU "
+            f"{placement.gpu}'s node {node.id} ({node.cpus})", "numapin can place nothing useful: every CPU the "
+            "container may use is across the interconnect from its GPU", "have the kubelet align the pod: "
+            f"cpuManagerPolicy: static and topologyManagerPolicy: single-numa-node in {CONFIG}, a Guaranteed pod "
+            "with integer CPU requests"))
     return found
 
 

@@ -1,0 +1,106 @@
+"""What the kubelet of this node decided about CPUs and NUMA nodes, from the files it keeps.
+
+- ``var/lib/kubelet/config.yaml``, the kubelet's configuration file (``KubeletConfiguration``, as
+  kubeadm writes it): ``cpuManagerPolicy`` (``none`` when absent), ``topologyManagerPolicy``
+  (``none``), ``topologyManagerScope`` (``container``). Only top-level ``key: value`` lines are
+  read, which is how these three are written; numapin takes no YAML dependency for them.
+- ``var/lib/kubelet/cpu_manager_state``, the CPU manager's checkpoint (JSON): the policy in force
+  (``policyName``), the shared pool (``defaultCpuSet``) and each container's exclusive CPUs
+  (``entries``: pod UID -> container name -> cpulist; the older format keyed them by container id).
+
+Read through a :class:`Host`, so a folder standing in for ``/`` holds a node's files. Files that
+are absent or unreadable are said as such (a DaemonSet without the kubelet's folder mounted): the
+findings built on them say what they could not read.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..base.frozen import field, frozen
+from ..cpuset import CpuSet
+from .host import Host
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    import os
+
+__all__ = ["CONFIG", "STATE", "Kubelet", "read_kubelet"]
+
+CONFIG = "var/lib/kubelet/config.yaml"
+STATE = "var/lib/kubelet/cpu_manager_state"
+
+_LINE = re.compile(r"([A-Za-z][A-Za-z0-9]*):[ \t]*(.*?)[ \t]*(?:#.*)?")
+
+
+@frozen
+class Kubelet:
+    """The kubelet's CPU and topology settings and its exclusive CPUs, as its files say."""
+
+    config: dict[str, str] | None = None
+    """The top-level scalar settings of its configuration file; None when the file could not be read."""
+    state_policy: str | None = None
+    """The CPU manager policy its checkpoint says is in force; None without a readable checkpoint."""
+    exclusive: dict[str, dict[str, CpuSet]] = field(default_factory=dict)
+    """Pod UID -> container name -> the CPUs the CPU manager gave it alone."""
+    by_container_id: dict[str, CpuSet] = field(default_factory=dict)
+    """The same, keyed by container id, from a checkpoint of the older format."""
+
+    @property
+    def found(self) -> bool:
+        """Whether this node has a kubelet that left either file."""
+        return self.config is not None or self.state_policy is not None
+
+    def setting(self, name: str, default: str) -> str:
+        return (self.config or {}).get(name) or default
+
+    @property
+    def cpu_manager(self) -> str:
+        """The CPU manager policy in force: the checkpoint's (what the kubelet runs), else the configuration's."""
+        return self.state_policy or self.setting("cpuManagerPolicy", "none")
+
+    @property
+    def topology_manager(self) -> str:
+        return self.setting("topologyManagerPolicy", "none")
+
+    @property
+    def topology_scope(self) -> str:
+        return self.setting("topologyManagerScope", "container")
+
+
+def _config(text: str) -> dict[str, str]:
+    found = {}
+    for line in text.splitlines():
+        match = _LINE.fullmatch(line)  # column 0 only: nested keys are indented
+        if match and match.group(2):
+            found[match.group(1)] = match.group(2).strip("\"'")
+    return found
+
+
+def read_kubelet(root: str | os.PathLike[str] | None = None) -> Kubelet:
+    """The kubelet's files under ``root`` (default ``/``)."""
+    import json
+
+    host = Host.at(root)
+    text = host.read(CONFIG)
+    config = None if text is None else _config(text)
+    raw = host.read(STATE)
+    try:
+        state = json.loads(raw) if raw else None
+    except ValueError:
+        state = None
+    if not isinstance(state, dict) or not isinstance(state.get("policyName"), str):
+        return Kubelet(config)
+    exclusive: dict[str, dict[str, CpuSet]] = {}
+    by_id: dict[str, CpuSet] = {}
+    entries = state.get("entries")
+    for key, value in (entries.items() if isinstance(entries, dict) else ()):
+        if isinstance(value, str):  # the older checkpoint: container id -> cpulist
+            cpus = CpuSet.parse_or_none(value)
+            if cpus is not None:
+                by_id[key] = cpus
+        elif isinstance(value, dict):
+            containers = {name: cpus for name, text in value.items()
+                          if isinstance(text, str) and (cpus := CpuSet.parse_or_none(text)) is not None}
+            exclusive[key] = containers
+    return Kubelet(config, state["policyName"], exclusive, by_id)

@@ -1,0 +1,150 @@
+"""Issue 40, item 2: doctor checks the kubelet's CPU and topology decisions for a GPU worker in a pod. The
+worker is a real process in a real cgroup laid out as the kubelet does (its container's cpuset the
+kubelet's choice); the kubelet's files are written in their real formats (``KubeletConfiguration`` as
+kubeadm writes /var/lib/kubelet/config.yaml; the CPU manager's checkpoint as
+pkg/kubelet/cm/cpumanager/state/checkpoint.go serialises it) into the machine folder doctor reads. One
+test per finding, each shown present and, with the fix applied, absent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import kube
+import live
+from numapin.facts.kubelet import CONFIG, STATE, read_kubelet
+
+READY = "import time; print('ready', flush=True); time.sleep(120)"
+
+pytestmark = pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs CPUs 0 and 1 (the pair machine)")
+
+
+@pytest.fixture
+def top() -> Path:
+    found = kube.cpuset_hierarchy()
+    if found is None:
+        pytest.skip("making cpuset cgroups and moving processes into them needs root")
+    return found
+
+
+@pytest.fixture
+def worker() -> Iterator[int]:
+    child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    yield child.pid
+    child.kill()
+    child.wait()
+
+
+def _kubelet(root: Path, config: dict[str, str] | None, state: dict[str, object] | None) -> None:
+    folder = root / "var/lib/kubelet"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("config.yaml", "cpu_manager_state"):
+        (folder / name).unlink(missing_ok=True)
+    if config is not None:
+        lines = ["apiVersion: kubelet.config.k8s.io/v1beta1", "kind: KubeletConfiguration",
+                 "authentication:", "  anonymous:", "    enabled: false"]  # nested keys: not the ones read
+        lines += [f"{key}: {value}" for key, value in config.items()]
+        (folder / "config.yaml").write_text("\n".join(lines) + "\n")
+    if state is not None:
+        (folder / "cpu_manager_state").write_text(json.dumps({**state, "checksum": 1234567890}))
+
+
+def _findings(pid: int, root: Path, gpu: int = 0) -> dict[str, dict[str, str]]:
+    done = subprocess.run([sys.executable, "-m", "numapin", "doctor", "--pid", str(pid), "--gpu", str(gpu),
+                           "--root", str(root), "--json"], capture_output=True, text=True, timeout=60)
+    assert done.returncode in (0, 1), done.stderr
+    return {f["id"]: f for f in json.loads(done.stdout)["findings"]}
+
+
+@pytest.fixture
+def in_pod(top: Path, worker: int, pair_root: Path) -> Iterator[tuple[int, kube.Layout]]:
+    """The worker in a Guaranteed pod's container (systemd driver, containerd), its cpuset CPU 0 (GPU 0's
+    node on the pair machine)."""
+    layout = kube.Layout("systemd", "guaranteed", "containerd", "4aec46af-22b7-4e26-babb-d15383ac9151",
+                         os.urandom(32).hex())
+    with kube.placed_in(top, [layout.path], cpus="0") as groups:
+        (groups[layout.path] / "cgroup.procs").write_text(f"{worker}\n")
+        yield worker, layout
+
+
+def test_the_kubelets_files_are_read_in_their_real_formats(pair_root: Path) -> None:
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": '"single-numa-node"  # aligned'},
+             {"policyName": "static", "defaultCpuSet": "0-1,6-11",
+              "entries": {"4aec46af-22b7-4e26-babb-d15383ac9151": {"mysqld": "2-3"}}})
+    found = read_kubelet(pair_root)
+    assert (found.cpu_manager, found.topology_manager, found.topology_scope) == ("static", "single-numa-node",
+                                                                                 "container")
+    assert {k: {c: str(v) for c, v in d.items()} for k, d in found.exclusive.items()} == {
+        "4aec46af-22b7-4e26-babb-d15383ac9151": {"mysqld": "2-3"}}
+    _kubelet(pair_root, None, {"policyName": "static", "defaultCpuSet": "0", "entries": {"a" * 64: "1"}})
+    older = read_kubelet(pair_root)  # the older checkpoint, keyed by container id
+    assert str(older.by_container_id["a" * 64]) == "1" and older.config is None
+    _kubelet(pair_root, None, None)
+    assert not read_kubelet(pair_root).found
+
+
+def test_cpu_manager_none_with_a_guaranteed_gpu_pod(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, _ = in_pod
+    _kubelet(pair_root, {"cpuManagerPolicy": "none", "topologyManagerPolicy": "single-numa-node"},
+             {"policyName": "none", "defaultCpuSet": ""})
+    finding = _findings(pid, pair_root)["kubelet-cpu-manager-none"]
+    assert finding["severity"] == "warning" and "cpuManagerPolicy: static" in finding["fix"]
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"},
+             {"policyName": "static", "defaultCpuSet": "1"})
+    assert "kubelet-cpu-manager-none" not in _findings(pid, pair_root)
+
+
+def test_a_topology_manager_that_aligns_nothing(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, _ = in_pod
+    for weak in ("best-effort", None):  # None: the key absent, the kubelet's default (none)
+        _kubelet(pair_root, {"cpuManagerPolicy": "static", **({"topologyManagerPolicy": weak} if weak else {})},
+                 None)
+        finding = _findings(pid, pair_root)["kubelet-topology-manager"]
+        assert f"is {weak or 'none'} on a node of 2 NUMA nodes" in finding["sees"]
+        assert "single-numa-node" in finding["fix"]
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "restricted"}, None)
+    assert "kubelet-topology-manager" not in _findings(pid, pair_root)
+
+
+def test_a_container_scope_splits_a_pods_containers(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, layout = in_pod
+    state = {"policyName": "static", "defaultCpuSet": "", "entries": {layout.uid: {"worker": "0", "sidecar": "1"}}}
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"}, state)
+    finding = _findings(pid, pair_root)["kubelet-topology-scope"]
+    assert "sidecar, worker" in finding["sees"] and "topologyManagerScope: pod" in finding["fix"]
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node",
+                         "topologyManagerScope": "pod"}, state)
+    assert "kubelet-topology-scope" not in _findings(pid, pair_root)
+
+
+def test_exclusive_cpus_on_another_node_than_the_gpus(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, layout = in_pod
+    config = {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"}
+    _kubelet(pair_root, config, {"policyName": "static", "defaultCpuSet": "0", "entries": {layout.uid: {"w": "1"}}})
+    finding = _findings(pid, pair_root)["kubelet-cpus-other-node"]
+    assert finding["severity"] == "error" and "CPUs 1, none of them on GPU 0's node 0" in finding["sees"]
+    _kubelet(pair_root, config, {"policyName": "static", "defaultCpuSet": "1", "entries": {layout.uid: {"w": "0"}}})
+    assert "kubelet-cpus-other-node" not in _findings(pid, pair_root)
+
+
+def test_a_containers_cpuset_without_its_gpus_node(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, _ = in_pod  # its cpuset is CPU 0: GPU 0's node; GPU 1's node (CPU 1) it has none of
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"}, None)
+    finding = _findings(pid, pair_root, gpu=1)["pod-cpuset-misses-gpu-node"]
+    assert finding["severity"] == "error" and "cpuset 0 holds no CPU of GPU 1's node 1" in finding["sees"]
+    assert "pod-cpuset-misses-gpu-node" not in _findings(pid, pair_root, gpu=0)
+
+
+def test_a_pod_whose_kubelet_files_cannot_be_read_says_so(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
+    pid, layout = in_pod
+    _kubelet(pair_root, None, None)
+    finding = _findings(pid, pair_root)["kubelet-unread"]
+    assert finding["severity"] == "info" and layout.uid in finding["sees"] and CONFIG in finding["sees"]
+    assert STATE in finding["sees"]
