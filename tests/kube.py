@@ -107,7 +107,8 @@ def _limit(folder: Path, cpus: str | None) -> None:
             (folder / "cpuset.cpus").write_text(f"{cpus}\n")
         return
     (folder / "cpuset.mems").write_text((folder.parent / "cpuset.mems").read_text())
-    (folder / "cpuset.cpus").write_text(f"{cpus}\n" if cpus is not None else (folder.parent / "cpuset.cpus").read_text())
+    inherited = (folder.parent / "cpuset.cpus").read_text()
+    (folder / "cpuset.cpus").write_text(f"{cpus}\n" if cpus is not None else inherited)
 
 
 @contextmanager
