@@ -1,0 +1,162 @@
+"""Issue 40, item 3: deploy/kubernetes holds what an operator applies: a DaemonSet, a Service, a ServiceMonitor,
+and the image's recipe. Each manifest is valid for the Kubernetes API (its published schema, strict: no field
+the API lacks), says what it claims (host PID namespace, read-only mounts, the two capabilities), runs a
+command numapin takes; and the Containerfile's steps, run here, give an image whose default command serves
+the metrics the probe and the ServiceMonitor ask for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from numapin.cli import build_parser
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy" / "kubernetes"
+#: The Kubernetes versions the manifests must be valid for: the oldest and newest the validator knows here.
+VERSIONS = ("1.29.0", "1.37.0")
+
+
+def _needed(module: str, package: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        message = f"{package} is not installed (pip install '.[deploy]')"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _documents() -> list[dict[str, Any]]:
+    yaml = _needed("yaml", "PyYAML")
+    found = []
+    for path in sorted(DEPLOY.glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
+    return found
+
+
+def _one(kind: str) -> dict[str, Any]:
+    (found,) = [d for d in _documents() if d["kind"] == kind]
+    return found
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_manifest_is_valid_for_the_kubernetes_api(version: str) -> None:
+    validator = _needed("kubernetes_validate", "kubernetes-validate")
+    kinds = []
+    for document in _documents():
+        kinds.append(document["kind"])
+        if document["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue  # the Prometheus Operator's own kind: checked against the Service below
+        validator.validate(document, version, strict=True)  # raises on any error
+    assert sorted(kinds) == ["DaemonSet", "Namespace", "Service", "ServiceMonitor"]
+
+
+def test_an_invalid_manifest_is_caught() -> None:
+    validator = _needed("kubernetes_validate", "kubernetes-validate")
+    broken = _one("DaemonSet")
+    broken["spec"]["template"]["spec"]["hostPid"] = True  # a misspelt field the API does not have
+    with pytest.raises(validator.ValidationError):
+        validator.validate(broken, VERSIONS[-1], strict=True)
+
+
+def test_the_daemonset_does_what_the_docs_say() -> None:
+    spec = _one("DaemonSet")["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert spec["hostPID"] is True and spec["automountServiceAccountToken"] is False
+    assert all(m["readOnly"] for m in container["volumeMounts"]), "nothing of the node is writable"
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE", "DAC_READ_SEARCH"]}
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert not security.get("privileged")
+    args = build_parser("exporter").parse_args(container["args"])  # a command numapin takes
+    port = int(args.listen.rpartition(":")[2])
+    assert [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"] == [port]
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    for capability in security["capabilities"]["add"]:
+        assert capability in docs, f"docs/kubernetes.md does not say what {capability} is for"
+
+
+def test_the_service_monitor_finds_the_service_and_its_port() -> None:
+    service, monitor, daemonset = _one("Service"), _one("ServiceMonitor"), _one("DaemonSet")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    assert wanted.items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= {p["name"] for p in service["spec"]["ports"]}
+    assert all(e["honorLabels"] is True for e in monitor["spec"]["endpoints"]), "worker labels kept"
+    assert service["spec"]["selector"].items() <= daemonset["spec"]["template"]["metadata"]["labels"].items()
+    timeouts = [float(e["scrapeTimeout"].rstrip("s")) for e in monitor["spec"]["endpoints"]]
+    args = daemonset["spec"]["template"]["spec"]["containers"][0]["args"]
+    bound = float(args[args.index("--scrape-timeout") + 1])
+    assert all(bound < t for t in timeouts), "the exporter answers before Prometheus gives up"
+
+
+def _steps() -> list[tuple[str, str]]:
+    steps = []
+    for line in (DEPLOY / "Containerfile").read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            word, _, rest = line.strip().partition(" ")
+            steps.append((word.upper(), rest.strip()))
+    return steps
+
+
+def test_the_image_recipe_run_here_serves_the_metrics(tmp_path: Path) -> None:
+    # No base image can be pulled here: the recipe's own steps are carried out on this host instead. The base
+    # image's Python is a fresh virtual environment of this one; COPY copies what git would hand a builder.
+    steps = _steps()
+    assert [w for w, _ in steps] == ["FROM", "COPY", "RUN", "USER", "ENTRYPOINT", "CMD"]
+    image = tmp_path / "image"
+    subprocess.run([sys.executable, "-m", "venv", str(image)], check=True)
+    where = {}
+    for word, rest in steps:
+        if word == "COPY":
+            source, target = rest.split()
+            assert source == "."
+            where[target] = tmp_path / "copy"
+            files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                   cwd=REPO, capture_output=True, check=True).stdout.split(b"\0")
+            for name in filter(None, files):
+                found = REPO / os.fsdecode(name)
+                if found.is_file():
+                    (where[target] / os.fsdecode(name)).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(found, where[target] / os.fsdecode(name))
+        elif word == "RUN":
+            command = rest
+            for target, local in where.items():
+                command = command.replace(target, str(local))
+            env = {**os.environ, "PATH": f"{image / 'bin'}:{os.environ['PATH']}"}
+            subprocess.run(["sh", "-c", command], check=True, env=env, timeout=600, capture_output=True)
+        elif word == "USER":
+            assert rest == "0", "the image runs as root (the DaemonSet names the capabilities it keeps)"
+            if os.geteuid() != 0:
+                pytest.skip("the image runs as root: so must this test")
+    assert not (tmp_path / "copy").exists(), "the source is not left in the image"
+    entry = json.loads(dict(steps)["ENTRYPOINT"])
+    command = json.loads(dict(steps)["CMD"])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    listen = command[command.index("--listen") + 1]
+    command[command.index("--listen") + 1] = f"127.0.0.1:{port}"  # its port, on this host's loopback only
+    assert listen == ":9877"
+    served = subprocess.Popen([str(image / "bin" / entry[0]), *entry[1:], *command], stderr=subprocess.PIPE,
+                              text=True, cwd="/")
+    try:
+        assert served.stderr is not None and "serving" in served.stderr.readline()
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{base}/", timeout=30) as answer:  # the readiness probe's path
+            assert answer.status == 200
+        with urllib.request.urlopen(f"{base}/metrics", timeout=30) as answer:
+            assert "numapin_up 1" in answer.read().decode()
+    finally:
+        served.terminate()
+        assert served.wait(timeout=30) == 0
