@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,3 +151,59 @@ def test_a_pod_whose_kubelet_files_cannot_be_read_says_so(in_pod: tuple[int, kub
     finding = _findings(pid, pair_root)["kubelet-unread"]
     assert finding["severity"] == "info" and layout.uid in finding["sees"] and CONFIG in finding["sees"]
     assert STATE in finding["sees"]
+
+
+# -- inside the pod (item 4) ---------------------------------------------------------------------
+
+
+def _inside(group: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``argv`` run inside ``group`` from its first instruction: the shell joins the cgroup, then execs it."""
+    script = f'echo $$ > "{group}/cgroup.procs" && exec "$@"'
+    return subprocess.run(["sh", "-c", script, "sh", *argv], capture_output=True, text=True, timeout=120,
+                          env={**live.without_inputs(dict(os.environ)), **env})
+
+
+MASK = "import os; print(sorted(os.sched_getaffinity(0)))"
+
+
+def test_exec_and_the_hook_place_inside_the_cpuset_the_kubelet_chose(top: Path, pair_root: Path,
+                                                                     python: Any) -> None:
+    # Two containers: one the kubelet gave both CPUs (exec and the start-up hook narrow the worker to its GPU's
+    # node inside it), one it gave CPU 1 alone. There, for GPU 0, whose node the container has no CPU of, exec
+    # leaves the kubelet's choice as it is and says so in one line (policy respect: never fighting whoever
+    # decided first); for GPU 1 the worker runs on CPU 1.
+    wide, narrow = (kube.Layout("cgroupfs", qos, "cri-o", str(uuid.uuid4()), os.urandom(32).hex())
+                    for qos in ("guaranteed", "burstable"))
+    hooked = python("-c", "import sys; print(sys.executable)").stdout.strip()
+    exec_ = [sys.executable, "-m", "numapin", "exec", "--root", str(pair_root), "--memory", "none", "--gpu"]
+    with kube.placed_in(top, [wide.path], cpus="0-1") as both, kube.placed_in(top, [narrow.path], cpus="1") as one:
+        placed = _inside(both[wide.path], *exec_, "1", "--", sys.executable, "-c", MASK)
+        assert placed.returncode == 0 and placed.stdout.strip() == "[1]", placed.stderr
+        hook = _inside(both[wide.path], hooked, "-c", MASK, NUMAPIN_AUTOPIN="1", LOCAL_RANK="0",
+                       NUMAPIN_FSROOT=str(pair_root), NUMAPIN_MEMORY="none")
+        assert hook.stdout.strip() == "[0]", hook.stderr
+        kept = _inside(one[narrow.path], *exec_, "0", "--", sys.executable, "-c", MASK)
+        assert kept.returncode == 0 and kept.stdout.strip() == "[1]", kept
+        assert kept.stderr.count("\n") == 1 and "left as it is" in kept.stderr, kept.stderr
+        inside = _inside(one[narrow.path], *exec_, "1", "--", sys.executable, "-c", MASK)
+        assert inside.returncode == 0 and inside.stdout.strip() == "[1]" and inside.stderr == "", inside
+
+
+def test_doctor_in_the_pod_says_what_it_could_not_check_and_why(top: Path, pair_root: Path) -> None:
+    layout = kube.Layout("systemd", "burstable", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
+    pod_env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    doctor = [sys.executable, "-m", "numapin", "doctor", "--gpu", "0", "--root", str(pair_root), "--json"]
+    with kube.placed_in(top, [layout.path], cpus="1") as groups:
+        seen = _inside(groups[layout.path], *doctor, **pod_env)
+        found = {f["id"]: f for f in json.loads(seen.stdout)["findings"]}
+        assert found["pod-cpuset-misses-gpu-node"]["severity"] == "error", found  # none of GPU 0's node
+        assert layout.uid in found["kubelet-unread"]["sees"], "its pod is known, the kubelet's files are not here"
+        if shutil.which("unshare"):
+            # A cgroup namespace, as a container has, hides the path that names the pod: doctor says so.
+            hidden = _inside(groups[layout.path], "unshare", "--cgroup", *doctor, **pod_env)
+            found = {f["id"]: f for f in json.loads(hidden.stdout)["findings"]}
+            assert "pod-unidentified" in found and "kubelet-unread" not in found, hidden.stderr
+            assert "doctor --pid PID on the node" in found["pod-unidentified"]["fix"]
+    outside = subprocess.run(doctor, capture_output=True, text=True, timeout=60, env=live.without_inputs(
+        dict(os.environ)))
+    assert not {"pod-unidentified", "kubelet-unread"} & {f["id"] for f in json.loads(outside.stdout)["findings"]}

@@ -180,8 +180,8 @@ def diagnose(
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
         findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
-    if pid is not None:
-        findings += _kubernetes(pid, facts, placement, root)
+    if pid is not None or environ is None:  # a process: PID, or this one (not an environment handed in)
+        findings += _kubernetes(os.getpid() if pid is None else pid, facts, placement, root, env)
     if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
         share = judged.remote_share()
         sees = [f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}"
@@ -312,27 +312,34 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
     return found
 
 
-def _kubernetes(pid: int, facts: Facts, placement: Placement | None,
-                root: str | os.PathLike[str] | None) -> list[Finding]:
+def _kubernetes(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
+                env: Mapping[str, str]) -> list[Finding]:
     """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node."""
     pod = pod_of(pid)
     if pod is None:
-        return []
+        if not env.get("KUBERNETES_SERVICE_HOST"):
+            return []
+        # The kubelet gives every container this variable; a cgroup namespace hides the path that names the pod.
+        return [Finding(
+            "pod-unidentified", "info", f"process {pid} runs in a Kubernetes pod (KUBERNETES_SERVICE_HOST is set), "
+            "and its cgroup path, which would name the pod, is hidden by its cgroup namespace",
+            "the kubelet's CPU and topology decisions for it cannot be checked from inside the pod",
+            "run numapin doctor --pid PID on the node (as root), or in numapin's DaemonSet pod (hostPID)")]
     kubelet = read_kubelet(root)
     where = f"pod {pod.uid} ({pod.qos})"
-    if not kubelet.found:
-        return [Finding(
+    found = []
+    if not kubelet.found:  # the container's own cpuset is still checked below
+        found.append(Finding(
             "kubelet-unread", "info", f"process {pid} runs in {where}, and neither {CONFIG} nor {STATE} can be read "
             "here", "the kubelet's CPU and topology managers' decisions cannot be checked",
-            "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod")]
-    found = []
-    if pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
+            "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod"))
+    if kubelet.found and pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
         found.append(Finding(
             "kubelet-cpu-manager-none", "warning", f"the kubelet's CPU manager policy is none and process {pid} runs "
             f"in a Guaranteed {where}", "no container gets CPUs of its own: the GPU worker's threads share every "
             "CPU of the node with all other pods, and the kubelet cannot align them with the GPU",
             f"set cpuManagerPolicy: static (and reservedSystemCPUs) in {CONFIG}, with integer CPU requests"))
-    if len(facts.topology.nodes) > 1 and kubelet.topology_manager in ("none", "best-effort"):
+    if kubelet.found and len(facts.topology.nodes) > 1 and kubelet.topology_manager in ("none", "best-effort"):
         found.append(Finding(
             "kubelet-topology-manager", "warning", f"the kubelet's topology manager policy is "
             f"{kubelet.topology_manager} on a node of {len(facts.topology.nodes)} NUMA nodes",
