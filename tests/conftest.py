@@ -55,10 +55,10 @@ _OWN_BASETEMP = pytest.StashKey[str]()
 _PRIVATE = pytest.StashKey[str]()
 #: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
 #: runs torchrun and Ray, the browser tier Chromium, the exporters tier Prometheus and node_exporter, the
-#: deploy tier the Kubernetes schema validator. Each runs only when asked for by path (python -m pytest
-#: tests/guest).
+#: kubernetes tier its schema validator and a gRPC server. Each runs only when asked for by path (python -m
+#: pytest tests/guest).
 _TIERS = {Path(__file__).resolve().parent / name
-          for name in ("guest", "integration", "browser", "launchers", "exporters", "deploy")}
+          for name in ("guest", "integration", "browser", "launchers", "exporters", "kubernetes")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

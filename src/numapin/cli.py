@@ -485,7 +485,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     with _root(args) as root:
         found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, reserve=args.reserve, root=root,
-                         pid=args.pid)
+                         pid=args.pid, pod_resources=args.pod_resources or None)
     if args.json:
         import json
 
@@ -532,7 +532,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         raise CliError(f"{' and '.join(formats)} are formats of the same listing: give one")
     with _root(args) as root:
         found = survey(args.pids or None, root=root, max_remote=args.max_remote_memory / 100,
-                       candidates=args.all)
+                       candidates=args.all, pod_resources=args.pod_resources or None)
     if args.textfile is not None:
         from .tools.prometheus import exposition, write_textfile
 
@@ -548,7 +548,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         import json
 
         print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced),
-                          "tally": found.tally(), "unseen": found.unseen}, indent=2))
+                          "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
+                         indent=2))
     else:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
                   "seen by", "verdict"]
@@ -566,6 +567,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
                 print(f"note: {w.pid}: {w.note}")
         if found.workers:
             print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
+        if found.pod_names:
+            print(f"pod: named by UID and container id only: {found.pod_names}")
         print(_tally(found.tally(), len(found.counted)))
         if found.unseen:
             unseen = counted(found.unseen, "process", "processes")
@@ -583,7 +586,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt  # a service manager's SIGTERM ends the exporter as ^C does: cleanly, exit 0
 
     with _root(args) as root:
-        exporter = Exporter(root=root, max_remote=args.max_remote_memory / 100, timeout=args.scrape_timeout)
+        exporter = Exporter(root=root, max_remote=args.max_remote_memory / 100, timeout=args.scrape_timeout,
+                            pod_resources=args.pod_resources or None)
         signal.signal(signal.SIGTERM, stop)
         try:
             exporter.serve(args.listen, lambda url: print(f"numapin exporter: serving {url}", file=sys.stderr,
@@ -862,6 +866,7 @@ def _doctor_args(doc: argparse.ArgumentParser) -> None:
                      help="judge the placement with K cores set aside for one latency-critical thread, as "
                           "numapin exec --reserve K makes it (interrupts on them are then found)")
     doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
+    _add_pod_resources(doc)
     _add_root(doc)
     doc.set_defaults(func=cmd_doctor)
 
@@ -899,6 +904,15 @@ def _add_remote_bound(parser: argparse.ArgumentParser) -> None:
                              "threads touch crosses the interconnect; 100: memory reported, not judged)")
 
 
+def _add_pod_resources(parser: argparse.ArgumentParser) -> None:
+    from .facts.podresources import SOCKET
+
+    parser.add_argument("--pod-resources", metavar="SOCKET", default=SOCKET,
+                        help="the kubelet's pod-resources socket, which names the pods and containers of workers "
+                             f"that run in Kubernetes (default {SOCKET}; needs numapin[kubernetes]; empty: not "
+                             "asked)")
+
+
 def _ps_args(ps: argparse.ArgumentParser) -> None:
     ps.description = ("Every GPU worker of this host: a process that holds a GPU (a /dev/nvidiaN open, NVML's "
                       "process list) or numapin's record of it; with its GPU, expected placement, threads outside "
@@ -912,6 +926,7 @@ def _ps_args(ps: argparse.ArgumentParser) -> None:
     ps.add_argument("--all", action="store_true",
                     help="list the candidates too: processes known only from their environment (never counted)")
     _add_remote_bound(ps)
+    _add_pod_resources(ps)
     ps.add_argument("--json", action="store_true",
                     help="one JSON object: every worker, the count misplaced, and the tally by verdict")
     ps.add_argument("--prometheus", action="store_true",
@@ -948,6 +963,7 @@ def _exporter_args(exp: argparse.ArgumentParser) -> None:
                      help="the longest a scan may take (default 10, Prometheus's own default); lowered to what "
                           "the scraper says it waits")
     _add_remote_bound(exp)
+    _add_pod_resources(exp)
     _add_root(exp)
     exp.set_defaults(func=cmd_exporter)
 

@@ -34,6 +34,7 @@ from ..facts.kubelet import CONFIG, STATE, read_kubelet
 from ..facts.machine import Facts, cached
 from ..facts.network import assign
 from ..facts.pod import pod_of
+from ..facts.podresources import SOCKET, PodResourcesUnavailable, list_containers, match
 from ..facts.topology import Topology, read_topology
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
@@ -115,6 +116,7 @@ def diagnose(
     reserve: int = 0,
     root: str | os.PathLike[str] | None = None,
     pid: int | None = None,
+    pod_resources: str | None = SOCKET,
 ) -> Diagnosis:
     """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
 
@@ -124,7 +126,8 @@ def diagnose(
     launcher's local rank. The mode is ``mode``, else the record's, else
     ``node``. With ``pid``, the placement and the verdict are the one judge's
     (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``ps`` give them.
-    What was used is the diagnosis's ``basis``, an assumption said as one.
+    What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
+    checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
     """
     stat = None if pid is None else procfs.alive(pid)
     if pid is not None and environ is None:
@@ -181,7 +184,7 @@ def diagnose(
         findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
     if pid is not None or environ is None:  # a process: PID, or this one (not an environment handed in)
-        findings += _kubernetes(os.getpid() if pid is None else pid, facts, placement, root, env)
+        findings += _kubernetes(os.getpid() if pid is None else pid, facts, placement, root, env, pod_resources)
     if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
         share = judged.remote_share()
         sees = [f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}"
@@ -313,7 +316,7 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
 
 
 def _kubernetes(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
-                env: Mapping[str, str]) -> list[Finding]:
+                env: Mapping[str, str], pod_resources: str | None) -> list[Finding]:
     """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node."""
     pod = pod_of(pid)
     if pod is None:
@@ -352,10 +355,12 @@ def _kubernetes(pid: int, facts: Facts, placement: Placement | None, root: str |
             f"containers of {where} with CPUs of their own ({', '.join(sorted(containers))})",
             "each container is aligned alone, so the containers of one GPU job may land on different nodes",
             f"set topologyManagerScope: pod in {CONFIG}"))
+    mask = read_cgroup(Host.at("/"), pid=pid).cpus  # the container's cpuset: processes are always the live ones
+    if pod_resources is not None:
+        found += _pod_resources(pid, facts, placement, pod_resources, mask)
     node = None if placement is None else next((n for n in facts.topology.nodes if n.id == placement.node), None)
     if placement is None or node is None:
         return found
-    mask = read_cgroup(Host.at("/"), pid=pid).cpus  # the container's cpuset: processes are always the live ones
     mine = kubelet.by_container_id.get(pod.container_id or "") or next(
         (cpus for cpus in containers.values() if mask is not None and cpus == mask), None) or (
         next(iter(containers.values())) if len(containers) == 1 else None)
@@ -374,6 +379,30 @@ def _kubernetes(pid: int, facts: Facts, placement: Placement | None, root: str |
             f"cpuManagerPolicy: static and topologyManagerPolicy: single-numa-node in {CONFIG}, a Guaranteed pod "
             "with integer CPU requests"))
     return found
+
+
+def _pod_resources(pid: int, facts: Facts, placement: Placement | None, socket: str,
+                   mask: CpuSet | None) -> list[Finding]:
+    """What the kubelet's pod-resources API says of the process's container: a GPU from Dynamic Resource
+    Allocation, which the topology manager does not align."""
+    try:
+        containers = list_containers(socket)
+    except PodResourcesUnavailable as exc:
+        return [Finding("pod-resources-unread", "info", str(exc), "the container's devices and the way its GPU "
+                        "came to it cannot be checked", "install numapin[kubernetes] and mount the kubelet's "
+                        "pod-resources folder (numapin's DaemonSet does)")]
+    gpus = {g.uuid for g in facts.inventory.gpus if placement is not None and g.pci == placement.pci and g.uuid}
+    mine = match(containers, cpus=mask, gpus=gpus)
+    plugged = mine is not None and any(d.resource.startswith("nvidia.com/") for d in mine.devices)
+    if mine is None or not mine.claims or plugged:
+        return []
+    return [Finding(
+        "gpu-from-dra", "warning", f"container {mine.namespace}/{mine.pod}/{mine.name} got its devices through "
+        f"Dynamic Resource Allocation (claim {', '.join(mine.claims)}), and no GPU from a device plugin",
+        "the kubelet's topology manager aligns device-plugin devices with CPUs, not DRA's (kubernetes/website#56232):"
+        " nothing put the container's CPUs near its GPU", "pin inside the pod with numapin exec or NUMAPIN_AUTOPIN "
+        "(the GPU's node within its cpuset), and give the pod CPUs on that node (a DRA driver that publishes "
+        "NUMA attributes, matched in the claim)")]
 
 
 def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:

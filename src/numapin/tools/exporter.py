@@ -120,10 +120,12 @@ class Exporter:
     """Scans on demand, one at a time, each within its bound; counts the scans that failed."""
 
     def __init__(self, *, root: str | os.PathLike[str] | None = None, max_remote: float | None = None,
-                 timeout: float = 10.0, scan: Callable[[float], Survey] | None = None) -> None:
+                 timeout: float = 10.0, scan: Callable[[float], Survey] | None = None,
+                 pod_resources: str | None = None) -> None:
         self.timeout = timeout
         self.errors = 0
-        self._scan = scan or (lambda deadline: survey(root=root, max_remote=max_remote, deadline=deadline))
+        self._scan = scan or (lambda deadline: survey(root=root, max_remote=max_remote, deadline=deadline,
+                                                      pod_resources=pod_resources))
         self._one = threading.Lock()
         self._counting = threading.Lock()
 

@@ -22,6 +22,7 @@ from ..base.frozen import frozen
 from ..facts import procfs
 from ..facts.host import Host
 from ..facts.pod import Pod, pod_of
+from ..facts.podresources import SOCKET
 from ..pinning import record
 from ..pinning.outcome import REMOTE_BOUND, Verdict, verdict_words
 
@@ -105,6 +106,8 @@ class Survey:
     unseen: int = 0
     """Processes of other users this user could not look into (their open files and environment are for their
     owner or root): any of them may be a GPU worker. Always 0 for root, but for other PID namespaces' processes."""
+    pod_names: str | None = None
+    """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one."""
 
     @property
     def counted(self) -> tuple[Worker, ...]:
@@ -173,12 +176,14 @@ def survey(
     max_remote: float | None = REMOTE_BOUND,
     candidates: bool = False,
     deadline: float | None = None,
+    pod_resources: str | None = SOCKET,
 ) -> Survey:
     """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are,
     ``max_remote`` bounds the share of its own memory on other nodes (None: not judged); ``candidates`` lists the
     processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
     is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
-    :class:`ScanTimeout`."""
+    :class:`ScanTimeout`. Workers in Kubernetes pods are named by the kubelet's API at ``pod_resources`` (its
+    socket; None: not asked)."""
     read: list[Facts] = []
 
     def machine() -> Facts:
@@ -233,7 +238,34 @@ def survey(
             continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
-    return Survey(tuple(found), unseen)
+    unnamed = None
+    if pod_resources is not None and any(w.pod is not None for w in found):
+        found, unnamed = _pod_names(found, pod_resources, machine)
+    return Survey(tuple(found), unseen, unnamed)
+
+
+def _pod_names(workers: list[Worker], socket: str, machine: Callable[[], Facts]) -> tuple[list[Worker], str | None]:
+    """The workers with their pods' names from the kubelet's API, each matched by its cpuset or its GPU; and why
+    none could be named, when the API could not be asked."""
+    from ..base.frozen import replace
+    from ..facts.cgroup import read_cgroup
+    from ..facts.podresources import PodResourcesUnavailable, list_containers, match
+
+    try:
+        containers = list_containers(socket)
+    except PodResourcesUnavailable as exc:
+        return workers, str(exc)
+    live = Host.at("/")  # a process's cgroup is always the live one's
+    named = []
+    for w in workers:
+        pod = w.pod
+        if pod is not None:
+            gpus = {g.uuid for g in machine().inventory.gpus if g.pci == w.pci and g.uuid}
+            found = match(containers, cpus=read_cgroup(live, pid=w.pid).cpus, gpus=gpus)
+            if found is not None:
+                pod = replace(pod, namespace=found.namespace, name=found.pod, container=found.name)
+        named.append(w if pod is w.pod else replace(w, pod=pod))
+    return named, None
 
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],

@@ -30,7 +30,7 @@ def _needed(module: str, package: str) -> Any:
     try:
         return __import__(module)
     except ImportError:
-        message = f"{package} is not installed (pip install '.[deploy]')"
+        message = f"{package} is not installed (pip install '.[kubetest]')"
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)

@@ -1,0 +1,160 @@
+"""The kubelet's pod-resources API: each pod's namespace and name, each container's name, devices and CPUs.
+
+The kubelet serves ``v1.PodResourcesLister`` over gRPC on a Unix socket
+(``/var/lib/kubelet/pod-resources/kubelet.sock``). Its ``List`` answers, for every pod of the node, its
+name and namespace and, per container, the devices a device plugin gave it (``nvidia.com/gpu``: GPU
+UUIDs, with their NUMA nodes), its exclusive CPUs (the static CPU manager's), and the devices Dynamic
+Resource Allocation gave it. ``GetAllocatableResources`` answers the node's devices and CPUs.
+
+The API names pods and containers but not their UIDs or container ids, which is all a process's cgroup
+path holds (:mod:`numapin.facts.pod`). So a process is matched to the API's container by what both
+know: the container's exclusive CPUs (its cpuset is exactly them) or the GPU it holds (its UUID among
+the container's devices). A match that is not unique names nothing.
+
+Needs the ``kubernetes`` extra (grpcio, protobuf). The messages are built at run time from the API's
+published definition (``k8s.io/kubelet/pkg/apis/podresources/v1/api.proto``: names and field numbers as
+published there), so no generated code is kept.
+"""
+
+from __future__ import annotations
+
+from ..base.errors import EnvironmentProblem
+from ..base.frozen import frozen
+from ..cpuset import CpuSet
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Collection, Iterable
+    from typing import Any
+
+__all__ = ["SERVICE", "SOCKET", "Container", "Device", "PodResourcesUnavailable", "list_containers", "match",
+           "messages"]
+
+#: Where the kubelet serves the API (its --pod-resources-directory, by default).
+SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+#: The messages numapin reads: name -> [(field, number, type, label, message type)], as the proto publishes them.
+_STRING, _INT64, _UINT64, _MESSAGE = 9, 3, 4, 11  # FieldDescriptorProto.Type
+_ONE, _MANY = 1, 3  # FieldDescriptorProto.Label: optional (proto3's singular), repeated
+_PROTO: dict[str, list[tuple[str, int, int, int, str | None]]] = {
+    "ListPodResourcesRequest": [],
+    "ListPodResourcesResponse": [("pod_resources", 1, _MESSAGE, _MANY, "PodResources")],
+    "AllocatableResourcesRequest": [],
+    "AllocatableResourcesResponse": [("devices", 1, _MESSAGE, _MANY, "ContainerDevices"),
+                                     ("cpu_ids", 2, _INT64, _MANY, None),
+                                     ("memory", 3, _MESSAGE, _MANY, "ContainerMemory")],
+    "PodResources": [("name", 1, _STRING, _ONE, None), ("namespace", 2, _STRING, _ONE, None),
+                     ("containers", 3, _MESSAGE, _MANY, "ContainerResources")],
+    "ContainerResources": [("name", 1, _STRING, _ONE, None), ("devices", 2, _MESSAGE, _MANY, "ContainerDevices"),
+                           ("cpu_ids", 3, _INT64, _MANY, None), ("memory", 4, _MESSAGE, _MANY, "ContainerMemory"),
+                           ("dynamic_resources", 5, _MESSAGE, _MANY, "DynamicResource")],
+    "ContainerMemory": [("memory_type", 1, _STRING, _ONE, None), ("size", 2, _UINT64, _ONE, None),
+                        ("topology", 3, _MESSAGE, _ONE, "TopologyInfo")],
+    "ContainerDevices": [("resource_name", 1, _STRING, _ONE, None), ("device_ids", 2, _STRING, _MANY, None),
+                         ("topology", 3, _MESSAGE, _ONE, "TopologyInfo")],
+    "TopologyInfo": [("nodes", 1, _MESSAGE, _MANY, "NUMANode")],
+    "NUMANode": [("ID", 1, _INT64, _ONE, None)],
+    "DynamicResource": [("claim_name", 2, _STRING, _ONE, None), ("claim_namespace", 3, _STRING, _ONE, None),
+                        ("claim_resources", 4, _MESSAGE, _MANY, "ClaimResource")],
+    "ClaimResource": [("cdi_devices", 1, _MESSAGE, _MANY, "CDIDevice"), ("driver_name", 2, _STRING, _ONE, None),
+                      ("pool_name", 3, _STRING, _ONE, None), ("device_name", 4, _STRING, _ONE, None)],
+    "CDIDevice": [("name", 1, _STRING, _ONE, None)],
+}
+_PACKAGE = "v1"
+SERVICE = f"/{_PACKAGE}.PodResourcesLister"
+
+
+class PodResourcesUnavailable(EnvironmentProblem):
+    """The API could not be asked: the extra is not installed, no socket, or the kubelet did not answer."""
+
+
+@frozen
+class Device:
+    """Devices of one resource a device plugin gave a container."""
+
+    resource: str
+    ids: tuple[str, ...]
+    nodes: tuple[int, ...] = ()
+
+
+@frozen
+class Container:
+    """One container of the node, as the kubelet's API tells it."""
+
+    namespace: str
+    pod: str
+    name: str
+    devices: tuple[Device, ...] = ()
+    cpus: CpuSet = CpuSet()
+    """Its exclusive CPUs (empty: it shares the pool)."""
+    claims: tuple[str, ...] = ()
+    """The Dynamic Resource Allocation claims that gave it devices (``namespace/name``)."""
+
+
+def messages() -> dict[str, Any]:
+    """The API's message classes, by name (ImportError without the ``kubernetes`` extra)."""
+    from google.protobuf import (  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+    )
+
+    proto = descriptor_pb2.FileDescriptorProto(name="numapin/podresources/v1/api.proto", package=_PACKAGE,
+                                               syntax="proto3")
+    for name, fields in _PROTO.items():
+        message = proto.message_type.add(name=name)
+        for field, number, kind, label, typed in fields:
+            made = message.field.add(name=field, number=number, type=kind, label=label)
+            if typed:
+                made.type_name = f".{_PACKAGE}.{typed}"
+    pool = descriptor_pool.DescriptorPool()  # its own pool: another copy of the API in the process is no clash
+    pool.Add(proto)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+            for name in _PROTO}
+
+
+def _containers(response: Any) -> tuple[Container, ...]:
+    found = []
+    for pod in response.pod_resources:
+        for c in pod.containers:
+            devices = tuple(Device(d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes))
+                            for d in c.devices)
+            claims = tuple(f"{r.claim_namespace}/{r.claim_name}" for r in c.dynamic_resources)
+            found.append(Container(pod.namespace, pod.name, c.name, devices, CpuSet(int(i) for i in c.cpu_ids),
+                                   claims))
+    return tuple(found)
+
+
+def list_containers(socket: str = SOCKET, timeout: float = 2.0) -> tuple[Container, ...]:
+    """Every container of the node, from the kubelet's ``List``; PodResourcesUnavailable saying why not."""
+    import os
+
+    try:
+        import grpc  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        classes = messages()
+    except ImportError:
+        raise PodResourcesUnavailable("the kubelet's pod-resources API needs numapin's kubernetes extra "
+                                      "(pip install 'numapin[kubernetes]')") from None
+    if not os.path.exists(socket):
+        raise PodResourcesUnavailable(f"no pod-resources socket at {socket} (mount the kubelet's "
+                                      "pod-resources folder, or this is no Kubernetes node)")
+    request, response = classes["ListPodResourcesRequest"], classes["ListPodResourcesResponse"]
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        ask = channel.unary_unary(f"{SERVICE}/List", request_serializer=request.SerializeToString,
+                                  response_deserializer=response.FromString)
+        try:
+            return _containers(ask(request(), timeout=timeout))
+        except grpc.RpcError as exc:
+            raise PodResourcesUnavailable(f"the kubelet's pod-resources API at {socket} did not answer List: "
+                                          f"{exc.code().name} {exc.details() or ''}".rstrip()) from None
+
+
+def match(containers: Iterable[Container], *, cpus: CpuSet | None = None,
+          gpus: Collection[str] = ()) -> Container | None:
+    """The one container whose exclusive CPUs are exactly ``cpus`` (a process's cpuset), or that holds one of
+    the GPUs ``gpus`` (UUIDs); None when none is, or more than one (two ways that disagree name nothing)."""
+    by_cpus = {c for c in containers if cpus and c.cpus and c.cpus == cpus}
+    wanted = {g.lower() for g in gpus}
+    by_gpu = {c for c in containers if wanted & {i.lower() for d in c.devices for i in d.ids}}
+    found = by_cpus | by_gpu
+    return next(iter(found)) if len(found) == 1 else None

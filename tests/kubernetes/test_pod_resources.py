@@ -1,0 +1,230 @@
+"""Issue 40, item 1: the kubelet's pod-resources API names the pods and containers of workers. A real gRPC server
+started by the test speaks the kubelet's published v1 API (``v1.PodResourcesLister``, from
+k8s.io/kubelet/pkg/apis/podresources/v1/api.proto: its messages built here, by this test, from that file's
+names and field numbers) on a Unix socket; real worker processes sit in real cgroups laid out as the kubelet
+does; numapin's names and device assignments come from the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kube
+import live
+from numapin.base.environment import RUNTIME_DIR
+from numapin.cpuset import CpuSet
+from numapin.facts.podresources import Container, Device, PodResourcesUnavailable, list_containers, match
+
+READY = "import time; print('ready', flush=True); time.sleep(120)"
+
+
+def _needed(module: str) -> Any:
+    try:
+        return __import__(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install '.[kubetest]')"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+
+
+def _api() -> dict[str, Any]:
+    """The API's messages, as the test's own reading of api.proto: (field, number, type, repeated, message)."""
+    _needed("google.protobuf")
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    string, int64, message = 9, 3, 11
+    spec = {
+        "ListPodResourcesRequest": [],
+        "ListPodResourcesResponse": [("pod_resources", 1, message, True, "PodResources")],
+        "PodResources": [("name", 1, string, False, None), ("namespace", 2, string, False, None),
+                         ("containers", 3, message, True, "ContainerResources")],
+        "ContainerResources": [("name", 1, string, False, None), ("devices", 2, message, True, "ContainerDevices"),
+                               ("cpu_ids", 3, int64, True, None),
+                               ("dynamic_resources", 5, message, True, "DynamicResource")],
+        "ContainerDevices": [("resource_name", 1, string, False, None), ("device_ids", 2, string, True, None),
+                             ("topology", 3, message, False, "TopologyInfo")],
+        "TopologyInfo": [("nodes", 1, message, True, "NUMANode")],
+        "NUMANode": [("ID", 1, int64, False, None)],
+        "DynamicResource": [("claim_name", 2, string, False, None), ("claim_namespace", 3, string, False, None)],
+    }
+    proto = descriptor_pb2.FileDescriptorProto(name="test/podresources.proto", package="v1", syntax="proto3")
+    for name, fields in spec.items():
+        made = proto.message_type.add(name=name)
+        for field, number, kind, many, typed in fields:
+            made.field.add(name=field, number=number, type=kind, label=3 if many else 1,
+                           **({"type_name": f".v1.{typed}"} if typed else {}))
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return {n: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"v1.{n}")) for n in spec}
+
+
+Pods = list[tuple[str, str, list[dict[str, Any]]]]  # (namespace, name, containers as dicts)
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[Callable[[Pods], str]]:
+    """Start a pod-resources server answering List with the pods given; the socket's path."""
+    grpc = _needed("grpc")
+    api = _api()
+    servers = []
+
+    def serve(pods: Pods) -> str:
+        def answer(request: Any, context: Any) -> Any:
+            response = api["ListPodResourcesResponse"]()
+            for namespace, name, containers in pods:
+                pod = response.pod_resources.add(name=name, namespace=namespace)
+                for c in containers:
+                    made = pod.containers.add(name=c["name"])
+                    made.cpu_ids.extend(c.get("cpus", []))
+                    for resource, ids, nodes in c.get("devices", []):
+                        device = made.devices.add(resource_name=resource)
+                        device.device_ids.extend(ids)
+                        for node in nodes:
+                            device.topology.nodes.add(ID=node)
+                    for claim in c.get("claims", []):
+                        made.dynamic_resources.add(claim_namespace=namespace, claim_name=claim)
+            return response
+
+        handlers = {"List": grpc.unary_unary_rpc_method_handler(
+            answer, request_deserializer=api["ListPodResourcesRequest"].FromString,
+            response_serializer=api["ListPodResourcesResponse"].SerializeToString)}
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("v1.PodResourcesLister", handlers),))
+        socket = str(tmp_path / f"kubelet-{len(servers)}.sock")
+        server.add_insecure_port(f"unix://{socket}")
+        server.start()
+        servers.append(server)
+        return socket
+
+    yield serve
+    for server in servers:
+        server.stop(None)
+
+
+def test_the_list_is_read_whole(kubelet: Callable[[Pods], str]) -> None:
+    socket = kubelet([("ml", "trainer-0", [{"name": "worker", "cpus": [2, 3], "devices": [
+        ("nvidia.com/gpu", ["GPU-aaaa", "GPU-bbbb"], [1])]}, {"name": "sidecar"}]),
+        ("inference", "server", [{"name": "engine", "claims": ["gpu-claim"]}])])
+    found = list_containers(socket)
+    assert found == (
+        Container("ml", "trainer-0", "worker", (Device("nvidia.com/gpu", ("GPU-aaaa", "GPU-bbbb"), (1,)),),
+                  CpuSet("2-3")),
+        Container("ml", "trainer-0", "sidecar"),
+        Container("inference", "server", "engine", claims=("inference/gpu-claim",)))
+
+
+def test_an_unreachable_api_says_why(tmp_path: Path) -> None:
+    _needed("grpc")
+    with pytest.raises(PodResourcesUnavailable, match="no pod-resources socket at"):
+        list_containers(str(tmp_path / "none.sock"))
+    grpc = _needed("grpc")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # answers nothing: UNIMPLEMENTED
+    socket = str(tmp_path / "mute.sock")
+    server.add_insecure_port(f"unix://{socket}")
+    server.start()
+    try:
+        with pytest.raises(PodResourcesUnavailable, match="did not answer List: UNIMPLEMENTED"):
+            list_containers(socket)
+    finally:
+        server.stop(None)
+
+
+def test_a_process_is_matched_by_its_cpus_or_its_gpu_and_never_by_a_guess() -> None:
+    a = Container("ml", "a", "w", cpus=CpuSet("2-3"))
+    b = Container("ml", "b", "w", (Device("nvidia.com/gpu", ("GPU-1",)),))
+    assert match([a, b], cpus=CpuSet("2-3")) == a and match([a, b], gpus={"gpu-1"}) == b
+    assert match([a, b], cpus=CpuSet("2-3"), gpus={"GPU-1"}) is None, "two ways that disagree name nothing"
+    assert match([a, b], cpus=CpuSet("0-1")) is None and match([a, b]) is None
+
+
+@pytest.fixture
+def top() -> Path:
+    found = kube.cpuset_hierarchy()
+    if found is None:
+        pytest.skip("making cpuset cgroups and moving processes into them needs root")
+    return found
+
+
+def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kubelet: Callable[[Pods], str]) -> None:
+    # Two workers numapin exec placed, each moved into its own pod's container cgroup; the kubelet's API says
+    # which containers own which exclusive CPUs (the containers' cpusets). ps names each, in text, JSON and
+    # series; without the API it says why the names are missing.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if not live.NODE0 or not live.NODE1:
+        pytest.skip("needs CPUs 0 and 1")
+    env = {**live.without_inputs(dict(os.environ)), RUNTIME_DIR: str(tmp_path / "records")}
+    layouts = [kube.Layout("systemd", "guaranteed", "containerd", str(uuid.uuid4()),
+                           os.urandom(32).hex()) for _ in range(2)]
+    socket = kubelet([("ml", "trainer-0", [{"name": "worker", "cpus": [0]}]),
+                      ("ml", "trainer-1", [{"name": "worker", "cpus": [1]}, {"name": "log"}])])
+    workers = []
+    try:
+        with kube.placed_in(top, [layouts[0].path], cpus="0") as first, \
+                kube.placed_in(top, [layouts[1].path], cpus="1") as second:
+            for cpu, group in ((0, first[layouts[0].path]), (1, second[layouts[1].path])):
+                script = (f'echo $$ > "{group}/cgroup.procs" && exec {shlex.quote(sys.executable)} -m numapin exec '
+                          f"--cpus {cpu} -- {shlex.quote(sys.executable)} -c {shlex.quote(READY)}")
+                proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+                assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+                workers.append(proc)
+            ps = [sys.executable, "-m", "numapin", "ps", "--pod-resources", socket]
+            listed = json.loads(subprocess.run([*ps, "--json"], env=env, capture_output=True, text=True,
+                                               timeout=60).stdout)
+            series = subprocess.run([*ps, "--prometheus"], env=env, capture_output=True, text=True,
+                                    timeout=60).stdout
+            text = subprocess.run(ps, env=env, capture_output=True, text=True, timeout=60).stdout
+            unnamed = subprocess.run([*ps[:-1], str(tmp_path / "none.sock")], env=env, capture_output=True,
+                                     text=True, timeout=60).stdout
+    finally:
+        for proc in workers:
+            proc.kill()
+            proc.wait()
+    pods = {w["pid"]: w["pod"] for w in listed["workers"]}
+    for proc, layout, name in zip(workers, layouts, ("trainer-0", "trainer-1"), strict=True):
+        assert pods[proc.pid] == {**pods[proc.pid], "uid": layout.uid, "namespace": "ml", "name": name,
+                                  "container": "worker"}
+    assert listed["pod_names_unread"] is None
+    labels = {s.labels["pid"]: s.labels for f in text_string_to_metric_families(series) if f.name == "numapin_worker"
+              for s in f.samples}
+    assert {(labels[str(p.pid)]["namespace"], labels[str(p.pid)]["pod"], labels[str(p.pid)]["container"])
+            for p in workers} == {("ml", "trainer-0", "worker"), ("ml", "trainer-1", "worker")}
+    assert "ml/trainer-0/worker" in text and "ml/trainer-1/worker" in text
+    assert "pod: named by UID and container id only: no pod-resources socket at" in unnamed
+    assert f"pod {layouts[0].uid} container {layouts[0].container_id[:12]}" in unnamed
+
+
+def test_doctor_says_a_gpu_from_dra_was_never_aligned(top: Path, pair_root: Path,
+                                                     kubelet: Callable[[Pods], str]) -> None:
+    layout = kube.Layout("cgroupfs", "guaranteed", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
+    child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    try:
+        with kube.placed_in(top, [layout.path], cpus="0") as groups:
+            (groups[layout.path] / "cgroup.procs").write_text(f"{child.pid}\n")
+            doctor = [sys.executable, "-m", "numapin", "doctor", "--pid", str(child.pid), "--gpu", "0", "--root",
+                      str(pair_root), "--json", "--pod-resources"]
+            dra = kubelet([("serve", "engine-0", [{"name": "engine", "cpus": [0], "claims": ["gpus"]}])])
+            found = {f["id"]: f for f in json.loads(subprocess.run(
+                [*doctor, dra], capture_output=True, text=True, timeout=60).stdout)["findings"]}
+            assert "serve/engine-0/engine" in found["gpu-from-dra"]["sees"]
+            assert "serve/gpus" in found["gpu-from-dra"]["sees"]
+            plugged = kubelet([("serve", "engine-0", [{"name": "engine", "cpus": [0], "claims": ["nics"],
+                                                       "devices": [("nvidia.com/gpu", ["GPU-x"], [0])]}])])
+            found = {f["id"] for f in json.loads(subprocess.run(
+                [*doctor, plugged], capture_output=True, text=True, timeout=60).stdout)["findings"]}
+            assert "gpu-from-dra" not in found and "pod-resources-unread" not in found
+    finally:
+        child.kill()
+        child.wait()
