@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -23,7 +24,14 @@ import kube
 import live
 from numapin.base.environment import RUNTIME_DIR
 from numapin.cpuset import CpuSet
-from numapin.facts.podresources import Container, Device, PodResourcesUnavailable, list_containers, match
+from numapin.facts.podresources import (
+    Container,
+    Device,
+    PodResourcesUnavailable,
+    allocatable,
+    list_containers,
+    match,
+)
 
 READY = "import time; print('ready', flush=True); time.sleep(120)"
 
@@ -47,6 +55,9 @@ def _api() -> dict[str, Any]:
     spec = {
         "ListPodResourcesRequest": [],
         "ListPodResourcesResponse": [("pod_resources", 1, message, True, "PodResources")],
+        "AllocatableResourcesRequest": [],
+        "AllocatableResourcesResponse": [("devices", 1, message, True, "ContainerDevices"),
+                                         ("cpu_ids", 2, int64, True, None)],
         "PodResources": [("name", 1, string, False, None), ("namespace", 2, string, False, None),
                          ("containers", 3, message, True, "ContainerResources")],
         "ContainerResources": [("name", 1, string, False, None), ("devices", 2, message, True, "ContainerDevices"),
@@ -70,16 +81,25 @@ def _api() -> dict[str, Any]:
 
 
 Pods = list[tuple[str, str, list[dict[str, Any]]]]  # (namespace, name, containers as dicts)
+Devices = list[tuple[str, list[str], list[int]]]  # (resource, ids, NUMA nodes)
 
 
 @pytest.fixture
-def kubelet(tmp_path: Path) -> Iterator[Callable[[Pods], str]]:
-    """Start a pod-resources server answering List with the pods given; the socket's path."""
+def kubelet(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    """Start a pod-resources server answering List with the pods given (and GetAllocatableResources with the
+    devices given); the socket's path."""
     grpc = _needed("grpc")
     api = _api()
     servers = []
 
-    def serve(pods: Pods) -> str:
+    def add_devices(into: Any, devices: Devices) -> None:
+        for resource, ids, nodes in devices:
+            device = into.add(resource_name=resource)
+            device.device_ids.extend(ids)
+            for node in nodes:
+                device.topology.nodes.add(ID=node)
+
+    def serve(pods: Pods, devices: Devices | None = None) -> str:
         def answer(request: Any, context: Any) -> Any:
             response = api["ListPodResourcesResponse"]()
             for namespace, name, containers in pods:
@@ -87,18 +107,23 @@ def kubelet(tmp_path: Path) -> Iterator[Callable[[Pods], str]]:
                 for c in containers:
                     made = pod.containers.add(name=c["name"])
                     made.cpu_ids.extend(c.get("cpus", []))
-                    for resource, ids, nodes in c.get("devices", []):
-                        device = made.devices.add(resource_name=resource)
-                        device.device_ids.extend(ids)
-                        for node in nodes:
-                            device.topology.nodes.add(ID=node)
+                    add_devices(made.devices, c.get("devices", []))
                     for claim in c.get("claims", []):
                         made.dynamic_resources.add(claim_namespace=namespace, claim_name=claim)
             return response
 
+        def node(request: Any, context: Any) -> Any:
+            response = api["AllocatableResourcesResponse"]()
+            add_devices(response.devices, devices or [])
+            response.cpu_ids.extend(sorted(os.sched_getaffinity(0)))
+            return response
+
         handlers = {"List": grpc.unary_unary_rpc_method_handler(
             answer, request_deserializer=api["ListPodResourcesRequest"].FromString,
-            response_serializer=api["ListPodResourcesResponse"].SerializeToString)}
+            response_serializer=api["ListPodResourcesResponse"].SerializeToString),
+            "GetAllocatableResources": grpc.unary_unary_rpc_method_handler(
+                node, request_deserializer=api["AllocatableResourcesRequest"].FromString,
+                response_serializer=api["AllocatableResourcesResponse"].SerializeToString)}
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("v1.PodResourcesLister", handlers),))
         socket = str(tmp_path / f"kubelet-{len(servers)}.sock")
@@ -112,7 +137,7 @@ def kubelet(tmp_path: Path) -> Iterator[Callable[[Pods], str]]:
         server.stop(None)
 
 
-def test_the_list_is_read_whole(kubelet: Callable[[Pods], str]) -> None:
+def test_the_list_is_read_whole(kubelet: Callable[..., str]) -> None:
     socket = kubelet([("ml", "trainer-0", [{"name": "worker", "cpus": [2, 3], "devices": [
         ("nvidia.com/gpu", ["GPU-aaaa", "GPU-bbbb"], [1])]}, {"name": "sidecar"}]),
         ("inference", "server", [{"name": "engine", "claims": ["gpu-claim"]}])])
@@ -156,7 +181,7 @@ def top() -> Path:
     return found
 
 
-def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kubelet: Callable[[Pods], str]) -> None:
+def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kubelet: Callable[..., str]) -> None:
     # Two workers numapin exec placed, each moved into its own pod's container cgroup; the kubelet's API says
     # which containers own which exclusive CPUs (the containers' cpusets). ps names each, in text, JSON and
     # series; without the API it says why the names are missing.
@@ -187,6 +212,16 @@ def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kub
             text = subprocess.run(ps, env=env, capture_output=True, text=True, timeout=60).stdout
             unnamed = subprocess.run([*ps[:-1], str(tmp_path / "none.sock")], env=env, capture_output=True,
                                      text=True, timeout=60).stdout
+            exporter = subprocess.Popen([sys.executable, "-m", "numapin", "exporter", "--listen", "127.0.0.1:0",
+                                         "--pod-resources", socket], env=env, stderr=subprocess.PIPE, text=True)
+            try:
+                assert exporter.stderr is not None
+                url = exporter.stderr.readline().split()[-1]
+                with urllib.request.urlopen(url, timeout=30) as answer:
+                    scraped = answer.read().decode()
+            finally:
+                exporter.terminate()
+                exporter.wait()
     finally:
         for proc in workers:
             proc.kill()
@@ -196,17 +231,19 @@ def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kub
         assert pods[proc.pid] == {**pods[proc.pid], "uid": layout.uid, "namespace": "ml", "name": name,
                                   "container": "worker"}
     assert listed["pod_names_unread"] is None
-    labels = {s.labels["pid"]: s.labels for f in text_string_to_metric_families(series) if f.name == "numapin_worker"
-              for s in f.samples}
-    assert {(labels[str(p.pid)]["namespace"], labels[str(p.pid)]["pod"], labels[str(p.pid)]["container"])
-            for p in workers} == {("ml", "trainer-0", "worker"), ("ml", "trainer-1", "worker")}
+    for exposition in (series, scraped):  # ps --prometheus, and the exporter as Prometheus scrapes it
+        labels = {s.labels["pid"]: s.labels for f in text_string_to_metric_families(exposition)
+                  if f.name == "numapin_worker" for s in f.samples}
+        assert {(labels[str(p.pid)]["namespace"], labels[str(p.pid)]["pod"], labels[str(p.pid)]["container"])
+                for p in workers} == {("ml", "trainer-0", "worker"), ("ml", "trainer-1", "worker")}
+        assert {labels[str(p.pid)]["pod_uid"] for p in workers} == {k.uid for k in layouts}
     assert "ml/trainer-0/worker" in text and "ml/trainer-1/worker" in text
     assert "pod: named by UID and container id only: no pod-resources socket at" in unnamed
     assert f"pod {layouts[0].uid} container {layouts[0].container_id[:12]}" in unnamed
 
 
 def test_doctor_says_a_gpu_from_dra_was_never_aligned(top: Path, pair_root: Path,
-                                                     kubelet: Callable[[Pods], str]) -> None:
+                                                     kubelet: Callable[..., str]) -> None:
     layout = kube.Layout("cgroupfs", "guaranteed", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
     child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None and child.stdout.readline() == "ready\n"
@@ -225,6 +262,41 @@ def test_doctor_says_a_gpu_from_dra_was_never_aligned(top: Path, pair_root: Path
             found = {f["id"] for f in json.loads(subprocess.run(
                 [*doctor, plugged], capture_output=True, text=True, timeout=60).stdout)["findings"]}
             assert "gpu-from-dra" not in found and "pod-resources-unread" not in found
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_nodes_devices_and_cpus_are_read(kubelet: Callable[..., str]) -> None:
+    socket = kubelet([], [("nvidia.com/gpu", ["GPU-a"], [0]), ("nvidia.com/gpu", ["GPU-b"], [1])])
+    devices, cpus = allocatable(socket)
+    assert devices == (Device("nvidia.com/gpu", ("GPU-a",), (0,)), Device("nvidia.com/gpu", ("GPU-b",), (1,)))
+    assert cpus == CpuSet(os.sched_getaffinity(0))
+
+
+def test_doctor_says_when_the_device_plugin_puts_the_gpu_on_another_node(
+        top: Path, pair_root: Path, kubelet: Callable[..., str]) -> None:
+    from numapin.facts.machine import gather
+
+    gpu = gather(pair_root, {}).inventory.gpus[0]  # node 0 on the pair machine, as the kernel (sysfs) says
+    assert gpu.uuid and gpu.node == 0
+    layout = kube.Layout("cgroupfs", "burstable", "cri-o", str(uuid.uuid4()), os.urandom(32).hex())
+    child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdout.readline() == "ready\n"
+    doctor = [sys.executable, "-m", "numapin", "doctor", "--pid", str(child.pid), "--gpu", "0", "--root",
+              str(pair_root), "--json", "--pod-resources"]
+    try:
+        with kube.placed_in(top, [layout.path], cpus="0") as groups:
+            (groups[layout.path] / "cgroup.procs").write_text(f"{child.pid}\n")
+            wrong = kubelet([], [("nvidia.com/gpu", [gpu.uuid], [1])])
+            found = {f["id"]: f for f in json.loads(subprocess.run(
+                [*doctor, wrong], capture_output=True, text=True, timeout=60).stdout)["findings"]}
+            assert f"reports GPU {gpu.uuid} ({gpu.pci}) on NUMA node(s) 1; the kernel puts it on node 0" in \
+                found["device-plugin-numa"]["sees"]
+            right = kubelet([], [("nvidia.com/gpu", [gpu.uuid.upper()], [0])])
+            found = {f["id"]: f for f in json.loads(subprocess.run(
+                [*doctor, right], capture_output=True, text=True, timeout=60).stdout)["findings"]}
+            assert "device-plugin-numa" not in found
     finally:
         child.kill()
         child.wait()

@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
     from typing import Any
 
-__all__ = ["SERVICE", "SOCKET", "Container", "Device", "PodResourcesUnavailable", "list_containers", "match",
-           "messages"]
+__all__ = ["SERVICE", "SOCKET", "Container", "Device", "PodResourcesUnavailable", "allocatable", "list_containers",
+           "match", "messages"]
 
 #: Where the kubelet serves the API (its --pod-resources-directory, by default).
 SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -117,16 +117,15 @@ def _containers(response: Any) -> tuple[Container, ...]:
     found = []
     for pod in response.pod_resources:
         for c in pod.containers:
-            devices = tuple(Device(d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes))
-                            for d in c.devices)
+            devices = _devices(c.devices)
             claims = tuple(f"{r.claim_namespace}/{r.claim_name}" for r in c.dynamic_resources)
             found.append(Container(pod.namespace, pod.name, c.name, devices, CpuSet(int(i) for i in c.cpu_ids),
                                    claims))
     return tuple(found)
 
 
-def list_containers(socket: str = SOCKET, timeout: float = 2.0) -> tuple[Container, ...]:
-    """Every container of the node, from the kubelet's ``List``; PodResourcesUnavailable saying why not."""
+def _ask(socket: str, method: str, timeout: float) -> Any:
+    """The kubelet's answer to ``method`` (``List``, ``GetAllocatableResources``), a message of the API."""
     import os
 
     try:
@@ -138,15 +137,33 @@ def list_containers(socket: str = SOCKET, timeout: float = 2.0) -> tuple[Contain
     if not os.path.exists(socket):
         raise PodResourcesUnavailable(f"no pod-resources socket at {socket} (mount the kubelet's "
                                       "pod-resources folder, or this is no Kubernetes node)")
-    request, response = classes["ListPodResourcesRequest"], classes["ListPodResourcesResponse"]
+    names = {"List": ("ListPodResourcesRequest", "ListPodResourcesResponse"),
+             "GetAllocatableResources": ("AllocatableResourcesRequest", "AllocatableResourcesResponse")}[method]
+    request, response = classes[names[0]], classes[names[1]]
     with grpc.insecure_channel(f"unix://{socket}") as channel:
-        ask = channel.unary_unary(f"{SERVICE}/List", request_serializer=request.SerializeToString,
-                                  response_deserializer=response.FromString)
+        call = channel.unary_unary(f"{SERVICE}/{method}", request_serializer=request.SerializeToString,
+                                   response_deserializer=response.FromString)
         try:
-            return _containers(ask(request(), timeout=timeout))
+            return call(request(), timeout=timeout)
         except grpc.RpcError as exc:
-            raise PodResourcesUnavailable(f"the kubelet's pod-resources API at {socket} did not answer List: "
+            raise PodResourcesUnavailable(f"the kubelet's pod-resources API at {socket} did not answer {method}: "
                                           f"{exc.code().name} {exc.details() or ''}".rstrip()) from None
+
+
+def _devices(found: Iterable[Any]) -> tuple[Device, ...]:
+    return tuple(Device(d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes)) for d in found)
+
+
+def list_containers(socket: str = SOCKET, timeout: float = 2.0) -> tuple[Container, ...]:
+    """Every container of the node, from the kubelet's ``List``; PodResourcesUnavailable saying why not."""
+    return _containers(_ask(socket, "List", timeout))
+
+
+def allocatable(socket: str = SOCKET, timeout: float = 2.0) -> tuple[tuple[Device, ...], CpuSet]:
+    """The node's devices (each with the NUMA nodes its plugin reports) and CPUs the kubelet may hand out, from
+    ``GetAllocatableResources``; PodResourcesUnavailable saying why not."""
+    answer = _ask(socket, "GetAllocatableResources", timeout)
+    return _devices(answer.devices), CpuSet(int(i) for i in answer.cpu_ids)
 
 
 def match(containers: Iterable[Container], *, cpus: CpuSet | None = None,

@@ -34,7 +34,7 @@ from ..facts.kubelet import CONFIG, STATE, read_kubelet
 from ..facts.machine import Facts, cached
 from ..facts.network import assign
 from ..facts.pod import pod_of
-from ..facts.podresources import SOCKET, PodResourcesUnavailable, list_containers, match
+from ..facts.podresources import SOCKET, PodResourcesUnavailable, allocatable, list_containers, match
 from ..facts.topology import Topology, read_topology
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
@@ -47,6 +47,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
+
+    from ..facts.gpus import Gpu
 
 __all__ = ["Diagnosis", "Finding", "diagnose"]
 
@@ -391,18 +393,39 @@ def _pod_resources(pid: int, facts: Facts, placement: Placement | None, socket: 
         return [Finding("pod-resources-unread", "info", str(exc), "the container's devices and the way its GPU "
                         "came to it cannot be checked", "install numapin[kubernetes] and mount the kubelet's "
                         "pod-resources folder (numapin's DaemonSet does)")]
-    gpus = {g.uuid for g in facts.inventory.gpus if placement is not None and g.pci == placement.pci and g.uuid}
-    mine = match(containers, cpus=mask, gpus=gpus)
+    gpu = next((g for g in facts.inventory.gpus if placement is not None and g.pci == placement.pci), None)
+    mine = match(containers, cpus=mask, gpus={gpu.uuid} if gpu is not None and gpu.uuid else ())
+    found = _plugin_node(gpu, socket)
     plugged = mine is not None and any(d.resource.startswith("nvidia.com/") for d in mine.devices)
     if mine is None or not mine.claims or plugged:
-        return []
-    return [Finding(
+        return found
+    return [*found, Finding(
         "gpu-from-dra", "warning", f"container {mine.namespace}/{mine.pod}/{mine.name} got its devices through "
         f"Dynamic Resource Allocation (claim {', '.join(mine.claims)}), and no GPU from a device plugin",
         "the kubelet's topology manager aligns device-plugin devices with CPUs, not DRA's (kubernetes/website#56232):"
         " nothing put the container's CPUs near its GPU", "pin inside the pod with numapin exec or NUMAPIN_AUTOPIN "
         "(the GPU's node within its cpuset), and give the pod CPUs on that node (a DRA driver that publishes "
         "NUMA attributes, matched in the claim)")]
+
+
+def _plugin_node(gpu: Gpu | None, socket: str) -> list[Finding]:
+    """The NUMA node the GPU's device plugin reports to the kubelet (``GetAllocatableResources``) against the
+    kernel's: the topology manager aligns a pod's CPUs with the plugin's."""
+    if gpu is None or gpu.uuid is None or gpu.node is None:
+        return []
+    try:
+        devices, _ = allocatable(socket)
+    except PodResourcesUnavailable:
+        return []  # said once already, by List's finding
+    reported = {n for d in devices for i in d.ids if i.lower() == gpu.uuid.lower() for n in d.nodes}
+    if not reported or gpu.node in reported:
+        return []
+    return [Finding(
+        "device-plugin-numa", "warning", f"the device plugin reports GPU {gpu.uuid} ({gpu.pci}) on NUMA node(s) "
+        f"{', '.join(map(str, sorted(reported)))}; the kernel puts it on node {gpu.node}",
+        "the kubelet's topology manager aligns the pod's CPUs and memory with the plugin's node, away from the GPU",
+        "correct the plugin's topology (NVIDIA's device plugin reads the GPU's numa_node from sysfs: check the "
+        "firmware's, and the plugin's version), then restart the pod")]
 
 
 def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:
