@@ -6,11 +6,14 @@ on v1 in a hierarchy that needs no settings before a process joins (freezer, pid
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: Where each runtime's container cgroup is named, by driver: (prefix, suffix) around the 64-hex id.
 CONTAINERS = {
@@ -138,3 +141,39 @@ def placed_in(top: Path, paths: list[str], cpus: str | None = None) -> Iterator[
                 with suppress(OSError):  # ended meanwhile
                     (top / "cgroup.procs").write_text(f"{pid}\n")
             folder.rmdir()
+
+
+def cgroups_or_skip(*, cpuset: bool) -> Path:
+    """The hierarchy a test makes its pods' cgroups in (``cpuset``: the cpuset controller's), or skip saying why."""
+    import pytest
+
+    found = cpuset_hierarchy() if cpuset else hierarchy()
+    if found is None:
+        pytest.skip("making cgroups and moving processes into them needs root and a cgroup hierarchy")
+    return found
+
+
+@contextmanager
+def sleeping() -> Iterator[subprocess.Popen[str]]:
+    """A process that waits to be looked at (killed on the way out)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(120)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
+def needed(module: str, extra: str) -> Any:
+    """``module`` imported, or skip saying which extra installs it (fail under CI: a tier never skips there)."""
+    import pytest
+
+    try:
+        return __import__(module)
+    except ImportError:
+        message = f"{module} is not installed (pip install '.[{extra}]')"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)

@@ -68,19 +68,13 @@ def test_any_path_is_a_pod_or_none(parts: list[str]) -> None:
 
 @pytest.fixture
 def top() -> Path:
-    found = kube.hierarchy()
-    if found is None:
-        pytest.skip("making cgroups and moving processes into them needs root and a cgroup hierarchy")
-    return found
+    return kube.cgroups_or_skip(cpuset=False)
 
 
 @pytest.fixture
 def sleeper() -> Iterator[subprocess.Popen[str]]:
-    child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None and child.stdout.readline() == "ready\n"
-    yield child
-    child.kill()
-    child.wait()
+    with kube.sleeping() as child:
+        yield child
 
 
 def test_a_process_moved_into_each_layout_is_known_by_its_pod(top: Path, sleeper: subprocess.Popen[str]) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import kube
 from numapin.cli import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,18 +27,8 @@ DEPLOY = REPO / "deploy" / "kubernetes"
 VERSIONS = ("1.29.0", "1.37.0")
 
 
-def _needed(module: str, package: str) -> Any:
-    try:
-        return __import__(module)
-    except ImportError:
-        message = f"{package} is not installed (pip install '.[kubetest]')"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 def _documents() -> list[dict[str, Any]]:
-    yaml = _needed("yaml", "PyYAML")
+    yaml = kube.needed("yaml", "kubetest")
     found = []
     for path in sorted(DEPLOY.glob("*.yaml")):
         found += [d for d in yaml.safe_load_all(path.read_text()) if d]
@@ -51,7 +42,7 @@ def _one(kind: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_manifest_is_valid_for_the_kubernetes_api(version: str) -> None:
-    validator = _needed("kubernetes_validate", "kubernetes-validate")
+    validator = kube.needed("kubernetes_validate", "kubetest")
     kinds = []
     for document in _documents():
         kinds.append(document["kind"])
@@ -62,7 +53,7 @@ def test_every_manifest_is_valid_for_the_kubernetes_api(version: str) -> None:
 
 
 def test_an_invalid_manifest_is_caught() -> None:
-    validator = _needed("kubernetes_validate", "kubernetes-validate")
+    validator = kube.needed("kubernetes_validate", "kubetest")
     broken = _one("DaemonSet")
     broken["spec"]["template"]["spec"]["hostPid"] = True  # a misspelt field the API does not have
     with pytest.raises(validator.ValidationError):

@@ -36,19 +36,9 @@ from numapin.facts.podresources import (
 READY = "import time; print('ready', flush=True); time.sleep(120)"
 
 
-def _needed(module: str) -> Any:
-    try:
-        return __import__(module)
-    except ImportError:
-        message = f"{module} is not installed (pip install '.[kubetest]')"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-
-
 def _api() -> dict[str, Any]:
     """The API's messages, as the test's own reading of api.proto: (field, number, type, repeated, message)."""
-    _needed("google.protobuf")
+    kube.needed("google.protobuf", "kubetest")
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     string, int64, message = 9, 3, 11
@@ -88,7 +78,7 @@ Devices = list[tuple[str, list[str], list[int]]]  # (resource, ids, NUMA nodes)
 def kubelet(tmp_path: Path) -> Iterator[Callable[..., str]]:
     """Start a pod-resources server answering List with the pods given (and GetAllocatableResources with the
     devices given); the socket's path."""
-    grpc = _needed("grpc")
+    grpc: Any = kube.needed("grpc", "kubetest")
     api = _api()
     servers = []
 
@@ -150,10 +140,10 @@ def test_the_list_is_read_whole(kubelet: Callable[..., str]) -> None:
 
 
 def test_an_unreachable_api_says_why(tmp_path: Path) -> None:
-    _needed("grpc")
+    kube.needed("grpc", "kubetest")
     with pytest.raises(PodResourcesUnavailable, match="no pod-resources socket at"):
         list_containers(str(tmp_path / "none.sock"))
-    grpc = _needed("grpc")
+    grpc: Any = kube.needed("grpc", "kubetest")
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))  # answers nothing: UNIMPLEMENTED
     socket = str(tmp_path / "mute.sock")
     server.add_insecure_port(f"unix://{socket}")
@@ -175,10 +165,7 @@ def test_a_process_is_matched_by_its_cpus_or_its_gpu_and_never_by_a_guess() -> N
 
 @pytest.fixture
 def top() -> Path:
-    found = kube.cpuset_hierarchy()
-    if found is None:
-        pytest.skip("making cpuset cgroups and moving processes into them needs root")
-    return found
+    return kube.cgroups_or_skip(cpuset=True)
 
 
 def test_ps_names_each_worker_by_the_kubelets_api(top: Path, tmp_path: Path, kubelet: Callable[..., str]) -> None:

@@ -30,19 +30,13 @@ pytestmark = pytest.mark.skipif(not live.NODE0 or not live.NODE1, reason="needs 
 
 @pytest.fixture
 def top() -> Path:
-    found = kube.cpuset_hierarchy()
-    if found is None:
-        pytest.skip("making cpuset cgroups and moving processes into them needs root")
-    return found
+    return kube.cgroups_or_skip(cpuset=True)
 
 
 @pytest.fixture
 def worker() -> Iterator[int]:
-    child = subprocess.Popen([sys.executable, "-c", READY], stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None and child.stdout.readline() == "ready\n"
-    yield child.pid
-    child.kill()
-    child.wait()
+    with kube.sleeping() as child:
+        yield child.pid
 
 
 def _kubelet(root: Path, config: dict[str, str] | None, state: dict[str, object] | None) -> None:
