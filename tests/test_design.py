@@ -118,6 +118,8 @@ MODULE_STATE = {
     ("facts.machine", "_LOCK"): "the lock of that cache (a new one in a forked child)",
     ("startup", "_STARTED"): "what the start-up file did in this interpreter (site runs it twice in a venv)",
     ("pinning.memory", "_LINUX"): "the memory-policy syscalls through libc, loaded on first use",
+    ("kernel.affinity", "_LIBC"): "libc for masks of more than 64 CPU ids, loaded on first use",
+    ("kernel.affinity", "_COUNTED"): "os.cpu_count(), asked once a process (it only picks how masks travel)",
     ("compat.patching", "_asking"): "per thread, the modules numapin's import hooks are asking other finders for",
 }
 #: The state a forked child must not inherit as it is: its module resets it in an at-fork hook.

@@ -12,13 +12,12 @@ size capped, their owner returned to the caller to judge.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Collection, Iterator
+    from collections.abc import Collection
 
 __all__ = ["Folder", "only_theirs"]
 
@@ -56,23 +55,34 @@ class Folder:
         self.path = path
         self.owner = owner
 
+    # A context manager of its own, closing its descriptor (contextlib would cost every worker pinned at
+    # start-up its import, and functools' and collections').
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        os.close(self.fd)
+
     @classmethod
-    @contextlib.contextmanager
-    def open(cls, path: str, owners: Collection[int], *, create: bool = False) -> Iterator[Folder]:
-        """``path`` as a folder owned by one of ``owners`` that neither its group nor others may write;
-        PermissionError for anything else (a symlink, a file, another user's folder, a shared one).
-        ``create``: make it first (mode 0755, parents as needed) when it does not exist."""
+    def open(cls, path: str, owners: Collection[int], *, create: bool = False) -> Folder:
+        """``path`` as a folder owned by one of ``owners`` that neither its group nor others may write, held
+        open until the ``with`` block that takes it ends; PermissionError for anything else (a symlink, a
+        file, another user's folder, a shared one). ``create``: make it first (mode 0755, parents as needed)
+        when it does not exist."""
         if create:
-            with contextlib.suppress(FileExistsError):  # a file of that name: refused below
+            try:
                 os.makedirs(path, mode=0o755, exist_ok=True)
+            except FileExistsError:  # a file of that name: refused below
+                pass
         fd = os.open(path, _DIR_FLAGS)
         try:
             info = os.fstat(fd)
             if info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 raise PermissionError(f"{path} is not a folder of user {sorted(owners)[0]} that only it may write")
-            yield cls(fd, path, info.st_uid)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        return cls(fd, path, info.st_uid)
 
     def names(self) -> list[str]:
         return os.listdir(self.fd)
@@ -98,8 +108,10 @@ class Folder:
         """Write ``name`` through a new temporary file renamed over it: a reader sees the old content or the
         new, never half of one; nothing of another user's is written through. OSError as the kernel says it."""
         temporary = f"{name}.{os.getpid()}.tmp"
-        with contextlib.suppress(FileNotFoundError):  # one this process left by a failed write before
-            os.unlink(temporary, dir_fd=self.fd)
+        try:
+            os.unlink(temporary, dir_fd=self.fd)  # one this process left by a failed write before
+        except FileNotFoundError:
+            pass
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
                      dir_fd=self.fd)
         try:
@@ -111,11 +123,15 @@ class Folder:
                 raise OSError(f"{self.path}/{temporary}: short write ({written} of {len(data)} bytes)")
             os.replace(temporary, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         except BaseException:
-            with contextlib.suppress(OSError):  # a full folder keeps no empty temporary file
-                os.unlink(temporary, dir_fd=self.fd)
+            try:
+                os.unlink(temporary, dir_fd=self.fd)  # a full folder keeps no empty temporary file
+            except OSError:
+                pass
             raise
 
     def remove(self, name: str) -> None:
         """Remove ``name`` if this user may (another user's file stays for its owner or root)."""
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(name, dir_fd=self.fd)
+        except OSError:
+            pass

@@ -17,6 +17,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from functools import cached_property as once
     from typing import Any, TypeVar
 
     from typing_extensions import dataclass_transform
@@ -26,7 +27,26 @@ else:
     def dataclass_transform(**_: object) -> object:
         return lambda function: function
 
-__all__ = ["field", "fields", "frozen", "replace"]
+    class once:
+        """A property computed on first use and kept in the instance (``functools.cached_property``, whose
+        module and its imports a worker pinned at start-up would otherwise pay for; a record stores it in its
+        ``__dict__``, which its refusal of assignment does not guard)."""
+
+        def __init__(self, method):
+            self.method = method
+            self.name = method.__name__
+            self.__doc__ = method.__doc__
+
+        def __set_name__(self, owner, name):
+            self.name = name
+
+        def __get__(self, instance, owner=None):
+            if instance is None:
+                return self
+            value = instance.__dict__[self.name] = self.method(instance)
+            return value
+
+__all__ = ["field", "fields", "frozen", "once", "replace"]
 
 _MISSING = object()
 

@@ -16,7 +16,6 @@ PCI order and warns that the default order is ambiguous.
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
@@ -300,8 +299,10 @@ def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[
         warnings.append(f"NVML query failed: {exc}")
         return gpus, f"failed ({exc})"
     finally:
-        with contextlib.suppress(Exception):
+        try:
             nvml.nvmlShutdown()
+        except Exception:  # a shutdown that fails leaves nothing to undo
+            pass
 
 
 def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None = None) -> Inventory:

@@ -13,8 +13,8 @@ a forked child reads afresh; :func:`forget` (``numapin.refresh()``) drops it.
 
 from __future__ import annotations
 
+import _thread  # threading's locks themselves, without threading's import
 import os
-import threading
 
 from ..base.choices import parse_choice
 from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
@@ -143,7 +143,7 @@ def priority_rule(environ: Mapping[str, str]) -> PriorityRule:
 # -- the one cache: machines by root -------------------------------------------------
 
 _MACHINES: dict[str, Machine] = {}
-_LOCK = [threading.Lock()]
+_LOCK = [_thread.allocate_lock()]
 
 
 def cached(root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> Facts:
@@ -171,7 +171,7 @@ def forget() -> None:
 
 def _after_fork_in_child() -> None:
     # A fresh lock (another thread may have held it at fork time); a child reads its facts afresh.
-    _LOCK[0] = threading.Lock()
+    _LOCK[0] = _thread.allocate_lock()
     _MACHINES.clear()
 
 

@@ -10,9 +10,8 @@ could not read in ``Topology.warnings``.
 from __future__ import annotations
 
 import os
-from functools import cached_property
 
-from ..base.frozen import field, frozen
+from ..base.frozen import field, frozen, once
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 from .cgroup import Cgroup, read_cgroup
@@ -91,11 +90,11 @@ class Topology:
 
     # -- questions consumers ask ------------------------------------------
 
-    @cached_property
+    @once
     def _node_of_cpu(self) -> dict[int, Node]:
         return {cpu: node for node in self.nodes for cpu in node.cpus}
 
-    @cached_property
+    @once
     def _core_of_cpu(self) -> dict[int, Core]:
         return {cpu: core for core in self.cores for cpu in core.cpus}
 

@@ -8,10 +8,9 @@ by the real kernel (:class:`LinuxThreads`) or, in tests, by a model of it.
 
 from __future__ import annotations
 
+import _thread  # threading's calls themselves, without threading's import
 import errno
-import functools
 import os
-import threading
 
 from ..base.choices import Choice
 from ..base.errors import ProcessError
@@ -73,7 +72,7 @@ class LinuxThreads:
         return os.getpid() if self._pid is None else self._pid
 
     def self_tid(self) -> int:
-        return threading.get_native_id()
+        return _thread.get_native_id()
 
     def list_threads(self) -> list[int]:
         return list(map(int, os.listdir(f"/proc/{self.pid}/task")))
@@ -96,7 +95,11 @@ class LinuxThreads:
         from the last one.
         """
         # The listing as the kernel gives it: a walk compares names, and converts only the new ones.
-        names = functools.partial(os.listdir, f"/proc/{self.pid}/task")
+        folder = f"/proc/{self.pid}/task"
+
+        def names() -> list[str]:
+            return os.listdir(folder)
+
         ids = max(_cpu_count(), target.last() + 1 if target else 1)
         if ids <= _SMALL_MASKS:
             return os.sched_getaffinity, CpuSet, os.sched_setaffinity, list(target), names
@@ -132,11 +135,15 @@ class LinuxThreads:
 _SMALL_MASKS = 64
 
 
-@functools.lru_cache(maxsize=1)
 def _cpu_count() -> int:
-    # Asked once: glibc reads a sysfs file for it (several microseconds a pin), and
+    # Asked once a process: glibc reads a sysfs file for it (several microseconds a pin), and
     # it only chooses the faster of two correct ways to pass masks.
-    return os.cpu_count() or 1
+    if not _COUNTED:
+        _COUNTED.append(os.cpu_count() or 1)
+    return _COUNTED[0]
+
+
+_COUNTED: list[int] = []  # os.cpu_count(), asked once
 
 
 def walk_calls(ops: ThreadKernel, target: CpuSet) -> WalkCalls:
@@ -195,11 +202,15 @@ class _RawAffinity:
 _MAX_MASK_BYTES = (MAX_ID + 1) // 8
 
 
-@functools.lru_cache(maxsize=1)
 def _libc() -> Any:
-    import ctypes
+    if not _LIBC:
+        import ctypes
 
-    return ctypes.CDLL(None, use_errno=True)
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+_LIBC: list[Any] = []  # libc, loaded on first use (for masks of more than 64 CPU ids)
 
 
 def outcome_of(exc: OSError) -> Outcome:

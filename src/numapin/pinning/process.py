@@ -10,7 +10,6 @@ happened to each thread (:mod:`numapin.results`).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 
 from ..base.environment import LOCAL_RANK_VARIABLES
@@ -92,11 +91,16 @@ def current(*, kernel: ThreadKernel | None = None) -> Current:
 
 def _other_thread_mask(ops: ThreadKernel, me: int, deliberate: Mapping[int, CpuSet], fallback: CpuSet) -> CpuSet:
     """The mask of the first thread that was not placed on purpose, or ``fallback``."""
-    with contextlib.suppress(OSError):
-        for tid in ops.list_threads():
-            if tid != me and tid not in deliberate:
-                with contextlib.suppress(OSError):
-                    return ops.get_affinity(tid)
+    try:
+        threads = ops.list_threads()
+    except OSError:
+        return fallback
+    for tid in threads:
+        if tid != me and tid not in deliberate:
+            try:
+                return ops.get_affinity(tid)
+            except OSError:
+                continue
     return fallback
 
 
@@ -379,8 +383,10 @@ def _read_back(ops: ThreadKernel, results: tuple[ThreadResult, ...], wanted: Cpu
     """
     for result in results:
         if result.after == wanted and result.outcome in (Outcome.PINNED, Outcome.ALREADY):
-            with contextlib.suppress(OSError):
+            try:
                 return ops.get_affinity(result.tid)
+            except OSError:
+                continue
     return wanted
 
 

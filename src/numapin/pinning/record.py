@@ -31,7 +31,6 @@ line, and the pin stands.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 
@@ -274,8 +273,11 @@ def withdraw(pid: int | None = None) -> None:
         return
     name = file_name(target, start)
     for path in folders():
-        with contextlib.suppress(OSError), Folder.open(path, {os.geteuid()}) as folder:
-            folder.remove(name)
+        try:
+            with Folder.open(path, {os.geteuid()}) as folder:
+                folder.remove(name)
+        except OSError:
+            continue
 
 
 def stamp(entry: Record) -> Record:

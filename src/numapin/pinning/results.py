@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections import namedtuple
-
 from ..base.errors import EnvironmentProblem
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
@@ -28,8 +26,28 @@ if TYPE_CHECKING:
         after: CpuSet | None = None
         error: str | None = None
 else:
-    # typing.NamedTuple would import typing at run time for this one class: the same tuple from collections.
-    _ThreadFields = namedtuple("ThreadResult", ("tid", "outcome", "before", "after", "error"), defaults=(None,) * 3)
+    class _ThreadFields(tuple):
+        """The named tuple written out: typing.NamedTuple would import typing for this one class, and
+        collections.namedtuple collections (and make the class from source text) in every pinned worker."""
+
+        __slots__ = ()
+        _fields = ("tid", "outcome", "before", "after", "error")
+
+        def __new__(cls, tid, outcome, before=None, after=None, error=None):
+            return tuple.__new__(cls, (tid, outcome, before, after, error))
+
+        def __getnewargs__(self):  # copy and pickle make it again from its values
+            return tuple(self)
+
+        def __repr__(self):
+            values = ", ".join(f"{name}={value!r}" for name, value in zip(self._fields, self, strict=True))
+            return f"ThreadResult({values})"
+
+        tid = property(lambda self: self[0])
+        outcome = property(lambda self: self[1])
+        before = property(lambda self: self[2])
+        after = property(lambda self: self[3])
+        error = property(lambda self: self[4])
 
 
 class ThreadResult(_ThreadFields):

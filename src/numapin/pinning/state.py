@@ -8,20 +8,18 @@ lock (:class:`PinState`, one per process: a forked child gets its own).
 
 from __future__ import annotations
 
-import contextlib
-import functools
+import _thread  # threading's lock and thread id themselves, without threading's import
 import os
-import threading
 
 from ..base.environment import APPLIED
-from ..base.frozen import frozen, replace
+from ..base.frozen import frozen, once, replace
 from ..base.logger import log
 from ..cpuset import CpuSet
 from .record import Record, start_time
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Mapping
     from typing import Any
 
     from ..kernel.affinity import ThreadKernel
@@ -50,17 +48,22 @@ class Acting:
     """Thread-pool variables set for the process (exec and the start-up hook set them)."""
 
 
-@contextlib.contextmanager
-def acting(how: str, pools: tuple[tuple[str, str], ...] = ()) -> Iterator[None]:
-    """Pins made inside are recorded as ``how``'s (the outermost caller's, when these nest)."""
-    pins = state()
-    with pins.lock:
-        before = pins.acting
-        pins.acting = before or Acting(how, pools)
-        try:
-            yield
-        finally:
-            pins.acting = before
+class acting:
+    """Pins made inside are recorded as ``how``'s (the outermost caller's, when these nest). A class, not a
+    contextlib generator: contextlib's import would cost every worker pinned at start-up."""
+
+    def __init__(self, how: str, pools: tuple[tuple[str, str], ...] = ()) -> None:
+        self.how, self.pools = how, pools
+
+    def __enter__(self) -> None:
+        self.pins = pins = state()
+        pins.lock.acquire()
+        self.before = pins.acting
+        pins.acting = self.before or Acting(self.how, self.pools)
+
+    def __exit__(self, *_: object) -> None:
+        self.pins.acting = self.before
+        self.pins.lock.release()
 
 
 def exec_marker(environ: Mapping[str, str]) -> CpuSet | None:
@@ -80,7 +83,7 @@ class PinState:
     """
 
     def __init__(self, applied: Applied | None = None) -> None:
-        self.lock = threading.RLock()
+        self.lock = _thread.RLock()
         self.applied = applied
         #: Threads that pin_thread() (or reserve=) placed: their mask, the mask each had before,
         #: and when each started (a reused thread id is another thread).
@@ -102,7 +105,7 @@ class PinState:
         #: The record folders this process has checked (and swept) already.
         self.ready_folders: set[str] = set()
 
-    @functools.cached_property
+    @once
     def start(self) -> int | None:
         """This process's start time, read once (with the pid it names the process in its record)."""
         return start_time(os.getpid())
@@ -119,7 +122,7 @@ class PinState:
         """
         applied, flight = self.applied, self.in_flight
         child = PinState()
-        child.lease_holders = [threading.get_native_id() for tid in self.lease_holders if tid == forking_tid]
+        child.lease_holders = [_thread.get_native_id() for tid in self.lease_holders if tid == forking_tid]
         if applied is None and flight is None:
             return child
         ours = {*self.deliberate.values(), *(() if flight is None else (flight,)),
@@ -220,7 +223,7 @@ _FORKING = [0]  # the native id of the thread that forks, in the parent (registe
 
 
 def _before_fork() -> None:
-    _FORKING[0] = threading.get_native_id()
+    _FORKING[0] = _thread.get_native_id()
 
 
 def _after_fork_in_child() -> None:

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
-from operator import attrgetter
-
 from ..base.errors import errno_name
 from ..cpuset import CpuSet
 from ..kernel.affinity import Outcome, ThreadKernel, outcome_of, walk_calls
@@ -109,7 +105,10 @@ class Walk:
 
     def counts(self) -> dict[Outcome, int]:
         """How many threads had each outcome (every outcome present, zero or not)."""
-        return {**dict.fromkeys(Outcome, 0), **Counter(map(attrgetter("outcome"), self.results.values()))}
+        found = dict.fromkeys(Outcome, 0)
+        for result in self.results.values():
+            found[result.outcome] += 1
+        return found
 
     def move_caller(self, tid: int, before: CpuSet, cpus: CpuSet) -> None:
         """Give the calling thread a target of its own (the reserved cores) after the walk."""
@@ -152,8 +151,10 @@ def finish(items: list[Any], act: Callable[[Any], None]) -> None:
     while items:
         try:
             while items:
-                with contextlib.suppress(OSError):
+                try:
                     act(items[-1])
+                except OSError:
+                    pass
                 items.pop()
         except BaseException as exc:  # a signal handler's exception: finish first
             pending = pending or exc
