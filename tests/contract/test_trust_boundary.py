@@ -300,8 +300,15 @@ def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: tup
 #: numapin's ps, run by the other user: this interpreter imports what ps needs while root (the interpreter may
 #: live where that user may not read), then becomes the other user for good, and only then scans.
 _PS_AS = """
-import json, locale, os, sys
-import numapin.cli, numapin.tools.ps, numapin.tools.prometheus, numapin.pinning.verdict, numapin.facts.gpus
+import importlib, json, locale, os, pkgutil, sys
+import numapin, numapin.cli
+for module in pkgutil.walk_packages(numapin.__path__, "numapin."):  # what ps imports when it finds a worker
+    if module.name.endswith("__main__"):
+        continue  # it runs the command line
+    try:
+        importlib.import_module(module.name)
+    except ImportError:
+        pass  # a compatibility module whose framework is not here
 numapin.cli.build_parser("ps").parse_args(["ps"])
 uid, gid = int(sys.argv[1]), int(sys.argv[2])
 os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)
