@@ -565,6 +565,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         for w in found.workers:
             if w.note:
                 print(f"note: {w.pid}: {w.note}")
+            if w.kubelet:
+                print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
         if found.workers:
             print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
         if found.pod_names:

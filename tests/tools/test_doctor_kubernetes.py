@@ -201,3 +201,19 @@ def test_doctor_in_the_pod_says_what_it_could_not_check_and_why(top: Path, pair_
     outside = subprocess.run(doctor, capture_output=True, text=True, timeout=60, env=live.without_inputs(
         dict(os.environ)))
     assert not {"pod-unidentified", "kubelet-unread"} & {f["id"] for f in json.loads(outside.stdout)["findings"]}
+
+
+def test_ps_lists_the_kubelet_findings_beside_each_worker_in_a_pod(in_pod: tuple[int, kube.Layout],
+                                                                  pair_root: Path) -> None:
+    pid, layout = in_pod
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "best-effort"},
+             {"policyName": "static", "defaultCpuSet": "0", "entries": {layout.uid: {"w": "1"}}})
+    ps = [sys.executable, "-m", "numapin", "ps", str(pid), "--root", str(pair_root), "--pod-resources", ""]
+    row = json.loads(subprocess.run([*ps, "--json"], capture_output=True, text=True, timeout=60).stdout)["workers"][0]
+    assert row["pod"]["uid"] == layout.uid and "kubelet-topology-manager" in row["kubelet"]
+    assert "kubelet-unread" not in row["kubelet"], "only warnings and errors"
+    text = subprocess.run(ps, capture_output=True, text=True, timeout=60).stdout
+    assert f"kubelet: {pid}: kubelet-topology-manager" in text and f"numapin doctor --pid {pid}" in text
+    _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"}, None)
+    row = json.loads(subprocess.run([*ps, "--json"], capture_output=True, text=True, timeout=60).stdout)["workers"][0]
+    assert row["kubelet"] == []

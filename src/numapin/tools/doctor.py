@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from ..facts.gpus import Gpu
 
-__all__ = ["Diagnosis", "Finding", "diagnose"]
+__all__ = ["Diagnosis", "Finding", "diagnose", "pod_findings"]
 
 _OFF = ("", "none", "disabled", "false")
 
@@ -186,7 +186,7 @@ def diagnose(
         findings += _launcher(env, facts, placement, chosen, status, found)
         findings += _thread_pools(env, facts, placement, pid, status)
     if pid is not None or environ is None:  # a process: PID, or this one (not an environment handed in)
-        findings += _kubernetes(os.getpid() if pid is None else pid, facts, placement, root, env, pod_resources)
+        findings += pod_findings(os.getpid() if pid is None else pid, facts, placement, root, env, pod_resources)
     if judged is not None and judged.verdict is Verdict.MISPLACED and want is not None:
         share = judged.remote_share()
         sees = [f"{len(judged.outside)} of {counted(len(judged.threads), 'thread')} run outside CPUs {want.target}"
@@ -317,9 +317,10 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
     return found
 
 
-def _kubernetes(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
+def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
                 env: Mapping[str, str], pod_resources: str | None) -> list[Finding]:
-    """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node."""
+    """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node (``ps``
+    lists the ids of those that are warnings or errors beside each worker in a pod)."""
     pod = pod_of(pid)
     if pod is None:
         if not env.get("KUBERNETES_SERVICE_HOST"):

@@ -78,6 +78,9 @@ class Worker:
     """Known only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES): never counted."""
     pod: Pod | None = None
     """Its Kubernetes pod and container, where its cgroup path names one."""
+    kubelet: tuple[str, ...] = ()
+    """For a worker in a pod: the ids of doctor's findings on the kubelet's decisions that are warnings or errors
+    (``kubelet-topology-manager``...; ``numapin doctor --pid PID`` says each in full)."""
 
     @property
     def verdict_words(self) -> str:
@@ -92,7 +95,7 @@ class Worker:
             "expected": None if self.target is None else str(self.target),
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
-            "pod": None if self.pod is None else self.pod.as_dict(),
+            "pod": None if self.pod is None else self.pod.as_dict(), "kubelet": list(self.kubelet),
         }
 
 
@@ -239,9 +242,26 @@ def survey(
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
     unnamed = None
-    if pod_resources is not None and any(w.pod is not None for w in found):
-        found, unnamed = _pod_names(found, pod_resources, machine)
+    if any(w.pod is not None for w in found):
+        if pod_resources is not None:
+            found, unnamed = _pod_names(found, pod_resources, machine)
+        found = _kubelet_findings(found, root, pod_resources, machine)
     return Survey(tuple(found), unseen, unnamed)
+
+
+def _kubelet_findings(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
+                      machine: Callable[[], Facts]) -> list[Worker]:
+    """Each worker in a pod with the ids of doctor's warnings and errors on the kubelet's decisions for it."""
+    from ..base.frozen import replace
+    from .doctor import pod_findings
+
+    checked = []
+    for w in workers:
+        if w.pod is not None:
+            found = pod_findings(w.pid, machine(), w.expected, root, {}, socket)
+            w = replace(w, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
+        checked.append(w)
+    return checked
 
 
 def _pod_names(workers: list[Worker], socket: str, machine: Callable[[], Facts]) -> tuple[list[Worker], str | None]:
