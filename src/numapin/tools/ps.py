@@ -245,7 +245,8 @@ def survey(
     if any(w.pod is not None for w in found):
         if pod_resources is not None:
             found, unnamed = _pod_names(found, pod_resources, machine)
-        found = _kubelet_findings(found, root, pod_resources, machine)
+        # An API that did not answer List is not asked again for each worker (each ask waits up to its timeout).
+        found = _kubelet_findings(found, root, pod_resources if unnamed is None else None, machine)
     return Survey(tuple(found), unseen, unnamed)
 
 
