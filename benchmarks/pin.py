@@ -49,7 +49,7 @@ ROUNDS = 41
 
 def floor(cpus: set[int]) -> None:
     for name in os.listdir("/proc/self/task"):
-        try:  # noqa: SIM105 - the bare floor: contextlib.suppress costs more than the syscall
+        try:  # the bare floor: contextlib.suppress costs more than the syscall
             os.sched_setaffinity(int(name), cpus)
         except OSError:
             pass
