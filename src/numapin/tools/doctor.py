@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from ..facts.gpus import Gpu
+    from ..facts.pod import Pod
+    from ..facts.podresources import Container
 
 __all__ = ["Diagnosis", "Finding", "diagnose", "pod_findings"]
 
@@ -318,10 +320,12 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
 
 
 def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
-                env: Mapping[str, str], pod_resources: str | None) -> list[Finding]:
+                env: Mapping[str, str], pod_resources: str | None, *, pod: Pod | None = None,
+                containers: tuple[Container, ...] | None = None) -> list[Finding]:
     """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node (``ps``
-    lists the ids of those that are warnings or errors beside each worker in a pod)."""
-    pod = pod_of(pid)
+    lists the ids of those that are warnings or errors beside each worker in a pod). ``pod`` and ``containers``
+    (the API's ``List``): what the caller read already, for each of many processes (``ps``)."""
+    pod = pod or pod_of(pid)
     if pod is None:
         if not env.get("KUBERNETES_SERVICE_HOST"):
             return []
@@ -351,22 +355,22 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
             f"{kubelet.topology_manager} on a node of {len(facts.topology.nodes)} NUMA nodes",
             "the kubelet admits a GPU pod whose CPUs (or memory) lie on another node than its GPU: nothing makes "
             "them agree", f"set topologyManagerPolicy: single-numa-node (or restricted) in {CONFIG}"))
-    containers = kubelet.exclusive.get(pod.uid, {})
-    if kubelet.topology_scope == "container" and len(containers) > 1:
+    exclusive = kubelet.exclusive.get(pod.uid, {})  # its containers' own CPUs, by container name
+    if kubelet.topology_scope == "container" and len(exclusive) > 1:
         found.append(Finding(
-            "kubelet-topology-scope", "warning", f"topology manager scope container and {len(containers)} "
-            f"containers of {where} with CPUs of their own ({', '.join(sorted(containers))})",
+            "kubelet-topology-scope", "warning", f"topology manager scope container and {len(exclusive)} "
+            f"containers of {where} with CPUs of their own ({', '.join(sorted(exclusive))})",
             "each container is aligned alone, so the containers of one GPU job may land on different nodes",
             f"set topologyManagerScope: pod in {CONFIG}"))
     mask = read_cgroup(Host.at("/"), pid=pid).cpus  # the container's cpuset: processes are always the live ones
     if pod_resources is not None:
-        found += _pod_resources(pid, facts, placement, pod_resources, mask)
+        found += _pod_resources(facts, placement, pod_resources, mask, containers)
     node = None if placement is None else next((n for n in facts.topology.nodes if n.id == placement.node), None)
     if placement is None or node is None:
         return found
     mine = kubelet.by_container_id.get(pod.container_id or "") or next(
-        (cpus for cpus in containers.values() if mask is not None and cpus == mask), None) or (
-        next(iter(containers.values())) if len(containers) == 1 else None)
+        (cpus for cpus in exclusive.values() if mask is not None and cpus == mask), None) or (
+        next(iter(exclusive.values())) if len(exclusive) == 1 else None)
     if mine is not None and not mine <= node.cpus:
         found.append(Finding(
             "kubelet-cpus-other-node", "error", f"the CPU manager gave the container CPUs {mine}, "
@@ -384,12 +388,12 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
     return found
 
 
-def _pod_resources(pid: int, facts: Facts, placement: Placement | None, socket: str,
-                   mask: CpuSet | None) -> list[Finding]:
-    """What the kubelet's pod-resources API says of the process's container: a GPU from Dynamic Resource
-    Allocation, which the topology manager does not align."""
+def _pod_resources(facts: Facts, placement: Placement | None, socket: str, mask: CpuSet | None,
+                   containers: tuple[Container, ...] | None) -> list[Finding]:
+    """What the kubelet's pod-resources API says of the process's container (``containers``: its ``List``, when
+    read already): a GPU from Dynamic Resource Allocation, which the topology manager does not align."""
     try:
-        containers = list_containers(socket)
+        containers = list_containers(socket) if containers is None else containers
     except PodResourcesUnavailable as exc:
         return [Finding("pod-resources-unread", "info", str(exc), "the container's devices and the way its GPU "
                         "came to it cannot be checked", "install numapin[kubernetes] and mount the kubelet's "

@@ -243,50 +243,41 @@ def survey(
             found.append(worker)
     unnamed = None
     if any(w.pod is not None for w in found):
-        if pod_resources is not None:
-            found, unnamed = _pod_names(found, pod_resources, machine)
-        # An API that did not answer List is not asked again for each worker (each ask waits up to its timeout).
-        found = _kubelet_findings(found, root, pod_resources if unnamed is None else None, machine)
+        found, unnamed = _in_pods(found, root, pod_resources, machine)
     return Survey(tuple(found), unseen, unnamed)
 
 
-def _kubelet_findings(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
-                      machine: Callable[[], Facts]) -> list[Worker]:
-    """Each worker in a pod with the ids of doctor's warnings and errors on the kubelet's decisions for it."""
-    from ..base.frozen import replace
-    from .doctor import pod_findings
-
-    checked = []
-    for w in workers:
-        if w.pod is not None:
-            found = pod_findings(w.pid, machine(), w.expected, root, {}, socket)
-            w = replace(w, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
-        checked.append(w)
-    return checked
-
-
-def _pod_names(workers: list[Worker], socket: str, machine: Callable[[], Facts]) -> tuple[list[Worker], str | None]:
-    """The workers with their pods' names from the kubelet's API, each matched by its cpuset or its GPU; and why
-    none could be named, when the API could not be asked."""
+def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
+             machine: Callable[[], Facts]) -> tuple[list[Worker], str | None]:
+    """Each worker in a pod named from the kubelet's API (matched by its cpuset or its GPU) and given the ids of
+    doctor's warnings and errors on the kubelet's decisions for it; and why none could be named, when the API
+    could not be asked. The API is asked once a scan: one that does not answer is not waited for again."""
     from ..base.frozen import replace
     from ..facts.cgroup import read_cgroup
     from ..facts.podresources import PodResourcesUnavailable, list_containers, match
+    from .doctor import pod_findings
 
-    try:
-        containers = list_containers(socket)
-    except PodResourcesUnavailable as exc:
-        return workers, str(exc)
+    containers, unnamed = None, None
+    if socket is not None:
+        try:
+            containers = list_containers(socket)
+        except PodResourcesUnavailable as exc:
+            unnamed = str(exc)
     live = Host.at("/")  # a process's cgroup is always the live one's
-    named = []
+    checked = []
     for w in workers:
         pod = w.pod
         if pod is not None:
-            gpus = {g.uuid for g in machine().inventory.gpus if g.pci == w.pci and g.uuid}
-            found = match(containers, cpus=read_cgroup(live, pid=w.pid).cpus, gpus=gpus)
-            if found is not None:
-                pod = replace(pod, namespace=found.namespace, name=found.pod, container=found.name)
-        named.append(w if pod is w.pod else replace(w, pod=pod))
-    return named, None
+            if containers is not None:
+                gpus = {g.uuid for g in machine().inventory.gpus if g.pci == w.pci and g.uuid}
+                named = match(containers, cpus=read_cgroup(live, pid=w.pid).cpus, gpus=gpus)
+                if named is not None:
+                    pod = replace(pod, namespace=named.namespace, name=named.pod, container=named.name)
+            found = pod_findings(w.pid, machine(), w.expected, root, {}, None if containers is None else socket,
+                                 pod=pod, containers=containers)
+            w = replace(w, pod=pod, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
+        checked.append(w)
+    return checked, unnamed
 
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
