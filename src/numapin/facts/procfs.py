@@ -133,9 +133,17 @@ def own_memory(pid: int) -> int | None:
     """Bytes of memory the process made itself and holds resident (anonymous, shared memory, huge pages), from
     ``status``, which any user may read; None for a process without memory (a kernel thread). What ``numa_maps``
     counts as its own, at a small share of the cost (that file walks every mapping's pages)."""
-    sizes = [status(pid).get(name, "").split() for name in ("RssAnon", "RssShmem", "HugetlbPages")]
-    kib = [int(size[0]) for size in sizes if len(size) == 2 and size[0].isdigit()]  # each "   1234 kB"
-    return sum(kib) << 10 if kib else None
+    # Three fields found in the bytes, not status()'s whole parse: ps asks this of every worker, and parsing
+    # the fifty-odd lines costs six times the read (76 µs against 12 here).
+    text = _read(pid, None, "status")
+    total, seen = 0, False
+    for name in (b"\nRssAnon:", b"\nRssShmem:", b"\nHugetlbPages:"):  # each "\nName:\t   1234 kB"
+        at = text.find(name)
+        if at >= 0:
+            value = text[at + len(name):text.find(b"\n", at + 1)].split()
+            if len(value) == 2 and value[0].isdigit():
+                total, seen = total + (int(value[0]) << 10), True
+    return total if seen else None
 
 
 def cgroup_paths(pid: int) -> list[str]:
