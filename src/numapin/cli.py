@@ -441,6 +441,8 @@ def cmd_exec(args: argparse.Namespace) -> int:
         ("cpus", "nodes", "both choose the CPUs"),
         ("cpus", "mode", "both choose the CPUs (--cpus is a placement of its own)"),
         ("nodes", "mode", "both choose the CPUs (--nodes takes the nodes' CPUs whole)"))
+    if args.keep_period is not None and not args.keep:
+        raise CliError("--keep-period is the period of --keep: add --keep")
     if args.mems is not None and args.memory == "none":
         raise CliError("--mems and --memory none: --mems names the memory policy's nodes, --memory none sets no "
                        "policy: give one")
@@ -474,7 +476,27 @@ def cmd_exec(args: argparse.Namespace) -> int:
                 print(prepared.describe())
             return 0
         env = apply_exec(prepared)
+        if args.keep:
+            env = _watched(env, args.keep_period, root)
     return exec_program(prepared, env)
+
+
+def _watched(env: dict[str, str], period: float | None, root: str | None) -> dict[str, str]:
+    """Leave a watcher that keeps this process's placement once it is the program; the program's environment
+    without NUMAPIN_KEEP (its start-up hook would keep it a second time)."""
+    from .base.environment import KEEP
+    from .base.logger import log
+    from .facts.machine import cached as cached_facts
+    from .pinning.keeper import DEFAULT_PERIOD
+    from .pinning.state import state
+    from .tools.keep import keeper_of, start_watcher
+
+    record = state().published
+    if record is None:
+        log.warning("--keep: numapin placed nothing here (or could not write its record): nothing to keep")
+    else:
+        start_watcher(keeper_of(os.getpid(), cached_facts(root, os.environ), record), period or DEFAULT_PERIOD)
+    return {k: v for k, v in env.items() if k != KEEP}
 
 
 # -- doctor ---------------------------------------------------------------
@@ -552,11 +574,11 @@ def cmd_ps(args: argparse.Namespace) -> int:
                          indent=2))
     else:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
-                  "seen by", "verdict"]
+                  "drift", "seen by", "verdict"]
         rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.pci or "-", w.placed_by,
                  "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
-                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.why + (" (candidate)" if w.candidate else ""),
-                 w.verdict_words] for w in found.workers]
+                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
+                 w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]
         if any(w.pod is not None for w in found.workers):  # a column only where a worker runs in a pod
             header.insert(2, "pod")
             for row, w in zip(rows, found.workers, strict=True):
@@ -596,6 +618,30 @@ def cmd_exporter(args: argparse.Namespace) -> int:
                                                           flush=True))
         except KeyboardInterrupt:
             return 0
+    return 0
+
+
+def cmd_keep(args: argparse.Namespace) -> int:
+    import signal
+
+    from .base.text import counted
+    from .facts.machine import cached as cached_facts
+    from .pinning.keeper import DEFAULT_PERIOD
+    from .tools.keep import keep_processes
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends the keeper as ^C does: cleanly, exit 0
+
+    with _root(args) as root:
+        facts = cached_facts(root, os.environ)
+        signal.signal(signal.SIGTERM, stop)
+        try:
+            seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks,
+                                  as_json=args.json)
+        except KeyboardInterrupt:
+            return 0
+    if not args.json:
+        print(f"numapin keep: {counted(seen, 'drift')} seen", file=sys.stderr)
     return 0
 
 
@@ -847,6 +893,12 @@ def _exec_args(ex: argparse.ArgumentParser) -> None:
                          "node's CPUs over its GPUs), N to N, keep leaves them; a value already set is never changed")
     ex.add_argument("--strict", action="store_true",
                     help="exit 2 instead of stepping down or running unpinned")
+    ex.add_argument("--keep", action="store_true",
+                    help="keep the placement while PROGRAM runs, any program: a small watcher process notices "
+                         "a cpuset change or a thread someone else moved, answers by --policy and ends with "
+                         "PROGRAM (NUMAPIN_KEEP is then not handed on: one keeper is enough); see numapin keep")
+    ex.add_argument("--keep-period", type=_seconds_arg, default=None, metavar="SECONDS",
+                    help="with --keep: seconds between two looks (default 1)")
     ex.add_argument("--dry-run", action="store_true", help="print what would be done; run nothing")
     ex.add_argument("--json", action="store_true", help="with --dry-run: print JSON")
     _add_root(ex)
@@ -970,6 +1022,24 @@ def _exporter_args(exp: argparse.ArgumentParser) -> None:
     exp.set_defaults(func=cmd_exporter)
 
 
+def _keep_args(keep: argparse.ArgumentParser) -> None:
+    keep.description = ("Keep the placement numapin applied to each PID (any program: its record says what) while "
+                        "it runs, from outside it: every period, notice a change of the cgroup's CPUs or memory "
+                        "nodes, a thread whose mask someone else changed, a new thread on a mask that is not the "
+                        "placement; answer each by the process's policy (a cpuset change: the placement decided "
+                        "again inside it and put back; a foreign mask: reported under respect, put back under "
+                        "override), count it in the process's record (ps and threads show it) and print it. Ends "
+                        "when every PID has ended, after --looks looks, or at ^C/SIGTERM (exit 0). Memory "
+                        "policies cannot be set from outside: a change of memory nodes is reported.")
+    keep.add_argument("pids", nargs="+", type=_count, metavar="PID", help="the processes to keep")
+    keep.add_argument("--period", type=_seconds_arg, default=None, metavar="SECONDS",
+                      help="seconds between two looks (default 1)")
+    keep.add_argument("--looks", type=_count, default=None, metavar="N", help="stop after N looks")
+    keep.add_argument("--json", action="store_true", help="each drift as one JSON object per line")
+    _add_root(keep)
+    keep.set_defaults(func=cmd_keep)
+
+
 def _snapshot_args(snap: argparse.ArgumentParser) -> None:
     snap.description = "Write OUT.tar.gz (or .tgz; - for standard output) with exactly the files numapin reads."
     snap.add_argument("out", metavar="OUT.tar.gz")
@@ -995,6 +1065,7 @@ _COMMANDS = {
     "threads": ("where every thread of a process runs", _threads_args),
     "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
     "ps": ("every GPU worker of this host: where it runs, where it should, who placed it", _ps_args),
+    "keep": ("keep processes' placements while they run: notice drift, put back what is numapin's", _keep_args),
     "exporter": ("serve the host's GPU workers to Prometheus over HTTP, scanned at each scrape", _exporter_args),
     "numactl": ("numactl's language, carried out by numapin (no numactl needed)", _numactl_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),

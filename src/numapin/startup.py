@@ -12,6 +12,10 @@ it calls :func:`at_start`, before any user code runs.
   same values and defaults), while it has one thread, so every later thread
   inherits the mask and the memory policy; it exports ``NUMAPIN_APPLIED`` (and
   ``NUMAPIN_RESERVED``) for its children, as ``numapin exec`` does.
+- ``NUMAPIN_KEEP=1`` (or a period in seconds) keeps the placement numapin applied to this
+  process (by ``NUMAPIN_AUTOPIN`` here, or by ``numapin exec`` before the interpreter
+  started) while it runs: a daemon thread notices drift and answers it by the
+  policy (:mod:`numapin.pinning.keeper`).
 
 Variables are inherited, so every Python process of a job runs this: the
 workers a framework spawns, and launchers that are Python themselves. Hence the
@@ -30,7 +34,7 @@ value is one warning on stderr and the interpreter starts as usual.
 # The rest is imported where it is used, by the processes that pin or patch.
 import os
 
-from .base.environment import AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, PATCH
+from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, KEEP, PATCH
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -122,6 +126,8 @@ def activate(environ: "Mapping[str, str] | None" = None) -> Activation:
     try:
         patches = _patch(env) if env.get(PATCH, "").strip() else ()
         pinned, left_alone = _autopin(env)
+        if env.get(KEEP, "").strip().lower() not in AUTOPIN_OFF:
+            _keep(env, pinned)
     except Exception as exc:  # a start-up hook never breaks the interpreter
         from .base.logger import log
 
@@ -181,6 +187,16 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     from .tools.exec import autopin_request, pin_running
 
     return pin_running(autopin_request(env), env), None
+
+
+def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
+    """Keep what numapin placed here: the pin just made, or ``numapin exec``'s (its marker says so). A process
+    numapin did not place has nothing to keep, and pays for nothing more."""
+    from .pinning.keeper import environ_period, keep
+
+    period = environ_period(env, KEEP)  # a bad value is named in every process, placed or not
+    if period is not None and ((pinned is not None and pinned.mask is not None) or env.get(APPLIED)):
+        keep(period)
 
 
 class _RayWatch:

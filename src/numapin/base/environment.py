@@ -12,6 +12,7 @@ __all__ = [
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
     "FSROOT",
+    "KEEP",
     "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
     "NIC_VARIABLES",
@@ -43,6 +44,9 @@ RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 PATCH = "NUMAPIN_PATCH"
 #: Read at interpreter start: ``1`` pins a worker process as ``numapin exec`` would, before any user code.
 AUTOPIN = "NUMAPIN_AUTOPIN"
+#: Read at interpreter start: ``1`` (or a period in seconds) keeps the placement numapin applied to the process
+#: (the start-up hook's, or ``numapin exec``'s) while it runs (numapin.pinning.keeper).
+KEEP = "NUMAPIN_KEEP"
 #: The words AUTOPIN takes, in any case (the start-up file's one line knows those that mean off). Values, not
 #: variables: left out of __all__, which names the variables (docs/environment.md lists each).
 AUTOPIN_ON = ("1", "true", "yes", "on")
@@ -59,7 +63,8 @@ AUTOPIN_OPTIONS = {
 }
 
 #: The variables numapin itself owns.
-OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PRIORITY_CORES, RUNTIME_DIR, PATCH, AUTOPIN, *AUTOPIN_OPTIONS.values())
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PRIORITY_CORES, RUNTIME_DIR, PATCH, AUTOPIN, KEEP,
+         *AUTOPIN_OPTIONS.values())
 
 #: Launchers' local-rank variables, in the order they are consulted (first set wins).
 LOCAL_RANK_VARIABLES: tuple[str, ...] = (

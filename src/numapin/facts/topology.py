@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..base.frozen import field, frozen, once
+from ..base.frozen import field, frozen, once, replace
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 from .cgroup import Cgroup, read_cgroup
@@ -19,6 +19,7 @@ from .host import Folder, Host
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 __all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
@@ -128,6 +129,12 @@ class Topology:
     def cpus_of_nodes(self, nodes: CpuSet) -> CpuSet:
         """The CPUs of the nodes ``nodes`` (a memory-only node has none), allowed or not."""
         return CpuSet.union(n.cpus for n in self.nodes if n.id in nodes)
+
+    def in_cgroup(self, cgroup: Cgroup) -> Topology:
+        """This machine as a process in ``cgroup`` sees it: the same CPUs and nodes, allowed by that cpuset
+        (another process's, or this one's after the cpuset changed)."""
+        allowed, allowed_mems = allowed_in(cgroup, self.online, CpuSet(n.id for n in self.nodes if n.has_memory))
+        return replace(self, cgroup=cgroup, allowed=allowed, allowed_mems=allowed_mems)
 
     def core_of(self, cpu: int) -> Core | None:
         return self._core_of_cpu.get(cpu)
@@ -554,6 +561,22 @@ def _process_mask(host: Host, r: _Reader) -> CpuSet | None:
     return None
 
 
+def allowed_in(cgroup: Cgroup, online: CpuSet, memory_nodes: CpuSet,
+               warn: Callable[[str], None] | None = None) -> tuple[CpuSet, CpuSet]:
+    """The CPUs and memory nodes a process in ``cgroup`` may use: the online CPUs and the nodes with memory,
+    cut to the cpuset's (a cpuset that holds none of them is ignored, and ``warn`` hears so)."""
+    allowed, allowed_mems = online, memory_nodes
+    if cgroup.cpus is not None:
+        allowed = online & cgroup.cpus
+        if not allowed:
+            if warn is not None:
+                warn(f"cgroup cpuset {cgroup.cpus} holds no online CPU; ignored")
+            allowed = online
+    if cgroup.mems is not None and memory_nodes & cgroup.mems:
+        allowed_mems = memory_nodes & cgroup.mems
+    return allowed, allowed_mems
+
+
 def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[str] | None = None) -> Topology:
     """Read the machine under ``root`` (default ``$NUMAPIN_FSROOT``, else ``/``).
 
@@ -574,16 +597,7 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
                                                                                 core_texts)
     caches = _read_caches(r, online)
     cgroup = read_cgroup(host, r.warn)
-    allowed = online
-    if cgroup.cpus is not None:
-        allowed = online & cgroup.cpus
-        if not allowed:
-            r.warn(f"cgroup cpuset {cgroup.cpus} holds no online CPU; ignored")
-            allowed = online
-    node_ids = CpuSet(n.id for n in nodes if n.has_memory)
-    allowed_mems = node_ids
-    if cgroup.mems is not None and node_ids & cgroup.mems:
-        allowed_mems = node_ids & cgroup.mems
+    allowed, allowed_mems = allowed_in(cgroup, online, CpuSet(n.id for n in nodes if n.has_memory), r.warn)
     return Topology(
         root=host.root,
         online=online,

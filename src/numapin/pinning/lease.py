@@ -28,6 +28,7 @@ from .walk import finish
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
+    from typing import Any
 
 __all__ = ["Held", "give_back", "hold", "pinned"]
 
@@ -49,6 +50,7 @@ def pinned(
     kernel: ThreadKernel | None = None,
     threadpools: bool = False,
     placement: Placement | None = None,
+    keep: bool | float = False,
 ) -> Iterator[PinResult]:
     """:func:`pin` as a lease (the same parameters): on exit every thread gets its original mask back.
 
@@ -58,6 +60,9 @@ def pinned(
     Whatever numapin applied inside the lease (a :func:`pin` or
     :func:`pin_thread` there) is part of it: taken back on exit, with the
     record as it was before the lease.
+
+    A keeper the lease started (``keep``) stops on exit; one that ran before it
+    keeps the placement as it is again.
 
     Leases nest within one thread. A lease taken while another thread holds
     one is a :class:`UsageError`, raised before anything changes: two restores
@@ -75,7 +80,7 @@ def pinned(
         with acting("lease"):
             result = pin(gpu, cpus=cpus, mode=mode, policy=policy, all_threads=all_threads, strict=strict,
                          reserve=reserve, memory=memory, migrate=migrate, root=root, environ=environ, kernel=ops,
-                         threadpools=threadpools, placement=placement)
+                         threadpools=threadpools, placement=placement, keep=keep)
         pins.lease_holders.append(me)
     try:
         yield result
@@ -98,6 +103,8 @@ class Held:
     policy_before: tuple[_memory.KernelMemoryPolicy, CpuSet] | None
     root: str | os.PathLike[str] | None = None
     environ: Mapping[str, str] | None = None
+    keeper: Any = None
+    """The keeper running when the lease began (numapin.pinning.keeper), if any."""
 
 
 def hold(*, kernel: ThreadKernel | None = None, memory: str | MemoryMode = "none",
@@ -116,7 +123,7 @@ def hold(*, kernel: ThreadKernel | None = None, memory: str | MemoryMode = "none
                 masks[tid] = ops.get_affinity(tid)
         if me not in masks:
             masks[me] = ops.get_affinity(me)
-        return Held(ops, me, masks, pins.saved(), policy_before, root, environ)
+        return Held(ops, me, masks, pins.saved(), policy_before, root, environ, pins.keeper)
 
 
 def give_back(held: Held, result: PinResult) -> None:
@@ -125,6 +132,10 @@ def give_back(held: Held, result: PinResult) -> None:
     policy too."""
     pins = state()
     with pins.lock:
+        if pins.keeper is not None and pins.keeper is not held.keeper:
+            from .keeper import stop_keeping
+
+            stop_keeping()  # before the masks go back: it would take their return for drift
         _restore(held.ops, held.me, dict(held.masks), result, pins.applied_since(held.remembered))
         published = pins.published
         pins.restore(held.remembered)

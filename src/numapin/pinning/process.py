@@ -167,6 +167,7 @@ def pin(
     kernel: ThreadKernel | None = None,
     threadpools: bool = False,
     placement: Placement | None = None,
+    keep: bool | float = False,
 ) -> PinResult:
     """Pin every thread of this process (and optionally its memory) near GPU ``gpu``.
 
@@ -186,12 +187,21 @@ def pin(
     which must then be left out: the result carries that decision (its GPU,
     mode, node and reason). Its CPUs must lie inside the allowed CPUs.
 
+    ``keep=True`` (or a period in seconds) keeps the placement while the process
+    runs: a daemon thread notices when a cpuset change or someone else moves it and
+    answers by ``policy`` (:func:`numapin.pinning.keeper.keep`).
+
     Caller mistakes raise :class:`UsageError` before anything changes. Problems
     of the environment return a result saying nothing was pinned (after one
     warning), or raise the error when ``strict`` (its own class, with the result attached).
     """
     env = os.environ if environ is None else environ
     chosen_policy = parse_policy(policy)
+    period = None
+    if keep is not False and keep is not None:
+        from .keeper import DEFAULT_PERIOD, parse_period
+
+        period = DEFAULT_PERIOD if keep is True else parse_period(keep, "pin(keep=...)")
     if placement is not None:
         if not isinstance(placement, Placement):
             raise UsageError(f"pin(placement=...) takes a Placement (numapin.plan(GPU) makes one), not "
@@ -225,8 +235,13 @@ def pin(
             raise
         except (EnvironmentProblem, OSError) as exc:
             return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)), exc)
-        return _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
-                                                            migrate, env, threadpools))
+        result = _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
+                                                              migrate, env, threadpools))
+        if period is not None and result.mask is not None:
+            from .keeper import keep as keep_placement
+
+            keep_placement(period)
+        return result
 
 
 @frozen

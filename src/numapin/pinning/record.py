@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Record", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
+__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
            "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
@@ -86,15 +86,25 @@ class Record:
     """Thread-pool variables set for the process (``OMP_NUM_THREADS`` ...), name and value."""
     written: float = 0.0
     """When (seconds since the epoch)."""
+    drift: tuple[tuple[str, int], ...] = ()
+    """What the keeper saw move the placement since the pin: each cause (``numapin.pinning.keeper.DriftCause``)
+    with its count, the cause seen last at the end."""
+    last_drift: str | None = None
+    """The keeper's words for the last of those, with its time."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": VERSION, "pid": self.pid, "start": self.start, "how": self.how,
             "mask": str(self.mask), "target": str(self.target), "placement": self.placement.as_dict(),
             "memory": None if self.memory is None else self.memory.value,
             "policy": None if self.policy is None else self.policy.value,
             "pools": dict(self.pools), "written": self.written,
         }
+        if self.drift:  # only a kept process has them: a reader of the same format without a keeper skips them
+            out["drift"] = dict(self.drift)
+            out["last_drift"] = self.last_drift
+        return out
+
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Record | None:
@@ -108,6 +118,8 @@ class Record:
             if data.get("version") != VERSION or data.get("how") not in HOW:
                 return None
             pools = data.get("pools") or {}
+            drift = data.get("drift") or {}
+            last_drift = data.get("last_drift")
             memory, policy = data.get("memory"), data.get("policy")
             return cls(
                 pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
@@ -117,13 +129,44 @@ class Record:
                 policy=None if policy is None else ExternalMaskPolicy(policy),
                 pools=tuple((str(k), str(v)) for k, v in dict(pools).items()),
                 written=float(data.get("written") or 0.0),
+                drift=tuple((_said(cause), _count(n)) for cause, n in dict(drift).items()),
+                last_drift=None if last_drift is None else _said(last_drift),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
+    def placed_alike(self, other: Record | None) -> bool:
+        """True when ``other`` records the same placement (the time and the drift seen since may differ), as
+        written out: a record read back from its file lists its pools in the file's order."""
+        return other is not None and _placed(self) == _placed(other)
+
     def same_pin(self, other: Record | None) -> bool:
         """True when ``other`` records the same pin (only the time written may differ)."""
         return other is not None and replace(other, written=self.written) == self
+
+
+def _placed(record: Record) -> dict[str, Any]:
+    return {k: v for k, v in record.as_dict().items() if k not in ("written", "drift", "last_drift")}
+
+
+def drift_words(drift: tuple[tuple[str, int], ...]) -> str:
+    """A record's drift in a table cell: ``3 cpuset`` (how many, the cause seen last), ``-`` for none."""
+    total = sum(count for _, count in drift)
+    return f"{total} {drift[-1][0]}" if total else "-"
+
+
+def _count(value: object) -> int:
+    found = _int(value)
+    if found < 0:
+        raise ValueError(f"not a count: {value!r}")
+    return found
+
+
+def _said(value: object) -> str:
+    """Text a record holds, when it can be written out again (a lone surrogate from JSON cannot)."""
+    text = str(value)
+    text.encode()
+    return text
 
 
 def _int(value: object) -> int:

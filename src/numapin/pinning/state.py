@@ -104,6 +104,8 @@ class PinState:
         self.compat_hold: tuple[Any, Any, int] | None = None
         #: The record folders this process has checked (and swept) already.
         self.ready_folders: set[str] = set()
+        #: The keeper thread (numapin.pinning.keeper), while one runs; a forked child has none.
+        self.keeper: Any = None
 
     @once
     def start(self) -> int | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..base.choices import Choice, parse_choice
 from ..base.environment import RANK_MAP
 from ..base.errors import EnvironmentProblem, UsageError
-from ..base.frozen import frozen
+from ..base.frozen import frozen, replace
 from ..base.text import counted, plural
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.gpus import Gpu, Inventory, VisibleGpu
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "rank_share", "resolve"]
+__all__ = ["Cores", "Placement", "PlacementError", "PlacementMode", "parse_mode", "place", "rank_share", "resolve",
+           "within"]
 
 
 class PlacementError(EnvironmentProblem):
@@ -330,6 +331,25 @@ def place(
         reserved=_reserve(topology, chosen, reserve, kinds),
         cores=Cores(cores),
     )
+
+
+def within(placement: Placement, topology: Topology, inventory: Inventory, kinds: CpuKinds | None = None) -> Placement:
+    """The same request as ``placement``, decided again inside ``topology.allowed`` (a cpuset that changed
+    under a running process): explicit CPUs keep those still allowed; a GPU's placement is made again for
+    the same GPU, mode, reserved cores and kind of cores. :class:`PlacementError` (or :class:`UsageError`)
+    when nothing of it fits there."""
+    reserve = len(topology.cores_within(placement.reserved)) if placement.reserved else 0
+    if placement.mode is PlacementMode.EXPLICIT:
+        inside = placement.cpus & topology.allowed
+        if not inside:
+            raise PlacementError(f"none of the CPUs {placement.cpus} is inside the allowed CPUs {topology.allowed}")
+        return replace(place(topology, inventory, None, cpus=inside, reserve=reserve, rank=placement.rank,
+                             cores=placement.cores, kinds=kinds), gpu=placement.gpu, pci=placement.pci)
+    found = next((g for g in inventory.gpus if g.pci == placement.pci), None)
+    if found is None or placement.gpu is None:
+        raise PlacementError(f"the GPU {placement.pci} of the placement is not on this machine")
+    return place(topology, inventory, VisibleGpu(placement.gpu, found), mode=placement.mode, reserve=reserve,
+                 rank=placement.rank, cores=placement.cores, kinds=kinds)
 
 
 def resolve(

@@ -16,6 +16,7 @@ from ..base.environment import (
     AUTOPIN,
     AUTOPIN_OFF,
     CUDA_DEVICE_ORDER,
+    KEEP,
     OPENMP_BINDING,
     PATCH,
     RANK_MAP,
@@ -205,7 +206,8 @@ def diagnose(
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
 
 
-#: The start-up file pip puts at the top of site-packages (its line reads NUMAPIN_AUTOPIN and NUMAPIN_PATCH).
+#: The start-up file pip puts at the top of site-packages (its line reads NUMAPIN_AUTOPIN, NUMAPIN_KEEP and
+#: NUMAPIN_PATCH).
 STARTUP_FILE = "numapin-startup.pth"
 
 
@@ -216,9 +218,9 @@ def _site_folders() -> list[str]:
 
 
 def startup_file(env: Mapping[str, str], folders: list[str] | None = None) -> list[Finding]:
-    """NUMAPIN_AUTOPIN or NUMAPIN_PATCH set where no site-packages folder holds numapin's start-up file (an
-    editable install, ``pip install -e .``, carries only the package): the variables then do nothing."""
-    asked = [name for name, off in ((AUTOPIN, AUTOPIN_OFF), (PATCH, ("",)))
+    """NUMAPIN_AUTOPIN, NUMAPIN_KEEP or NUMAPIN_PATCH set where no site-packages folder holds numapin's start-up
+    file (an editable install, ``pip install -e .``, carries only the package): the variables then do nothing."""
+    asked = [name for name, off in ((AUTOPIN, AUTOPIN_OFF), (KEEP, AUTOPIN_OFF), (PATCH, ("",)))
              if env.get(name, "").strip().lower() not in off]
     where = _site_folders() if folders is None else folders
     if not asked or any(os.path.isfile(os.path.join(folder, STARTUP_FILE)) for folder in where):

@@ -32,6 +32,10 @@ METRICS = {
     "numapin_worker_misplaced_threads": ("gauge", "1 when a thread of the worker runs outside its placement, else 0."),
     "numapin_worker_misplaced_memory": ("gauge", "1 when more of the worker's own memory than the bound lies on other "
                                                  "nodes than its placement's, else 0."),
+    "numapin_worker_drift_total": ("counter", "Times the worker's keeper saw its placement move, by cause: cpuset, "
+                                              "mems (the cgroup's allowed CPUs or memory nodes changed), moved (a "
+                                              "thread's mask changed by someone else), inherited (a new thread on a "
+                                              "mask that is not the placement)."),
     "numapin_workers": ("gauge", "GPU worker processes found on this host."),
     "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host that are misplaced (threads or "
                                            "memory)."),
@@ -78,6 +82,8 @@ def exposition(found: Survey) -> str:
             add("numapin_worker_misplaced_memory", w, int("memory" in w.misplaced_by))
             if w.remote is not None:
                 add("numapin_worker_remote_memory_ratio", w, round(w.remote, 6))
+        for cause, count in w.drift:
+            add("numapin_worker_drift_total", w, count, cause=cause)
     add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
     add("numapin_processes_unseen", None, found.unseen)

@@ -81,6 +81,9 @@ class Worker:
     kubelet: tuple[str, ...] = ()
     """For a worker in a pod: the ids of doctor's findings on the kubelet's decisions that are warnings or errors
     (``kubelet-topology-manager``...; ``numapin doctor --pid PID`` says each in full)."""
+    drift: tuple[tuple[str, int], ...] = ()
+    """What its keeper saw move its placement: each cause and its count, the last seen at the end (its record's)."""
+    last_drift: str | None = None
 
     @property
     def verdict_words(self) -> str:
@@ -96,7 +99,12 @@ class Worker:
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
             "pod": None if self.pod is None else self.pod.as_dict(), "kubelet": list(self.kubelet),
+            "drift": dict(self.drift), "last_drift": self.last_drift,
         }
+
+    @property
+    def drift_words(self) -> str:
+        return record.drift_words(self.drift)
 
 
 @frozen
@@ -332,9 +340,11 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
         return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc), candidate=held is None)
     e = judged.expected
+    recorded = None if e is None else e.record
     rank = None if e is None else e.placement.rank
     return Worker(pid, judged.name, judged.verdict, why, judged.placed_by, rank,
                   None if e is None else e.placement.gpu, None if e is None else e.placement.pci,
                   None if e is None else e.placement, len(judged.threads), len(judged.outside),
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
-                  held is None, pod_of(pid))
+                  held is None, pod_of(pid), drift=() if recorded is None else recorded.drift,
+                  last_drift=None if recorded is None else recorded.last_drift)

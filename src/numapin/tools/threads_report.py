@@ -59,7 +59,12 @@ class ThreadsReport:
         if share is not None and j.max_remote is not None:
             parts[-1] += f" (bound {100 * j.max_remote:.0f}%)"
         parts.append(f"verdict: {j.verdict_words}")
-        return "; ".join(parts)
+        summary = "; ".join(parts)
+        kept = None if j.expected is None else j.expected.record
+        if kept is not None and kept.drift:  # what its keeper saw move the placement, from the record
+            summary += (f"\ndrift: {', '.join(f'{n} {cause}' for cause, n in kept.drift)}; last: "
+                        f"{kept.last_drift or '?'}")
+        return summary
 
     def table(self) -> str:
         header = ("tid", "name", "cpus", "last", "inside", "numapin")

@@ -1,0 +1,533 @@
+"""The keeper: a placement that holds while the process runs.
+
+numapin places a worker once; the placement can move under it later. The
+keeper looks again every period and reports each *drift*:
+
+- the cgroup's allowed CPUs or memory nodes changed (the kubelet's CPU manager
+  rewrites a container's cpuset as Guaranteed pods come and go; the kernel then
+  resets its tasks' masks, each kernel in its own way);
+- a thread's mask was changed by someone else (a communication library that
+  leaves its calling thread on its own mask, a runtime binding its threads);
+- a thread was born with a mask that is not the placement (inherited from a
+  thread that was moved).
+
+It answers each by the ownership contract and the process's policy
+(:func:`respond`): the placement was numapin's, so a changed cpuset has it
+decided again inside the new one and put back on the threads that carried it;
+a mask someone else gave a thread is theirs, reported and left alone under
+``respect`` (the default) and put back under ``override``. A thread born with
+such a mask follows the rule of the mask it inherited. Memory policies are each
+thread's own, and the kernel rebinds them to a new cpuset itself: a change of
+the memory nodes is reported, never acted on.
+
+Each event is counted in the process's record (``numapin threads``, ``ps``, the
+exporter read it there) and logged once per kind and process, never a flood.
+
+The keeper runs inside a Python worker as a daemon thread (:func:`keep`,
+``pin(keep=...)``, ``NUMAPIN_KEEP``), or from outside for any program
+(``numapin keep PID``, ``numapin exec --keep``): the same :class:`Keeper`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..base.choices import Choice
+from ..base.errors import EnvironmentProblem, UsageError, errno_name
+from ..base.frozen import frozen, replace
+from ..base.logger import log
+from ..base.text import counted
+from ..cpuset import CpuSet
+from ..facts.cgroup import Cgroup, read_cgroup
+from ..facts.host import Host
+from ..facts.machine import forget as forget_facts
+from ..kernel.affinity import LinuxThreads, walk_calls
+from . import record as records
+from .decision import ExternalMaskPolicy
+from .record import Record
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
+
+    from ..facts.machine import Facts
+    from ..facts.topology import Topology
+    from ..kernel.affinity import ThreadKernel
+
+__all__ = ["DEFAULT_PERIOD", "Drift", "DriftCause", "Keeper", "Response", "environ_period", "keep", "keeping",
+           "parse_period", "respond", "stop_keeping", "this_process"]
+
+#: Seconds between two looks: a drift is seen within one. A look at a 1,000-thread worker costs a few
+#: milliseconds (benchmarks/keeper.py), so this period keeps the keeper under 0.5% of one CPU.
+DEFAULT_PERIOD = 1.0
+
+
+class DriftCause(Choice):
+    """What moved a placement."""
+
+    CPUSET = "cpuset"
+    """The cgroup's allowed CPUs changed."""
+    MEMS = "mems"
+    """The cgroup's allowed memory nodes changed."""
+    MOVED = "moved"
+    """Someone else changed a thread's mask."""
+    INHERITED = "inherited"
+    """A thread was born with a mask that is not the placement (from a thread that was moved)."""
+
+
+class Response(Choice):
+    """What the keeper did about one drift."""
+
+    RESTORED = "put back"
+    REPLACED = "placed again inside the new cpuset"
+    HELD = "nothing to put back: the placement holds"
+    REPORTED = "reported, left alone"
+    LEFT = "left to the cgroup"
+
+
+def respond(cause: DriftCause, policy: ExternalMaskPolicy) -> Response:
+    """The whole rule, for one drift: the policy × what moved. No kernel call.
+
+    A cpuset change is answered by :meth:`Keeper.check` with :attr:`Response.REPLACED` (or
+    :attr:`Response.HELD`/:attr:`Response.LEFT`, by what the new cpuset holds): the placement was numapin's.
+    """
+    if cause in (DriftCause.MOVED, DriftCause.INHERITED):
+        return Response.RESTORED if policy is ExternalMaskPolicy.OVERRIDE else Response.REPORTED
+    if cause is DriftCause.MEMS:
+        return Response.REPORTED
+    if cause is DriftCause.CPUSET:
+        return Response.REPLACED
+    raise AssertionError(f"drift cause {cause} has no response")  # a new cause must be answered here
+
+
+@frozen
+class Drift:
+    """One event: what moved, when, from what to what, and what the keeper did."""
+
+    when: float
+    cause: DriftCause
+    response: Response
+    before: CpuSet | None
+    after: CpuSet | None
+    tid: int | None = None
+    name: str | None = None
+    note: str | None = None
+
+    def __str__(self) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
+        if self.tid is None:
+            what = f"cgroup's allowed {'CPUs' if self.cause is DriftCause.CPUSET else 'memory nodes'}"
+        else:
+            what = f"thread {self.tid}" + (f" ({self.name})" if self.name else "")
+        change = f"new {what} on {self.after}" if self.cause is DriftCause.INHERITED else \
+            f"{what} changed {self.before} -> {self.after}"
+        return f"{stamp} {self.cause.value}: {change}: {self.response.value}" + (f" ({self.note})" if self.note else "")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"when": self.when, "cause": self.cause.value, "response": self.response.value,
+                "before": None if self.before is None else str(self.before),
+                "after": None if self.after is None else str(self.after),
+                "tid": self.tid, "name": self.name, "note": self.note}
+
+
+def parse_period(text: str | float, what: str = "period") -> float:
+    """Seconds between two looks: a positive number (``0.5``, ``2``)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0 < value < 1e6:  # also refuses nan and inf
+        raise UsageError(f"{what} {text!r}: expected a positive number of seconds (e.g. 1 or 0.5)", value=text)
+    return value
+
+
+class Keeper:
+    """Keeps one process's placement: :meth:`check` looks once and answers what moved.
+
+    ``record`` is what numapin applied (the process's record); ``facts`` the machine it was placed on (the
+    allowed CPUs are the process's cgroup's, read at each look). ``publish`` writes the record again (drift
+    counted, a new placement after a cpuset change); ``source`` gives the record as the process itself last
+    wrote it (a pin since then is followed, not undone); ``own`` gives further masks of numapin's in the
+    process (threads placed on purpose); ``lock`` is held through each look (this process's pin lock, so a
+    look and a pin never interleave). One keeper, one looker: not for several threads at once.
+    """
+
+    def __init__(self, pid: int, record: Record, facts: Facts, *, kernel: ThreadKernel | None = None,
+                 publish: Callable[[Record], None] | None = None, source: Callable[[], Record | None] | None = None,
+                 own: Callable[[], set[CpuSet]] | None = None, lock: Any = None) -> None:
+        self.pid = pid
+        self.record = self._taken = record
+        self._lock = lock
+        self.facts = facts
+        self.ops = kernel or LinuxThreads(pid)
+        self._publish, self._source, self._own = publish, source, own
+        self.counts: dict[DriftCause, int] = {}
+        for cause, count in record.drift:
+            if cause in (c.value for c in DriftCause):
+                self.counts[DriftCause(cause)] = count
+        self.last: Drift | None = None
+        self.looks = 0
+        #: Set (under ``lock``) when the keeper is stopped: no look acts after that.
+        self.stopped = False
+        self._said: set[DriftCause] = set()
+        self._cgroup = read_cgroup(Host.at("/"), pid=pid)
+        #: Each thread's raw mask at the last look, and whether it carried numapin's placement then.
+        self._seen: dict[int, tuple[Any, bool]] = {}
+        #: The masks the kernel gave numapin's threads when a new cpuset left no room for the placement: theirs
+        #: are still numapin's threads, and so are the threads they start.
+        self._kernel_masks: set[CpuSet] = set()
+        self.rebase()
+
+    @property
+    def policy(self) -> ExternalMaskPolicy:
+        return self.record.policy or ExternalMaskPolicy.RESPECT
+
+    def ours(self) -> set[CpuSet]:
+        """The masks that are numapin's in the process: the target, the reserved cores, the deliberate ones."""
+        found = {self.record.target, self.record.mask}
+        if self.record.placement.reserved:
+            found.add(self.record.placement.reserved)
+        if self._own is not None:
+            found |= self._own()
+        return found | self._kernel_masks
+
+    def rebase(self, *, adding: bool = False) -> None:
+        """Take every thread's mask as it is now: the baseline the next look compares with. ``adding``: only
+        the threads not known yet (those known keep what the last look saw)."""
+        self._get, self._cpuset, _, _, self._names = walk_calls(self.ops, self.record.target)
+        ours = self.ours()
+        seen: dict[int, tuple[Any, bool]] = {}
+        for name in self._names():
+            tid = int(name)
+            if adding and tid in self._seen:
+                seen[tid] = self._seen[tid]
+                continue
+            try:
+                raw = self._get(tid)
+            except OSError:
+                continue
+            seen[tid] = raw, self._cpuset(raw) in ours
+        self._seen = seen
+
+    def adopt(self, tid: int) -> None:
+        """Count thread ``tid`` as one of numapin's, on the mask it has now."""
+        self._seen[tid] = self._get(tid), True
+
+    def _follow(self) -> None:
+        """Take up the record the process wrote since the last look (it pinned again): its new placement is the
+        one to keep, and its threads' masks now are the baseline."""
+        found = self._source() if self._source is not None else None
+        if found is None or found.placed_alike(self._taken):
+            return  # unchanged (or a write of the keeper's own that failed)
+        self._taken = found
+        if not found.placed_alike(self.record):
+            self.record = replace(found, drift=self.record.drift, last_drift=self.record.last_drift)
+            self.rebase()
+
+    def check(self) -> list[Drift]:
+        """Look once: the cgroup, then every thread. The drifts found, each already answered.
+
+        Raises :class:`ProcessLookupError` (an OSError) when the process is gone.
+        """
+        if self._lock is not None:
+            with self._lock:
+                return [] if self.stopped else self._check()
+        return self._check()
+
+    def _check(self) -> list[Drift]:
+        self.looks += 1
+        self._follow()
+        events: list[Drift] = []
+        cgroup = read_cgroup(Host.at("/"), pid=self.pid)
+        if (cgroup.cpus, cgroup.mems) != (self._cgroup.cpus, self._cgroup.mems):
+            events += self._cgroup_changed(self._cgroup, cgroup)
+            self._cgroup = cgroup
+        events += self._threads()
+        if events:
+            self._note(events)
+        return events
+
+    def _threads(self) -> list[Drift]:
+        try:
+            listing = self._names()
+        except FileNotFoundError:
+            raise ProcessLookupError(f"process {self.pid} is gone") from None
+        ours: set[CpuSet] | None = None
+        events: list[Drift] = []
+        seen: dict[int, tuple[Any, bool]] = {}
+        for name in listing:
+            tid = int(name)
+            try:
+                raw = self._get(tid)
+            except OSError:
+                continue  # ended since the listing
+            last = self._seen.get(tid)
+            if last is not None and raw == last[0]:
+                seen[tid] = last
+                continue
+            if ours is None:
+                ours = self.ours()
+            mask = self._cpuset(raw)
+            if mask in ours:
+                seen[tid] = raw, True  # born on, or put back on, a mask of numapin's
+                continue
+            cause = DriftCause.INHERITED if last is None else DriftCause.MOVED
+            event = self._answer(cause, tid, None if last is None else self._cpuset(last[0]), mask, ours)
+            events.append(event)
+            if event.response is Response.RESTORED:
+                try:
+                    seen[tid] = self._get(tid), True
+                except OSError:
+                    continue
+            else:
+                seen[tid] = raw, False
+        self._seen = seen
+        return events
+
+    def _answer(self, cause: DriftCause, tid: int, before: CpuSet | None, mask: CpuSet, ours: set[CpuSet]) -> Drift:
+        """A thread's drift, answered by the policy: put back on the mask of numapin's it left (or the target)."""
+        response = respond(cause, self.policy)
+        if response is Response.RESTORED:
+            back = before if before is not None and before in ours else self.record.target
+            try:
+                self.ops.set_affinity(tid, back)
+                note = f"policy override: back on {back}"
+            except OSError as exc:
+                response, note = Response.REPORTED, f"could not put it back: {errno_name(exc.errno)}"
+        else:
+            note = f"policy {self.policy.value} leaves it to whoever set it; policy override puts it back"
+        named = getattr(self.ops, "thread_name", None)
+        return Drift(time.time(), cause, response, before, mask, tid, named(tid) if named else None, note)
+
+    def _cgroup_changed(self, old: Cgroup, new: Cgroup) -> list[Drift]:
+        now = time.time()
+        before, after = self.facts.topology.in_cgroup(old), self.facts.topology.in_cgroup(new)
+        events: list[Drift] = []
+        if before.allowed_mems != after.allowed_mems:
+            events.append(Drift(now, DriftCause.MEMS, Response.REPORTED, before.allowed_mems, after.allowed_mems,
+                                note="the kernel moves each thread's memory policy to the new nodes itself"))
+        if before.allowed != after.allowed:
+            events.append(self._place_again(now, before.allowed, after))
+        else:
+            self._refresh_seen()
+        return events
+
+    def _refresh_seen(self) -> None:
+        """The threads' masks as the kernel left them, each still numapin's or not as it was."""
+        for tid, (_, mine) in list(self._seen.items()):
+            try:
+                raw = self._get(tid)
+            except OSError:
+                del self._seen[tid]
+                continue
+            self._seen[tid] = raw, mine
+            if mine:
+                self._kernel_masks.add(self._cpuset(raw))
+
+    def _place_again(self, now: float, was: CpuSet, topology: Topology) -> Drift:
+        """The placement decided again inside the new cpuset, and put on every thread that carried it."""
+        from ..placement.modes import within
+
+        record, allowed = self.record, topology.allowed
+        try:
+            placement = within(record.placement, topology, self.facts.inventory,
+                               self.facts.kinds() if record.placement.reserved else None)
+        except (EnvironmentProblem, UsageError) as exc:
+            self._refresh_seen()
+            return Drift(now, DriftCause.CPUSET, Response.LEFT, was, allowed,
+                         note=f"nothing of the placement fits it ({exc}); the kernel's masks stay until it does")
+        # Under policy respect inside a launcher's mask, the target was the placement's part inside that mask.
+        inside_launcher = record.target != record.placement.workers
+        target = placement.workers & record.target if inside_launcher else placement.workers
+        if not target:
+            self._refresh_seen()
+            return Drift(now, DriftCause.CPUSET, Response.LEFT, was, allowed,
+                         note=f"the new placement {placement.workers} misses the launcher's CPUs {record.target}")
+        reset = kept = moved = 0
+        refused: list[str] = []
+        for tid, (raw, mine) in list(self._seen.items()):
+            if not mine and self.policy is not ExternalMaskPolicy.OVERRIDE:
+                continue
+            want = placement.reserved if placement.reserved and self._cpuset(raw) == record.placement.reserved \
+                else target
+            try:
+                mask = self.ops.get_affinity(tid)
+                if mask == want:
+                    kept += 1
+                    continue
+                reset += mask == allowed
+                self.ops.set_affinity(tid, want)
+                moved += 1
+            except OSError as exc:
+                refused.append(f"{tid} {errno_name(exc.errno)}")
+        self.record = replace(record, placement=placement, target=target, mask=target)
+        self._kernel_masks = set()
+        self.rebase()
+        said = []
+        if reset:
+            said.append(f"the kernel had reset {counted(reset, 'thread')} to the cgroup's CPUs")
+        if moved:
+            said.append(f"{counted(moved, 'thread')} put on {target}")
+        if kept:
+            said.append(f"{counted(kept, 'thread')} already on {target}" + ("" if moved else ", as the kernel kept it"))
+        if refused:
+            said.append(f"refused: {', '.join(refused[:3])}")
+        return Drift(now, DriftCause.CPUSET, Response.REPLACED if moved else Response.HELD, was, allowed,
+                     note="; ".join(said) or None)
+
+    def _note(self, events: list[Drift]) -> None:
+        """Count, log once per kind, and write the record."""
+        for event in events:
+            # The cause seen last goes last: a reader of the record takes it from there.
+            self.counts[event.cause] = self.counts.pop(event.cause, 0) + 1
+            if event.cause in self._said:
+                log.debug("keeper: process %d: %s", self.pid, event)
+            else:
+                self._said.add(event.cause)
+                log.warning("keeper: process %d: %s (further %s drift is counted in its record, not logged)",
+                            self.pid, event, event.cause.value)
+        self.last = events[-1]
+        self.record = replace(self.record, drift=tuple((c.value, n) for c, n in self.counts.items()),
+                              last_drift=str(self.last))
+        if self._publish is not None:
+            self._publish(self.record)
+
+    def run(self, period: float, stopped: Callable[[float], bool]) -> None:
+        """Look every ``period`` seconds until ``stopped(timeout)`` (which waits up to timeout) says stop, or the
+        process is gone. A look that fails for another reason is one debug line; the next one tries again."""
+        while not stopped(period) and not self.stopped:
+            try:
+                self.check()
+            except ProcessLookupError:
+                return
+            except OSError as exc:
+                log.debug("keeper: process %d: look failed: %s", self.pid, exc)
+
+
+# -- in this process ------------------------------------------------------------------------------------------
+
+
+class _Running:
+    """The keeper thread of this process (one at most), and how to stop it."""
+
+    def __init__(self, keeper: Keeper, period: float) -> None:
+        import threading
+
+        self.keeper = keeper
+        self.period = period
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="numapin-keeper",
+                                       daemon=True)  # never keeps the process from exiting
+
+    def _run(self) -> None:
+        import _thread
+
+        # This thread too is one of the process's, born on the mask of the thread that asked to keep.
+        me = _thread.get_native_id()
+        try:
+            self.keeper.adopt(me)
+        except OSError:
+            pass
+        self.keeper.rebase(adding=True)
+        self.keeper.run(self.period, self.stop.wait)
+
+
+def keep(period: float = DEFAULT_PERIOD) -> Keeper | None:
+    """Keep this process's placement from now on, looking every ``period`` seconds in a daemon thread.
+
+    What is kept is what numapin applied last (a pin, the start-up hook, ``numapin exec``'s record); None when
+    numapin has placed nothing here. Keeping again replaces the keeper; a forked child keeps nothing (it is
+    not the placement the parent's keeper knew) until it keeps itself; :func:`stop_keeping` stops it.
+    """
+    from .state import state
+
+    period = parse_period(period)
+    pins = state()
+    with pins.lock:
+        keeper = this_process()
+        if keeper is None:
+            log.debug("keeper: numapin has placed nothing in this process: nothing to keep")
+            return None
+        stop_keeping()
+        running = _Running(keeper, period)
+        pins.keeper = running
+        running.thread.start()
+        return keeper
+
+
+def this_process() -> Keeper | None:
+    """A keeper of this process's placement, looked through by hand (:meth:`Keeper.check`; :func:`keep` runs
+    one in a thread): it writes the process's record, follows its pins, counts its deliberate threads as
+    numapin's and looks under the pin lock. None when numapin has placed nothing here."""
+    from ..facts.machine import cached as cached_facts
+    from .state import state
+
+    pins = state()
+    with pins.lock:
+        record = pins.published or records.lookup(os.getpid())
+        if record is None:
+            return None
+        return Keeper(os.getpid(), record, cached_facts(None, os.environ), publish=_publish_own,
+                      source=_published, own=_deliberate, lock=pins.lock)
+
+
+def keeping() -> Keeper | None:
+    """This process's keeper, while it runs."""
+    from .state import state
+
+    running = state().keeper
+    return running.keeper if running is not None and running.thread.is_alive() else None
+
+
+def stop_keeping() -> None:
+    """Stop this process's keeper, if one runs: a look under way ends first, and none acts after this returns."""
+    from .state import state
+
+    pins = state()
+    with pins.lock:  # each look holds it: taking it waits for the one under way
+        running, pins.keeper = pins.keeper, None
+        if running is not None:
+            running.keeper.stopped = True
+            running.stop.set()
+
+
+def _deliberate() -> set[CpuSet]:
+    from .state import state
+
+    return set(state().deliberate.values())
+
+
+def _publish_own(record: Record) -> None:
+    """This process's record, written again by its keeper; the pin state learns a new placement."""
+    from .state import Applied, state
+
+    pins = state()
+    with pins.lock:
+        applied = pins.live_applied()
+        if applied is not None and applied.target != record.target:
+            pins.applied = Applied(os.getpid(), record.mask, record.target, record.placement.gpu, applied.source)
+            forget_facts()  # the cpuset changed: the next pin reads it again
+        stamped = records.stamp(record)
+        if records.publish(stamped, pins.ready_folders) is not None:
+            pins.published = stamped
+
+
+def _published() -> Record | None:
+    from .state import state
+
+    return state().published
+
+
+def environ_period(environ: Mapping[str, str], variable: str) -> float | None:
+    """``NUMAPIN_KEEP``'s answer: None (off), or the period (``1``, ``on``... the default; a number of
+    seconds)."""
+    from ..base.environment import AUTOPIN_OFF, AUTOPIN_ON
+
+    text = environ.get(variable, "").strip()
+    if text.lower() in AUTOPIN_OFF:
+        return None
+    if text.lower() in AUTOPIN_ON:
+        return DEFAULT_PERIOD
+    return parse_period(text, f"{variable}={text}")
