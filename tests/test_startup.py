@@ -22,7 +22,7 @@ import pytest
 import live
 import trtllm_like
 from conftest import REPO, STARTUP, Python
-from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, PATCH, TLLM_AFFINITY
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, CUDA_VISIBLE_DEVICES, FSROOT, KEEP, PATCH, TLLM_AFFINITY
 from numapin.base.errors import UsageError
 
 
@@ -180,3 +180,40 @@ def test_autopin_takes_the_words_for_on_and_off(value: str, on: bool) -> None:
         assert on and "LOCAL_RANK" in str(exc)
     else:
         assert not on
+
+
+_KEEPING = """
+import json, threading
+import numapin
+print(json.dumps({"keeper": numapin.keeping() is not None,
+                  "thread": "numapin-keeper" in [t.name for t in threading.enumerate()]}))
+"""
+
+
+def test_numapin_keep_keeps_the_pin_the_hook_made(python: Python, pair_root: Path) -> None:
+    env = {FSROOT: str(pair_root), AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none", "LOCAL_RANK": "0"}
+    kept = python("-c", _KEEPING, **env, **{KEEP: "0.5"})
+    assert kept.returncode == 0 and json.loads(kept.stdout) == {"keeper": True, "thread": True}, kept.stderr
+    assert json.loads(python("-c", _KEEPING, **env).stdout) == {"keeper": False, "thread": False}
+
+
+def test_numapin_keep_keeps_what_exec_placed_and_nothing_unplaced(python: Python, pair_root: Path) -> None:
+    # The process numapin exec placed carries its marker and its record: its hook keeps it.
+    env = {FSROOT: str(pair_root), KEEP: "1"}
+    interpreter = python("-c", "import sys; print(sys.executable)").stdout.strip()  # its venv has the file
+    placed = subprocess.run([sys.executable, "-m", "numapin", "exec", "--cpus", live.cpus(live.NODE0), "--memory",
+                             "none", "--", interpreter, "-c", _KEEPING], capture_output=True, text=True,
+                            timeout=60, env={**live.without_inputs(dict(os.environ)), **env})
+    assert placed.returncode == 0 and json.loads(placed.stdout) == {"keeper": True, "thread": True}, placed.stderr
+    # A Python process of the job that numapin did not place (a tokenizer, a launcher) keeps nothing.
+    alone = python("-c", _KEEPING, **env)
+    assert alone.returncode == 0 and json.loads(alone.stdout) == {"keeper": False, "thread": False}, alone.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan"])
+def test_a_bad_numapin_keep_is_one_warning_and_python_starts(python: Python, pair_root: Path, value: str) -> None:
+    result = python("-c", "print('started')", **{FSROOT: str(pair_root), AUTOPIN: "1", "LOCAL_RANK": "0",
+                                                 AUTOPIN_OPTIONS["memory"]: "none", KEEP: value})
+    assert result.returncode == 0 and result.stdout == "started\n"
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and f"NUMAPIN_KEEP={value!r}: expected" in lines[0], result.stderr

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
     from .facts.machine import machine
     from .facts.topology import read_topology
     from .pinning.decision import ExternalMaskPolicy, MaskOwner, PinAction
+    from .pinning.keeper import keeping, stop_keeping
     from .pinning.lease import pinned
     from .pinning.memory import MemoryMode
     from .pinning.process import current, pin, pin_thread, refresh
@@ -37,6 +38,7 @@ _WHERE = {
     "PinError": "pinning.results", "PinResult": "pinning.results",
     "current": "pinning.process", "pin": "pinning.process", "pin_thread": "pinning.process",
     "refresh": "pinning.process", "pinned": "pinning.lease",
+    "keeping": "pinning.keeper", "stop_keeping": "pinning.keeper",
     "Placement": "placement.modes", "PlacementMode": "placement.modes",
     "plan": "placement.plan", "plan_ranks": "placement.plan",
     "read_topology": "facts.topology",
@@ -57,6 +59,7 @@ __all__ = [
     "UsageError",
     "__version__",
     "current",
+    "keeping",
     "machine",
     "pin",
     "pin_thread",
@@ -65,6 +68,7 @@ __all__ = [
     "plan_ranks",
     "read_topology",
     "refresh",
+    "stop_keeping",
 ]
 
 

@@ -191,11 +191,13 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
 
 def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
     """Keep what numapin placed here: the pin just made, or ``numapin exec``'s (its marker says so). A process
-    numapin did not place has nothing to keep, and pays for nothing more."""
+    numapin did not place has nothing to keep, and pays for nothing more (its NUMAPIN_KEEP is not read)."""
+    if (pinned is None or pinned.mask is None) and not env.get(APPLIED):
+        return  # most processes of a job: nothing of numapin's to keep, nothing more imported
     from .pinning.keeper import environ_period, keep
 
-    period = environ_period(env, KEEP)  # a bad value is named in every process, placed or not
-    if period is not None and ((pinned is not None and pinned.mask is not None) or env.get(APPLIED)):
+    period = environ_period(env, KEEP)
+    if period is not None:
         keep(period)
 
 

@@ -92,10 +92,10 @@ class Services:
         self.started.append(proc)
         return proc
 
-    def worker(self, cpu: int) -> int:
-        """A worker numapin exec placed on ``cpu``: its record says so."""
-        proc = self.start([*NUMAPIN, "exec", "--cpus", str(cpu), "--memory", "none", "--", sys.executable, "-c",
-                           WORKER], stdout=subprocess.PIPE)
+    def worker(self, cpu: int, *options: str) -> int:
+        """A worker numapin exec placed on ``cpu`` (with exec's ``options``): its record says so."""
+        proc = self.start([*NUMAPIN, "exec", "--cpus", str(cpu), "--memory", "none", *options, "--", sys.executable,
+                           "-c", WORKER], stdout=subprocess.PIPE)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         return proc.pid
 
@@ -122,6 +122,11 @@ def services(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Servic
 def test_prometheus_scrapes_the_exporter_and_holds_each_workers_series(services: Services, tmp_path: Path) -> None:
     prometheus = binary("prometheus", "prometheus")
     ok, moved = services.two_workers()
+    # A kept worker whose thread someone moves: its keeper puts it back and counts the drift in its record.
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    kept = services.worker(first, "--keep", "--keep-period", "0.1", "--policy", "override")
+    os.sched_setaffinity(kept, {second})
+    until("the keeper put the kept worker back", lambda: os.sched_getaffinity(kept) == {first} or None)
     exporter = services.start([*NUMAPIN, "exporter", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE)
     assert exporter.stderr is not None
     target = exporter.stderr.readline().split("http://")[-1].split("/")[0]
@@ -143,7 +148,7 @@ def test_prometheus_scrapes_the_exporter_and_holds_each_workers_series(services:
 
     def both() -> dict[str, float] | None:
         found = query("numapin_worker")
-        return found if all(any(f'pid="{p}"' in s for s in found) for p in (ok, moved)) else None
+        return found if all(any(f'pid="{p}"' in s for s in found) for p in (ok, moved, kept)) else None
 
     workers = until("both workers' series in Prometheus", both)
     verdicts = {pid: next(s for s in workers if f'pid="{pid}"' in s) for pid in (ok, moved)}
@@ -158,6 +163,12 @@ def test_prometheus_scrapes_the_exporter_and_holds_each_workers_series(services:
     assert 0 < query("numapin_scrape_duration_seconds")[""] < 1
     kinds = json.loads(fetch(f"http://127.0.0.1:{port}/api/v1/metadata?metric=numapin_scrape_errors_total"))
     assert [m["type"] for m in kinds["data"]["numapin_scrape_errors_total"]] == ["counter"]
+    drift = until("the kept worker's drift", lambda: query(f'numapin_worker_drift_total{{pid="{kept}"}}') or None)
+    assert list(drift) == [f'cause="moved",pid="{kept}"'] and set(drift.values()) == {1.0}  # empty labels dropped
+    assert query("numapin_worker_drift_total") == drift, "only the kept worker has drift"
+    assert 'verdict="ok"' in next(s for s in query("numapin_worker") if f'pid="{kept}"' in s), "put back: ok"
+    kinds = json.loads(fetch(f"http://127.0.0.1:{port}/api/v1/metadata?metric=numapin_worker_drift_total"))
+    assert [m["type"] for m in kinds["data"]["numapin_worker_drift_total"]] == ["counter"]
 
 
 def test_node_exporter_serves_the_textfile_and_never_half_of_one(services: Services, tmp_path: Path) -> None:

@@ -265,6 +265,53 @@ def pods_known_from_cgroup_v2_paths() -> str:
     return f"{len(every)} layouts on cgroup v2, each known by its pod"
 
 
+@check()
+def keeper_places_again_as_the_cpuset_changes() -> str:
+    """A worker pinned to node 0 in a cgroup v2 cpuset shrunk to part of node 0 and node 1, then to node 1
+    alone, then widened to every CPU: each time the keeper says what the kernel did and puts node 0's
+    part back on every thread (none fits in the second step: left to the cgroup)."""
+    import kube
+    import numapin
+    from live import ALL, NODE0, NODE1, cpus
+    from numapin.pinning.keeper import Response, this_process
+
+    top = kube.cpuset_hierarchy()
+    assert top is not None and (top / "cgroup.controllers").exists(), "cgroup v2 with the cpuset controller"
+    first = {min(NODE0)}
+    steps = ([(first | NODE1, first)] if len(NODE0) > 1 else []) + [(NODE1, None), (ALL, NODE0)]
+    said = []
+    with kube.placed_in(top, ["numapin-keeper-check"], cpus=cpus(ALL)) as groups:
+        group = groups["numapin-keeper-check"]
+
+        def run() -> list[str]:
+            (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            stop, threads = held_threads(3)
+            try:
+                numapin.pin(0)
+                keeper = this_process()
+                assert keeper is not None
+                for allowed, placed in steps:
+                    (group / "cpuset.cpus").write_text(cpus(allowed) + "\n")
+                    by_kernel = {tid: m for tid, m in masks().items()}
+                    (event,) = keeper.check()
+                    now = masks()
+                    if placed is None:
+                        assert event.response is Response.LEFT, event
+                        assert all(m == by_kernel[t] for t, m in now.items() if t in by_kernel), "left as it was"
+                    else:
+                        assert all(m == placed for m in now.values()), (allowed, now)
+                        reset = sum(1 for m in by_kernel.values() if m == allowed and m != placed)
+                        assert ("kernel had reset" in (event.note or "")) == bool(reset), (event, by_kernel)
+                    said.append(f"{cpus(allowed)}: {event.response.value} ({event.note})")
+                return said
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join()
+
+        return "; ".join(forked(run))  # type: ignore[arg-type]
+
+
 @check(shapes=("grace",))
 def memory_only_nodes_never_hold_cpus() -> str:
     """On a Grace-shaped machine, no placement's CPUs or memory nodes come from CPU-less nodes."""

@@ -25,8 +25,17 @@ from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
 from numapin.pinning import record as records
 from numapin.pinning.decision import ExternalMaskPolicy
-from numapin.pinning.keeper import Drift, DriftCause, Keeper, Response, environ_period, keeping, respond, \
-    stop_keeping, this_process
+from numapin.pinning.keeper import (
+    Drift,
+    DriftCause,
+    Keeper,
+    Response,
+    environ_period,
+    keeping,
+    respond,
+    stop_keeping,
+    this_process,
+)
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs CPUs 0 and 1")
 
@@ -274,7 +283,7 @@ def test_numapin_keep_reads_on_off_and_periods(text: str, period: float | None) 
 
 
 def test_numapin_keep_refuses_what_is_no_period() -> None:
-    with pytest.raises(UsageError, match="NUMAPIN_KEEP=-3"):
+    with pytest.raises(UsageError, match="NUMAPIN_KEEP='-3': expected 1"):
         environ_period({"NUMAPIN_KEEP": "-3"}, "NUMAPIN_KEEP")
 
 

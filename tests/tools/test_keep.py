@@ -73,6 +73,15 @@ def program(env: dict[str, str], *options: str) -> Iterator[tuple[subprocess.Pop
         proc.communicate()
 
 
+def _line(stream: object, seconds: float = 60) -> str:
+    """The next line of a child's pipe, or fail after ``seconds`` (never hang the suite)."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"no line within {seconds} s"
+    return stream.readline()  # type: ignore[attr-defined, no-any-return]
+
+
 def _drift(pid: int) -> dict[str, int]:
     found = records.lookup(pid)
     return {} if found is None else dict(found.drift)
@@ -124,11 +133,9 @@ def test_numapin_keep_watches_a_process_it_did_not_start(env: dict[str, str]) ->
         keeper = subprocess.Popen([*NUMAPIN, "keep", str(proc.pid), "--period", "0.05", "--json"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            assert _until(lambda: _holding(f"keep\0{proc.pid}", but=0))
-            time.sleep(0.3)  # its first look: the baseline
-            os.sched_setaffinity(proc.pid, NODE1)
-            line = keeper.stdout.readline()  # type: ignore[union-attr]
-            event = json.loads(line)
+            assert _line(keeper.stderr) == f"numapin keep: keeping {proc.pid} every 0.05 s\n"
+            os.sched_setaffinity(proc.pid, NODE1)  # after that line: drift
+            event = json.loads(_line(keeper.stdout))
             assert (event["pid"], event["cause"], event["before"], event["after"]) == \
                 (proc.pid, "moved", cpus(NODE0), cpus(NODE1))
             assert event["response"] == "reported, left alone"
@@ -143,11 +150,11 @@ def test_numapin_keep_ends_when_its_processes_do(env: dict[str, str]) -> None:
     with program(env) as (proc, _):
         keeper = subprocess.Popen([*NUMAPIN, "keep", str(proc.pid), "--period", "0.05"], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.3)
+        assert _line(keeper.stderr).startswith("numapin keep: keeping ")
         proc.kill()
         proc.wait()
-        out, err = keeper.communicate(timeout=20)
-    assert keeper.returncode == 0 and err == "numapin keep: 0 drifts seen\n", (out, err)
+        out, err = keeper.communicate(timeout=60)
+    assert keeper.returncode == 0 and (out, err) == ("", "numapin keep: 0 drifts seen\n"), (out, err)
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -530,4 +530,11 @@ def environ_period(environ: Mapping[str, str], variable: str) -> float | None:
         return None
     if text.lower() in AUTOPIN_ON:
         return DEFAULT_PERIOD
-    return parse_period(text, f"{variable}={text}")
+    try:
+        return parse_period(text, variable)
+    except UsageError:
+        from ..base.errors import quoted
+
+        raise UsageError(f"{variable}={quoted(text)}: expected 1 (or true, yes, on) to keep every "
+                         f"{DEFAULT_PERIOD:g} s, a period in seconds (0.5), or 0 (or false, no, off)",
+                         value=text) from None

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name", "folders", "lookup", "namespace", "publish", "stamp",
-           "start_time", "withdraw"]
+__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name", "folders", "lookup", "namespace",
+           "publish", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
 VERSION = 3

@@ -59,6 +59,9 @@ def keep_processes(pids: Sequence[int], facts: Facts, period: float, *, looks: i
 
     write = out or sys.stdout
     keepers = [keeper_of(pid, facts) for pid in dict.fromkeys(pids)]
+    # Said once each is watched: what changes from now on is drift (a script may wait for this line).
+    print(f"numapin keep: keeping {', '.join(str(k.pid) for k in keepers)} every {period:g} s", file=sys.stderr,
+          flush=True)
     seen = made = 0
     while keepers and (looks is None or made < looks):
         time.sleep(period)
