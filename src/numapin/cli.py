@@ -632,14 +632,14 @@ def cmd_keep(args: argparse.Namespace) -> int:
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # SIGTERM ends the keeper as ^C does: cleanly, exit 0
 
-    with _root(args) as root:
-        facts = cached_facts(root, os.environ)
-        signal.signal(signal.SIGTERM, stop)
-        try:
-            seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks,
-                                  as_json=args.json)
-        except KeyboardInterrupt:
-            return 0
+    # The machine the processes were placed on ($NUMAPIN_FSROOT when a test or rehearsal set it): their cpusets
+    # are always the live ones.
+    facts = cached_facts(None, os.environ)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks, as_json=args.json)
+    except KeyboardInterrupt:
+        return 0
     if not args.json:
         print(f"numapin keep: {counted(seen, 'drift')} seen", file=sys.stderr)
     return 0
@@ -1036,7 +1036,6 @@ def _keep_args(keep: argparse.ArgumentParser) -> None:
                       help="seconds between two looks (default 1)")
     keep.add_argument("--looks", type=_count, default=None, metavar="N", help="stop after N looks")
     keep.add_argument("--json", action="store_true", help="each drift as one JSON object per line")
-    _add_root(keep)
     keep.set_defaults(func=cmd_keep)
 
 
