@@ -297,10 +297,10 @@ def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: tup
     assert path.split(":")[0] == folder
 
 
-#: numapin's ps, run by the other user: this interpreter imports what ps needs while root (the interpreter may
-#: live where that user may not read), then becomes the other user for good, and only then scans.
+#: numapin's ps (or keep), run by the other user: this interpreter imports what they need while root (the
+#: interpreter may live where that user may not read), then becomes the other user for good, and only then scans.
 _PS_AS = """
-import importlib, json, locale, os, pkgutil, sys
+import importlib, json, locale, logging, os, pkgutil, select, signal, sys, time
 import numapin, numapin.cli
 for module in pkgutil.walk_packages(numapin.__path__, "numapin."):  # what ps imports when it finds a worker
     if module.name.endswith("__main__"):
@@ -352,6 +352,42 @@ def test_a_user_sees_roots_workers_by_their_records_and_says_what_it_could_not_r
         for child in (placed, hidden):
             child.kill()
             child.wait()
+        shutil.rmtree(top)
+
+
+def test_another_users_keeper_can_neither_move_roots_worker_nor_speak_for_it(
+        other: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+    # numapin keep run by another user on root's worker (policy override: the keeper would put a moved thread
+    # back): it may watch and say what it saw, but the kernel refuses its mask, and nothing it writes is taken
+    # for root's record.
+    top = Path(tempfile.mkdtemp(prefix="numapin-keep-"))
+    top.chmod(0o755)
+    monkeypatch.setenv(RUNTIME_DIR, str(top))
+    first, second = sorted(os.sched_getaffinity(0))[:2]
+    placed = subprocess.Popen([sys.executable, "-m", "numapin", "exec", "--cpus", str(first), "--memory", "none",
+                               "--policy", "override", "--", sys.executable, "-c", READY], stdout=subprocess.PIPE,
+                              text=True)
+    keeper = None
+    try:
+        assert placed.stdout is not None and placed.stdout.readline() == "ready\n"
+        keeper = subprocess.Popen([sys.executable, "-c", _PS_AS, *map(str, other), "keep", str(placed.pid),
+                                   "--period", "0.05", "--looks", "40", "--json"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        assert keeper.stderr is not None and keeper.stderr.readline().startswith("numapin keep: keeping ")
+        os.sched_setaffinity(placed.pid, {second})
+        out, _ = keeper.communicate(timeout=60)
+        event = json.loads(out.splitlines()[0])
+        assert (event["cause"], event["response"]) == ("moved", "reported, left alone"), event
+        assert event["note"] == "could not put it back: EPERM", event
+        assert os.sched_getaffinity(placed.pid) == {second}, "the kernel refused the other user's mask"
+        found = record.lookup(placed.pid)
+        assert found is not None and found.drift == (), "root's record holds nothing the other user wrote"
+        assert os.listdir(top) == [record.file_name(placed.pid, found.start)], "nothing planted beside it"
+    finally:
+        for child in (placed, keeper):
+            if child is not None:
+                child.kill()
+                child.wait()
         shutil.rmtree(top)
 
 
