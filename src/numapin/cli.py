@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .facts.machine import Facts
     from .facts.network import RankNic
     from .placement.modes import Placement
+    from .tools.ab.runs import Variant
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
 MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
@@ -645,6 +646,88 @@ def cmd_keep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ab(args: argparse.Namespace) -> int:
+    import shutil
+
+    from .base.frozen import replace
+    from .tools.ab import picture
+    from .tools.ab.report import analyse, clear
+    from .tools.ab.runs import Design, experiment, parse_metric, parse_variant
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise CliError("no COMMAND given (numapin ab [options] -- COMMAND [ARGS...])")
+    if shutil.which(command[0]) is None:
+        raise CliError(f"no program {command[0]!r} (not an executable file, nor on PATH)")
+    to_stdout = _picture_to_stdout(args)
+    if to_stdout and args.json:
+        raise CliError("--json and a picture on standard output (-): give the picture a file")
+    metric = parse_metric(args.metric, args.better)
+    variants = [parse_variant(text) for text in args.variant] or _default_variants()
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise CliError(f"--variant: each name once (given: {', '.join(names)})")
+    if len(variants) < 2:
+        raise CliError("--variant: give two at least (a baseline and what to compare with it)")
+    baseline = args.baseline or names[0]
+    if baseline not in names:
+        raise CliError(f"--baseline {baseline!r}: not a variant (variants: {', '.join(names)})")
+    target = ["--gpu", str(args.gpu)] if args.gpu is not None else \
+        ["--local-rank", args.local_rank] if args.local_rank is not None else []
+    if target:
+        variants = [replace(v, options=(*v.options, *target)) if v.options else v for v in variants]
+    design = Design(args.rounds, args.warmup, args.until_clear, args.max_time, args.timeout, args.seed)
+
+    def said(run: object) -> None:
+        from .tools.ab.runs import Run
+
+        assert isinstance(run, Run)
+        shown = f"{run.value:.6g}" if run.value is not None else run.status.value
+        stage = "warm-up" if run.round < 0 else f"round {run.round + 1}/{design.rounds}"
+        print(f"numapin ab: {stage}: {run.variant}: {shown}", file=sys.stderr, flush=True)
+
+    allowed = str(CpuSet(os.sched_getaffinity(0)))
+    runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
+                                   clear=lambda found: clear(found, variants, metric, design, baseline))
+    report = analyse(runs, command, variants, metric, design, baseline, interrupted=interrupted)
+    from .pinning import record
+
+    record.entries()  # the runs' records, stale now that each run ended: swept, the host as it was
+    for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
+        if path == "-":
+            sys.stdout.write(make(report))
+        elif path:
+            with open(path, "w", encoding="utf-8") as file:
+                file.write(make(report))
+    if args.json:
+        import json
+
+        print(json.dumps(report.as_dict(), indent=2))
+    elif not to_stdout:
+        print(report.table())
+    return 130 if interrupted else 0
+
+
+def _default_variants() -> list[Variant]:
+    """The placements that matter on this host: none, the GPU's node with memory bound or preferred, an
+    exclusive share, and the fastest cores where the machine has kinds of core."""
+    from .facts.machine import cached as cached_facts
+    from .tools.ab.runs import Variant
+
+    facts = cached_facts(None, os.environ)
+    if not facts.visible:
+        raise CliError("no GPU is visible here, and the default variants are each GPU's placements: name your "
+                       "own, e.g. --variant 'one=--cpus 0' --variant 'all=--cpus 0-1'")
+    found = [Variant("none", ()), Variant("node-bind", ("--mode", "node", "--memory", "bind")),
+             Variant("node-preferred", ("--mode", "node", "--memory", "preferred")),
+             Variant("exclusive", ("--mode", "exclusive", "--memory", "preferred"))]
+    if len(facts.kinds().kinds) > 1:
+        found.append(Variant("fastest", ("--mode", "node", "--memory", "preferred", "--cores", "fastest")))
+    return found
+
+
 def _tally(tally: dict[str, int], workers: int) -> str:
     """``3 GPU workers: 1 ok, 1 misplaced, 1 unknown; 2 candidates (their environment only, not counted)``."""
     from .base.text import counted
@@ -1039,6 +1122,60 @@ def _keep_args(keep: argparse.ArgumentParser) -> None:
     keep.set_defaults(func=cmd_keep)
 
 
+def _ab_args(ab: argparse.ArgumentParser) -> None:
+    ab.description = ("Run COMMAND under several placements and say which is fastest, by how much, and how sure: "
+                      "each variant is numapin exec with its options (exactly what you would then deploy), run in "
+                      "rounds that take every variant once in a random order, after warm-up rounds that are "
+                      "discarded. Per variant: the median and its 95%% bootstrap interval; against the baseline: "
+                      "the ratio of medians with its interval and the Mann-Whitney U test's p-value, a difference "
+                      "called only below the error rate shared over every comparison; then what to deploy. Runs "
+                      "that fail, time out or give no value are reported, never averaged in. ^C stops and reports "
+                      "what was measured (exit 130).")
+    ab.add_argument("--variant", action="append", default=[], metavar="NAME=EXEC-OPTIONS",
+                    help="a variant: numapin exec's options, e.g. 'bind=--mode node --memory bind' (NAME= alone: "
+                         "the baseline's placement of nothing); repeat for each. Default: none, node-bind, "
+                         "node-preferred, exclusive, and fastest where the machine has kinds of cores")
+    ab.add_argument("--baseline", metavar="NAME", help="the variant the others are compared with (default: the "
+                    "first)")
+    target = ab.add_mutually_exclusive_group()
+    target.add_argument("--gpu", type=_count, metavar="N", help="as numapin exec's: added to every variant")
+    target.add_argument("--local-rank", metavar="auto|N", help="as numapin exec's: added to every variant")
+    ab.add_argument("--metric", default="wall", metavar="wall|regex:PATTERN|json:FILE:KEY",
+                    help="what a run is judged by: its wall time (default), the number PATTERN finds last in what "
+                         "it prints (its group, or the whole match), or KEY (dotted) in the JSON FILE it writes")
+    better = ab.add_mutually_exclusive_group()
+    better.add_argument("--higher-is-better", dest="better", action="store_const", const="higher",
+                        help="for regex: and json: metrics, a throughput")
+    better.add_argument("--lower-is-better", dest="better", action="store_const", const="lower",
+                        help="for regex: and json: metrics, a latency")
+    ab.add_argument("--rounds", type=_positive, default=10, metavar="N",
+                    help="rounds measured (default 10); with --until-clear, the most")
+    ab.add_argument("--warmup", type=_count, default=1, metavar="N", help="warm-up rounds, discarded (default 1)")
+    ab.add_argument("--until-clear", action="store_true",
+                    help="stop once every comparison calls a difference (looked at after each round from the "
+                         "fifth; the error rate shared over the looks too)")
+    ab.add_argument("--max-time", type=_seconds_arg, metavar="SECONDS", help="start no run after this long")
+    ab.add_argument("--timeout", type=_seconds_arg, metavar="SECONDS",
+                    help="stop a run still going after this long and count it as timed out")
+    ab.add_argument("--seed", type=_count, metavar="N", help="the order of the runs and the intervals' resamples, "
+                    "for a report that can be made again")
+    ab.add_argument("--json", action="store_true", help="the report as one JSON object, every run in it")
+    ab.add_argument("--svg", metavar="FILE", type=_picture_file(".svg"),
+                    help="also draw every run's value per variant, with the medians and intervals, as SVG into FILE "
+                         "(- for standard output, instead of the table)")
+    ab.add_argument("--html", metavar="FILE", type=_picture_file(".html", ".htm"),
+                    help="the same picture and the table in a self-contained HTML page (- as for --svg)")
+    ab.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]")
+    ab.set_defaults(func=cmd_ab)
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a number above 0")
+    return value
+
+
 def _snapshot_args(snap: argparse.ArgumentParser) -> None:
     snap.description = "Write OUT.tar.gz (or .tgz; - for standard output) with exactly the files numapin reads."
     snap.add_argument("out", metavar="OUT.tar.gz")
@@ -1065,6 +1202,7 @@ _COMMANDS = {
     "doctor": ("what in the job would undo or waste the pin, and the fix", _doctor_args),
     "ps": ("every GPU worker of this host: where it runs, where it should, who placed it", _ps_args),
     "keep": ("keep processes' placements while they run: notice drift, put back what is numapin's", _keep_args),
+    "ab": ("which placement is fastest for a command here: measured, with the odds", _ab_args),
     "exporter": ("serve the host's GPU workers to Prometheus over HTTP, scanned at each scrape", _exporter_args),
     "numactl": ("numactl's language, carried out by numapin (no numactl needed)", _numactl_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),

@@ -115,3 +115,45 @@ def test_node_mode_shows_every_ranks_colour_in_a_real_browser(tmp_path: Path) ->
     # Shared CPUs in bands, GPUs' swatches, the legend: each of the 8 ranks' colours over many pixels.
     for colour in PALETTE[:8]:
         assert counts[rgb(colour)] > 300, f"{colour} missing from the node picture"
+
+
+def test_the_ab_page_shows_every_run_of_every_variant(tmp_path: Path) -> None:
+    # numapin ab's page: each variant's runs as dots of its colour (over many pixels), the table beneath.
+    chromium = browser()
+    page = tmp_path / "ab.html"
+    variants = [arg for name in ("one", "two", "three") for arg in ("--variant", f"{name}=")]
+    subprocess.run([*NUMAPIN, "ab", *variants, "--rounds", "4", "--warmup", "0", "--html", str(page), "--", "true"],
+                   check=True, capture_output=True, timeout=300)
+    shot = tmp_path / "ab.png"
+    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,700",
+                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
+    _, _, found = png.pixels(shot.read_bytes())
+    counts = Counter(found)
+    assert counts[(255, 255, 255)] < 0.97 * len(found), "the page rendered blank"
+    for colour in PALETTE[:3]:
+        assert counts[rgb(colour)] > 60, f"{colour}: a variant's runs missing from the rendered page"
+    assert counts[rgb(PALETTE[3])] == 0, "three variants, three colours"
+
+
+def test_every_label_of_the_ab_picture_stays_on_the_page(tmp_path: Path) -> None:
+    chromium = browser()
+    page = tmp_path / "ab.html"
+    subprocess.run([*NUMAPIN, "ab", "--variant", "a-rather-long-variant-name=", "--variant", "b=", "--rounds", "2",
+                    "--warmup", "0", "--html", str(page), "--", "true"], check=True, capture_output=True, timeout=300)
+    measure = """<script>addEventListener("load", () => {
+      const svg = document.querySelector("svg").getBBox(), width = +document.querySelector("svg").getAttribute("width");
+      const out = [...document.querySelectorAll("svg text")].filter(t => t.getBBox().x + t.getBBox().width > width)
+        .map(t => t.textContent);
+      document.body.setAttribute("data-out", JSON.stringify(out));
+      document.body.setAttribute("data-texts", document.querySelectorAll("svg text").length);
+    });</script>"""
+    page.write_text(page.read_text().replace("</body>", measure + "</body>"))
+    import html
+    import json
+    import re
+
+    dom = subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                         check=True, capture_output=True, text=True, timeout=120).stdout
+    out, texts = re.search(r'data-out="([^"]*)"', dom), re.search(r'data-texts="(\d+)"', dom)
+    assert out and texts and int(texts.group(1)) > 6, "the measuring script did not run"
+    assert json.loads(html.unescape(out.group(1))) == [], "a label runs past the picture's right edge"

@@ -140,12 +140,12 @@ def test_the_legend_lists_only_what_is_drawn(tmp_path: Path, args: list[str], sh
 
 
 def test_a_label_wider_than_the_picture_may_grow_is_shortened() -> None:
-    from numapin.tools.picture import _fit, _text_width
+    from numapin.tools.picture import _text_width, fit
 
     long = "node 0 · CPUs " + ",".join(str(c) for c in range(0, 2000, 2))
-    cut = _fit(long, 12, 500)
+    cut = fit(long, 12, 500)
     assert cut.endswith("…") and long.startswith(cut[:-1]) and _text_width(cut, 12) <= 500
-    assert _fit("node 0", 12, 500) == "node 0"
+    assert fit("node 0", 12, 500) == "node 0"
 
 
 def _ids(root: ET.Element) -> list[tuple[float, float, str]]:

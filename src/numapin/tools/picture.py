@@ -39,7 +39,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PALETTE", "html", "svg"]
+__all__ = ["PALETTE", "fit", "html", "svg"]
 
 #: Paul Tol's "muted" palette: nine colours for qualitative data that colour-blind readers tell apart
 #: (his pale grey for "no data" is left out: free CPUs are drawn in a grey of their own).
@@ -68,7 +68,7 @@ def _text_width(words: str, size: float, bold: bool = False) -> float:
     return sum(_WIDTH.get(ch, 0.7) for ch in words) * size * (1.09 if bold else 1.0)
 
 
-def _fit(words: str, size: float, room: float) -> str:
+def fit(words: str, size: float, room: float) -> str:
     """``words``, shortened with an ellipsis when wider than ``room``."""
     if _text_width(words, size) <= room:
         return words
@@ -148,7 +148,7 @@ def _bands(c: _Canvas, plan: _Plan) -> None:
 
 def _label(c: _Canvas, x: float, y: float, words: str, size: int = 12) -> float:
     """Write a label cut to the picture's width; return the width it takes."""
-    words = _fit(words, size, _MAX_WIDTH - x)
+    words = fit(words, size, _MAX_WIDTH - x)
     c.text(x, y, words, size)
     return _text_width(words, size)
 
@@ -161,7 +161,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
     c = _Canvas()
     _bands(c, plan)
     y = 40.0
-    title = _fit(title, 16 * 1.09, _MAX_WIDTH)
+    title = fit(title, 16 * 1.09, _MAX_WIDTH)
     c.text(_PAD, 24, title, 16, ' font-weight="bold"')
     width = _PAD + _text_width(title, 16, bold=True)
     gpus_by_node: dict[int | None, list[tuple[int, str]]] = {}
@@ -203,7 +203,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
             label = f"memory-only node {node.id} · {_size(node.memory_bytes)}"
             if node.id in owners:
                 label += f" · memory of GPU {owners[node.id]}"
-            label = _fit(label, 12, _MAX_WIDTH - 2 * _PAD)
+            label = fit(label, 12, _MAX_WIDTH - 2 * _PAD)
             w = _text_width(label, 12) + 2 * _PAD
             if x + w > _MAX_WIDTH and x > _PAD:  # wrap, as cache groups do
                 x, y = float(_PAD), y + 28 + _PAD
@@ -230,7 +230,7 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
     y += 20
     gx, gpus_right = x + _PAD, x + _PAD
     for index, label in gpus:
-        label = _fit(label, 12, _MAX_WIDTH - x - 24 - 3 * _PAD)
+        label = fit(label, 12, _MAX_WIDTH - x - 24 - 3 * _PAD)
         w = _text_width(label, 12) + 24 + 2 * _PAD
         if gx + w > x + _MAX_WIDTH and gx > x + _PAD:  # the next row, as cache groups wrap
             gx, y = x + _PAD, y + 22 + _PAD

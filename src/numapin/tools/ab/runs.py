@@ -1,0 +1,345 @@
+"""The runs of ``numapin ab``: each variant is ``numapin exec OPTIONS -- COMMAND``, run in randomised blocks.
+
+Every run goes through ``numapin exec``, the baseline ``none`` too (with options that place nothing:
+every CPU the process may use, no memory policy, thread pools as they are), so that every variant pays
+the same start-up and a variant is exactly what a user would then deploy. A round runs each variant
+once, in an order drawn afresh (a drift of the machine's speed hits every variant alike); warm-up
+rounds come first and are discarded. A run that fails, times out or yields no value is kept and
+reported, never averaged in. While a run lives past a second, numapin's judge samples it (threads
+outside its placement, the share of its own memory on other nodes): the last sample is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+from ...base.choices import Choice
+from ...base.environment import AUTOPIN, AUTOPIN_OPTIONS, KEEP
+from ...base.errors import UsageError, quoted
+from ...base.frozen import frozen, replace
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
+
+__all__ = ["Better", "Design", "Metric", "Run", "Status", "Variant", "experiment", "parse_metric", "parse_variant",
+           "run_once"]
+
+#: How much of a run's standard output is kept for a ``regex:`` metric (its end: the figure a program prints
+#: last).
+_KEPT_OUTPUT = 1 << 20
+
+
+class Status(Choice):
+    """How a run ended."""
+
+    OK = "ok"
+    FAILED = "failed"
+    """It exited non-zero (or was killed by a signal)."""
+    TIMEOUT = "timeout"
+    NO_VALUE = "no value"
+    """It succeeded, but the metric found no number in what it printed or wrote."""
+    INTERRUPTED = "interrupted"
+
+
+class Better(Choice):
+    """Which way a metric improves."""
+
+    LOWER = "lower"
+    HIGHER = "higher"
+
+
+@frozen
+class Variant:
+    """A named set of ``numapin exec`` options (none: the command run with a placement of nothing)."""
+
+    name: str
+    options: tuple[str, ...]
+
+    @property
+    def words(self) -> str:
+        return " ".join(shlex.quote(o) for o in self.options)
+
+
+def _nothing(cpus: str) -> tuple[str, ...]:
+    """What a variant without options runs under: exec's start-up, none of its placement (``cpus``: every CPU
+    allowed; no memory policy; thread pools and NICs as they are)."""
+    return ("--cpus", cpus, "--memory", "none", "--threads", "keep", "--nics", "none")
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,39}\Z")
+
+
+def parse_variant(text: str) -> Variant:
+    """``NAME=EXEC-OPTIONS`` (options as a shell would split them; empty: the baseline's placement of
+    nothing)."""
+    name, sep, options = text.partition("=")
+    if not sep or not _NAME.match(name):
+        raise UsageError(f"--variant {quoted(text)}: expected NAME=EXEC-OPTIONS, NAME of letters, digits and "
+                         "._+- (e.g. --variant 'bind=--mode node --memory bind')", value=text)
+    try:
+        words = tuple(shlex.split(options))
+    except ValueError as exc:
+        raise UsageError(f"--variant {quoted(text)}: {exc}", value=text) from None
+    if "--" in words or any(w in ("--dry-run", "--json", "--keep") or w.startswith(("--keep-", "--dry"))
+                            for w in words):
+        raise UsageError(f"--variant {quoted(text)}: a variant holds numapin exec's placement options only "
+                         "(no --, --dry-run, --json or --keep)", value=text)
+    return Variant(name, words)
+
+
+@frozen
+class Metric:
+    """What a run is judged by: its wall time, a number it prints (``regex``), or one it writes (``json``)."""
+
+    kind: str
+    """``wall``, ``regex`` or ``json``."""
+    better: Better
+    pattern: str | None = None
+    path: str | None = None
+    key: str | None = None
+
+    @property
+    def words(self) -> str:
+        if self.kind == "wall":
+            return "wall time (s)"
+        if self.kind == "regex":
+            return f"regex {self.pattern}"
+        return f"{self.key} in {self.path}"
+
+    def read(self, output: bytes, started: float, wall: float) -> float | None:
+        """The run's value, None when it gave none."""
+        if self.kind == "wall":
+            return wall
+        if self.kind == "regex":
+            assert self.pattern is not None
+            found = list(re.finditer(self.pattern, output.decode(errors="replace"), re.MULTILINE))
+            if not found:
+                return None
+            last = found[-1]
+            return _number(last.group(1) if last.groups() else last.group(0))
+        assert self.path is not None and self.key is not None
+        try:
+            if os.stat(self.path).st_mtime < started:
+                return None  # not written by this run: an older run's file says nothing of this one
+            with open(self.path, "rb") as file:
+                data: Any = json.loads(file.read(_KEPT_OUTPUT))
+        except (OSError, ValueError, RecursionError):
+            return None
+        for part in self.key.split("."):
+            data = data.get(part) if isinstance(data, dict) else None
+        return _number(data)
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        found = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return found if found == found and abs(found) != float("inf") else None
+
+
+def parse_metric(text: str, better: str | None) -> Metric:
+    """``wall`` (lower is better), ``regex:PATTERN`` (its first group, or the whole match, of the last match in
+    what the run prints) or ``json:FILE:KEY`` (KEY, dotted, in the JSON FILE the run writes): for the last two,
+    ``better`` must say which way is better."""
+    kind, _, rest = text.partition(":")
+    chosen = None if better is None else Better(better)
+    if kind == "wall" and not rest:
+        if chosen is Better.HIGHER:
+            raise UsageError("--metric wall: a shorter wall time is better; --higher-is-better contradicts it",
+                             value=text)
+        return Metric("wall", Better.LOWER)
+    if kind not in ("regex", "json") or not rest:
+        raise UsageError(f"--metric {quoted(text)}: expected wall, regex:PATTERN or json:FILE:KEY", value=text)
+    if chosen is None:
+        raise UsageError(f"--metric {quoted(text)}: say which way is better: --higher-is-better (a throughput) "
+                         "or --lower-is-better (a latency)", value=text)
+    if kind == "regex":
+        try:
+            compiled = re.compile(rest, re.MULTILINE)
+        except re.error as exc:
+            raise UsageError(f"--metric {quoted(text)}: not a regular expression: {exc}", value=text) from None
+        if compiled.groups > 1:
+            raise UsageError(f"--metric {quoted(text)}: one group at most (the number)", value=text)
+        return Metric("regex", chosen, pattern=rest)
+    path, sep, key = rest.rpartition(":")
+    if not sep or not path or not key:
+        raise UsageError(f"--metric {quoted(text)}: expected json:FILE:KEY", value=text)
+    return Metric("json", chosen, path=os.path.abspath(path), key=key)
+
+
+@frozen
+class Run:
+    """One run of one variant."""
+
+    variant: str
+    round: int
+    """0-based; warm-up rounds are negative."""
+    status: Status
+    value: float | None
+    wall: float
+    detail: str | None = None
+    """Why it failed (its exit status, its last line of stderr), when it did."""
+    outside: int | None = None
+    """Threads outside the placement at the last sample (runs that lived past a second)."""
+    remote: float | None = None
+    """Share of its own memory on other nodes than the placement's, at the last sample."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "round": self.round, "status": self.status.value, "value": self.value,
+                "wall": round(self.wall, 6), "detail": self.detail, "outside": self.outside, "remote": self.remote}
+
+
+@frozen
+class Design:
+    """How many runs, in what order, and when to stop."""
+
+    rounds: int = 10
+    """Rounds measured (each runs every variant once); with ``until_clear``, the most."""
+    warmup: int = 1
+    until_clear: bool = False
+    """Stop as soon as every comparison with the baseline is clear (checked after each round from the
+    fifth, each look at its share of the error rate)."""
+    max_time: float | None = None
+    """Start no run after this many seconds."""
+    timeout: float | None = None
+    """A run still going after this many seconds is stopped and counted as timed out."""
+    seed: int | None = None
+    alpha: float = 0.05
+    """The chance, over every comparison and look, of calling a difference where there is none."""
+    resamples: int = 4000
+    """Of each bootstrap interval."""
+
+
+def _environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The runs' environment: the caller's, less what would make numapin place them a second time (the
+    start-up hook's variables): each variant's placement is its exec options alone."""
+    dropped = {AUTOPIN, KEEP, *AUTOPIN_OPTIONS.values()}
+    return {k: v for k, v in environ.items() if k not in dropped}
+
+
+def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *, timeout: float | None,
+             sample: Callable[[int], tuple[int | None, float | None]] | None = None) -> Run:
+    """Run ``argv`` once (its variant and round left blank for the caller). KeyboardInterrupt stops the run (its
+    whole process group) and is raised again."""
+    started = time.time()
+    clock = time.perf_counter()
+    proc = subprocess.Popen(list(argv), env=dict(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    samples: list[tuple[int | None, float | None]] = []
+    try:
+        out, err = _wait(proc, clock, timeout, sample, samples)
+    except subprocess.TimeoutExpired:
+        _stop(proc)
+        return Run("", 0, Status.TIMEOUT, None, time.perf_counter() - clock, f"still running after {timeout:g} s")
+    except BaseException:
+        _stop(proc)
+        raise
+    wall = time.perf_counter() - clock
+    outside, remote = samples[-1] if samples else (None, None)
+    if proc.returncode != 0:
+        last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        code = proc.returncode
+        how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
+        return Run("", 0, Status.FAILED, None, wall, how + (f": {last}" if last else ""), outside, remote)
+    value = metric.read(out, started, wall)
+    if value is None:
+        return Run("", 0, Status.NO_VALUE, None, wall, f"no value for {metric.words}", outside, remote)
+    return Run("", 0, Status.OK, value, wall, None, outside, remote)
+
+
+def _wait(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
+          sample: Callable[[int], tuple[int | None, float | None]] | None,
+          samples: list[tuple[int | None, float | None]]) -> tuple[bytes, bytes]:
+    """The run's output, once it ends; every second past the first, a sample of where it runs."""
+    while True:
+        left = None if timeout is None else timeout - (time.perf_counter() - clock)
+        if left is not None and left <= 0:
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
+        try:
+            out, err = proc.communicate(timeout=1.0 if left is None else min(1.0, left))
+            return out[-_KEPT_OUTPUT:], err[-_KEPT_OUTPUT:]
+        except subprocess.TimeoutExpired:
+            if sample is not None:
+                try:
+                    samples.append(sample(proc.pid))
+                except Exception:  # a process that ended meanwhile, or one the judge cannot read: no sample
+                    pass
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a run and everything it started (its own session)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.communicate()
+
+
+def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metric, design: Design, *,
+               environ: Mapping[str, str] | None = None, allowed: str = "",
+               measure: Callable[[Variant, int], Run] | None = None,
+               clear: Callable[[list[Run]], bool] | None = None,
+               progress: Callable[[Run], None] | None = None) -> tuple[list[Run], bool]:
+    """Every run of the design: warm-up rounds (discarded by the report), then rounds in random order, until
+    ``design.rounds``, ``clear(runs)`` (with ``until_clear``) or ``design.max_time``. The runs, and whether
+    ^C cut them short. ``measure`` stands in for the real runs (tests of the design); ``allowed`` is the
+    cpulist the baseline runs on."""
+    env = _environment(os.environ if environ is None else environ)
+    rng = random.Random(design.seed)
+    sampler = _sampler()
+
+    def real(variant: Variant, round_: int) -> Run:
+        options = variant.options or _nothing(allowed)
+        argv = [sys.executable, "-m", "numapin", "exec", *options, "--", *command]
+        return replace(run_once(argv, env, metric, timeout=design.timeout, sample=sampler), variant=variant.name,
+                       round=round_)
+
+    one = measure or real
+    runs: list[Run] = []
+    began = time.monotonic()
+    for round_ in range(-design.warmup, design.rounds):
+        order = list(variants)
+        rng.shuffle(order)
+        for variant in order:
+            if design.max_time is not None and time.monotonic() - began > design.max_time:
+                return runs, False
+            try:
+                run = one(variant, round_)
+            except KeyboardInterrupt:
+                runs.append(Run(variant.name, round_, Status.INTERRUPTED, None, 0.0, "stopped by ^C"))
+                return runs, True
+            runs.append(run)
+            if progress is not None:
+                progress(run)
+        if design.until_clear and round_ >= 4 and clear is not None and clear(runs):
+            break
+    return runs, False
+
+
+def _sampler() -> Callable[[int], tuple[int | None, float | None]]:
+    """Where a run is, by numapin's judge: threads outside its placement, the remote share of its memory.
+    The process numapin exec started is the judged one (its record names the placement)."""
+
+    def sample(pid: int) -> tuple[int | None, float | None]:
+        from ...pinning.verdict import judge
+
+        judged = judge(pid)
+        if judged.expected is None:
+            return None, None
+        return len(judged.outside), judged.remote_share()
+
+    return sample
+

@@ -1,0 +1,156 @@
+"""numapin ab with real runs: a real effect found, every metric, every way a run can go wrong, ^C."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from live import without_inputs
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+#: Two threads busy at once (hashing releases the GIL): on one CPU they take about twice as long as on two.
+TWO_BUSY_THREADS = """
+import hashlib, threading
+data = b"x" * (8 << 20)
+def busy():
+    for _ in range(30):
+        hashlib.sha256(data).digest()
+threads = [threading.Thread(target=busy) for _ in range(2)]
+for t in threads: t.start()
+for t in threads: t.join()
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**without_inputs(dict(os.environ)), "NUMAPIN_RUNTIME_DIR": str(tmp_path / "records")}
+
+
+def ab(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NUMAPIN, "ab", *args], env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _json(result: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert result.returncode == 0, result.stderr
+    found: dict[str, object] = json.loads(result.stdout)
+    return found
+
+
+def _variant(report: dict[str, object], name: str) -> dict[str, object]:
+    return next(v for v in report["variants"] if v["name"] == name)  # type: ignore[attr-defined, index]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_two_busy_threads_are_found_slower_on_one_cpu(env: dict[str, str], tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    report = _json(ab(env, "--variant", f"one=--cpus {cpus[0]}", "--variant", f"two=--cpus {cpus[0]},{cpus[1]}",
+                      "--rounds", "6", "--seed", "1", "--json", "--", sys.executable, "-c", TWO_BUSY_THREADS))
+    two = _variant(report, "two")["vs_baseline"]
+    assert isinstance(two, dict)
+    assert two["finding"] == "better" and two["p"] < 0.01, two
+    assert 0.4 < two["ratio"] < 0.8, "about half the time on two CPUs"
+    assert str(report["recommendation"]).startswith(f"deploy two: numapin exec --cpus {cpus[0]},{cpus[1]} -- ...")
+    assert not os.listdir(tmp_path / "records"), "the runs' records swept: the host as it was"
+
+
+def test_a_number_the_program_prints_and_one_it_writes(env: dict[str, str], tmp_path: Path) -> None:
+    printed = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "2", "--warmup", "0",
+                       "--metric", r"regex:tok/s: ([0-9.]+)", "--higher-is-better", "--json", "--",
+                       "sh", "-c", "echo 'tok/s: 1.0'; echo 'tok/s: 12.5'"))
+    assert _variant(printed, "a")["median"] == 12.5, "the last match, its group"
+    assert printed["better"] == "higher"
+    out = tmp_path / "result.json"
+    written = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "2", "--warmup", "0",
+                       "--metric", f"json:{out}:latency.p50", "--lower-is-better", "--json", "--",
+                       "sh", "-c", f'echo \'{{"latency": {{"p50": 3.25}}}}\' > {out}'))
+    assert [r["value"] for r in _variant(written, "b")["runs"]] == [3.25, 3.25]  # type: ignore[attr-defined]
+
+
+def test_runs_that_fail_time_out_or_print_nothing_are_reported_not_averaged(env: dict[str, str]) -> None:
+    failed = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "2", "--warmup", "0", "--json",
+                      "--", "sh", "-c", "echo broken >&2; exit 3"))
+    runs = _variant(failed, "a")["runs"]
+    assert [(r["status"], r["value"], r["detail"]) for r in runs] == [("failed", None, "exit 3: broken")] * 2  # type: ignore[attr-defined]
+    assert _variant(failed, "a")["median"] is None and failed["recommendation"].startswith("no variant")  # type: ignore[attr-defined]
+    started = time.monotonic()
+    late = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--timeout", "1",
+                    "--json", "--", "sleep", "30"))
+    assert time.monotonic() - started < 20, "each run stopped at its timeout"
+    assert {r["status"] for v in late["variants"] for r in v["runs"]} == {"timeout"}  # type: ignore[attr-defined]
+    quiet = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--json",
+                     "--metric", "regex:([0-9]+) ms", "--lower-is-better", "--", "echo", "nothing"))
+    assert [r["status"] for r in _variant(quiet, "a")["runs"]] == ["no value"]  # type: ignore[attr-defined]
+    text = ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--",
+              "sh", "-c", "exit 3")
+    assert "lost: a, round 1: failed (exit 3)" in text.stdout, text.stdout
+
+
+def test_ctrl_c_stops_the_run_and_reports_what_was_measured(env: dict[str, str]) -> None:
+    proc = subprocess.Popen([*NUMAPIN, "ab", "--variant", "a=", "--variant", "b=", "--warmup", "0", "--rounds", "3",
+                             "--", "sleep", "60.25"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(3)  # in the first run's long sleep
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted: what was measured before ^C" in out, out
+    assert "round 1: interrupted (stopped by ^C)" in out, out
+    leftover = subprocess.run(["pgrep", "-f", "sleep 60.25"], capture_output=True, text=True).stdout.split()
+    assert not leftover, "the run in progress was stopped with everything it started"
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--variant", "a=", "--variant", "b=", "--", "no-such-program-numapin"], "no program 'no-such-program-numapin'"),
+    (["--variant", "a=", "--variant", "b="], "no COMMAND given"),
+    (["--variant", "a", "--variant", "b=", "--", "true"], "expected NAME=EXEC-OPTIONS"),
+    (["--variant", "a=", "--variant", "a=--cpus 0", "--", "true"], "each name once"),
+    (["--variant", "a=", "--", "true"], "give two at least"),
+    (["--variant", "a=", "--variant", "b=", "--baseline", "c", "--", "true"], "--baseline 'c': not a variant"),
+    (["--variant", "a=", "--variant", "b=", "--metric", "regex:x", "--", "true"], "say which way is better"),
+    (["--variant", "a=", "--variant", "b=", "--metric", "regex:(", "--lower-is-better", "--", "true"],
+     "not a regular expression"),
+    (["--variant", "a=", "--variant", "b=", "--metric", "wall", "--higher-is-better", "--", "true"], "contradicts"),
+    (["--variant", "a=", "--variant", "b=", "--metric", "speed", "--", "true"], "expected wall, regex:PATTERN"),
+    (["--variant", "a=--keep", "--variant", "b=", "--", "true"], "placement options only"),
+    (["--variant", "a='--cpus", "--variant", "b=", "--", "true"], "No closing quotation"),
+    (["--variant", "a=", "--variant", "b=", "--rounds", "0", "--", "true"], "--rounds"),
+    (["--variant", "a=", "--variant", "b=", "--svg", "x.png", "--", "true"], "must end in .svg"),
+    (["--variant", "a=", "--variant", "b=", "--svg", "-", "--json", "--", "true"], "--json and a picture"),
+])
+def test_bad_input_is_one_line(env: dict[str, str], args: list[str], says: str) -> None:
+    result = ab(env, *args)
+    assert result.returncode == 2 and says in result.stderr and len(result.stderr.splitlines()) == 1, result
+
+
+def test_default_variants_need_a_gpu(env: dict[str, str], tmp_path: Path) -> None:
+    from numapin.facts import synthetic
+
+    root = synthetic.write("laptop", tmp_path / "laptop")
+    result = ab({**env, "NUMAPIN_FSROOT": str(root), "CUDA_VISIBLE_DEVICES": ""}, "--", "true")
+    assert result.returncode == 2 and "no GPU is visible here" in result.stderr, result.stderr
+
+
+def test_the_table_the_picture_and_the_page(env: dict[str, str], tmp_path: Path) -> None:
+    svg, page = tmp_path / "ab.svg", tmp_path / "ab.html"
+    result = ab(env, "--variant", "quick=", "--variant", "slow=", "--rounds", "3", "--warmup", "0", "--svg",
+                str(svg), "--html", str(page), "--", "true")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "numapin ab: true" and "3 rounds after 0 warm-up" in lines[1]
+    assert lines[2].split() == ["variant", "runs", "lost", "median", "95%", "interval", "vs", "quick", "95%",
+                                "interval", "p", "finding"]
+    assert lines[3].startswith("quick ") and "baseline" in lines[3]
+    assert "no difference detected after 3 runs each" in lines[4] or "faster" in lines[4] or "slower" in lines[4]
+    drawing = svg.read_text()
+    assert drawing.startswith("<svg") and 'id="variant-quick"' in drawing and 'id="variant-slow"' in drawing
+    assert drawing.count("<circle") == 6, "one dot per run"
+    html = page.read_text()
+    assert "<svg" in html and "numapin ab: true" in html and html.count("<circle") == 6
+    assert "numapin ab: round 1/3: " in result.stderr, "each run said as it ends"
