@@ -136,7 +136,8 @@ def test_rounds_are_randomised_blocks_and_warm_up_comes_first() -> None:
         return Run(variant.name, round_, Status.OK, 1.0, 1.0)
 
     runs, interrupted = experiment(["true"], variants, WALL, Design(rounds=6, warmup=2, seed=5), measure=measure)
-    assert len(runs) == 8 * 4 and not interrupted and [r for r, _ in order] == sorted(r for r, _ in order), "round after round"
+    assert len(runs) == 8 * 4 and not interrupted
+    assert [r for r, _ in order] == sorted(r for r, _ in order), "round after round"
     assert [r for r, _ in order[:8]] == [-2] * 4 + [-1] * 4, "warm-up rounds first"
     blocks = [[name for r, name in order if r == k] for k in range(-2, 6)]
     assert all(sorted(block) == list("abcd") for block in blocks), "every variant once a round"
