@@ -51,7 +51,7 @@ def _variant(report: dict[str, object], name: str) -> dict[str, object]:
 def test_two_busy_threads_are_found_slower_on_one_cpu(env: dict[str, str], tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))[:2]
     report = _json(ab(env, "--variant", f"one=--cpus {cpus[0]}", "--variant", f"two=--cpus {cpus[0]},{cpus[1]}",
-                      "--rounds", "6", "--seed", "1", "--json", "--", sys.executable, "-c", TWO_BUSY_THREADS))
+                      "--rounds", "7", "--seed", "1", "--json", "--", sys.executable, "-c", TWO_BUSY_THREADS))
     two = _variant(report, "two")["vs_baseline"]
     assert isinstance(two, dict)
     assert two["finding"] == "better" and two["p"] < 0.01, two
@@ -154,3 +154,15 @@ def test_the_table_the_picture_and_the_page(env: dict[str, str], tmp_path: Path)
     html = page.read_text()
     assert "<svg" in html and "numapin ab: true" in html and html.count("<circle") == 6
     assert "numapin ab: round 1/3: " in result.stderr, "each run said as it ends"
+
+
+def test_a_run_that_lives_past_a_second_is_judged_where_it_ran(env: dict[str, str]) -> None:
+    first = min(os.sched_getaffinity(0))
+    report = _json(ab(env, "--variant", "all=", "--variant", f"one=--cpus {first}", "--rounds", "1", "--warmup", "0",
+                      "--json", "--", "sleep", "1.6"))
+    for name in ("all", "one"):
+        (run,) = _variant(report, name)["runs"]  # type: ignore[misc]
+        assert run["outside"] == 0, "sampled by the judge: every thread inside its placement"
+    text = ab(env, "--variant", "all=", "--variant", f"one=--cpus {first}", "--rounds", "1", "--warmup", "0", "--",
+              "sleep", "1.6").stdout
+    assert "placed: one: at most 0 threads outside the placement" in text, text

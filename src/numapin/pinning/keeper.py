@@ -143,6 +143,10 @@ def parse_period(text: str | float, what: str = "period") -> float:
     return value
 
 
+#: A thread's entry in a keeper's last look once the keeper set its mask itself (to the mask in ``Keeper._put``).
+_PUT = object()
+
+
 class Keeper:
     """Keeps one process's placement: :meth:`check` looks once and answers what moved.
 
@@ -173,8 +177,10 @@ class Keeper:
         self.stopped = False
         self._said: set[DriftCause] = set()
         self._cgroup = read_cgroup(Host.at("/"), pid=pid)
-        #: Each thread's raw mask at the last look, and whether it carried numapin's placement then.
+        #: Each thread's raw mask at the last look (or _PUT: the keeper set it since, to ``_put[tid]``), and whether
+        #: it carried numapin's placement then.
         self._seen: dict[int, tuple[Any, bool]] = {}
+        self._put: dict[int, CpuSet] = {}
         #: The masks the kernel gave numapin's threads when a new cpuset left no room for the placement: theirs
         #: are still numapin's threads, and so are the threads they start.
         self._kernel_masks: set[CpuSet] = set()
@@ -274,17 +280,17 @@ class Keeper:
                 seen[tid] = raw, True  # born on, or put back on, a mask of numapin's
                 continue
             cause = DriftCause.INHERITED if last is None else DriftCause.MOVED
-            event = self._answer(cause, tid, None if last is None else self._cpuset(last[0]), mask, ours)
+            event = self._answer(cause, tid, None if last is None else self._mask_of(tid, last[0]), mask, ours)
             events.append(event)
-            if event.response is Response.RESTORED:
-                try:
-                    seen[tid] = self._get(tid), True
-                except OSError:
-                    continue
-            else:
-                seen[tid] = raw, False
+            # Put back: what it is now is what the keeper set (read again, a move right after would be missed).
+            seen[tid] = (_PUT, True) if event.response is Response.RESTORED else (raw, False)
         self._seen = seen
+        self._put = {tid: mask for tid, mask in self._put.items() if seen.get(tid, (None,))[0] is _PUT}
         return events
+
+    def _mask_of(self, tid: int, raw: Any) -> CpuSet:
+        """The mask a thread had at the last look (``raw``), or the one the keeper gave it since."""
+        return self._put[tid] if raw is _PUT else self._cpuset(raw)
 
     def _answer(self, cause: DriftCause, tid: int, before: CpuSet | None, mask: CpuSet, ours: set[CpuSet]) -> Drift:
         """A thread's drift, answered by the policy: put back on the mask of numapin's it left (or the target)."""
@@ -293,6 +299,7 @@ class Keeper:
             back = before if before is not None and before in ours else self.record.target
             try:
                 self.ops.set_affinity(tid, back)
+                self._put[tid] = back
                 note = f"policy override: back on {back}"
             except OSError as exc:
                 response, note = Response.REPORTED, f"could not put it back: {errno_name(exc.errno)}"
@@ -315,7 +322,8 @@ class Keeper:
         return events
 
     def _refresh_seen(self) -> None:
-        """The threads' masks as the kernel left them, each still numapin's or not as it was."""
+        """The threads' masks as the kernel left them (a cpuset changed), each still numapin's or not as it was;
+        the masks the kernel gave numapin's threads are numapin's until the placement fits again."""
         for tid, (_, mine) in list(self._seen.items()):
             try:
                 raw = self._get(tid)
@@ -347,24 +355,29 @@ class Keeper:
                          note=f"the new placement {placement.workers} misses the launcher's CPUs {record.target}")
         reset = kept = moved = 0
         refused: list[str] = []
+        placed: dict[int, CpuSet] = {}
         for tid, (raw, mine) in list(self._seen.items()):
             if not mine and self.policy is not ExternalMaskPolicy.OVERRIDE:
                 continue
-            want = placement.reserved if placement.reserved and self._cpuset(raw) == record.placement.reserved \
-                else target
+            had = self._mask_of(tid, raw)
+            want = placement.reserved if placement.reserved and had == record.placement.reserved else target
             try:
                 mask = self.ops.get_affinity(tid)
                 if mask == want:
                     kept += 1
-                    continue
-                reset += mask == allowed
-                self.ops.set_affinity(tid, want)
-                moved += 1
+                else:
+                    reset += mask == allowed
+                    self.ops.set_affinity(tid, want)
+                    moved += 1
+                placed[tid] = want
             except OSError as exc:
                 refused.append(f"{tid} {errno_name(exc.errno)}")
         self.record = replace(record, placement=placement, target=target, mask=target)
+        self._refresh_seen()  # the others' masks as the kernel left them: theirs, not drift
         self._kernel_masks = set()
-        self.rebase()
+        for tid, want in placed.items():
+            self._seen[tid], self._put[tid] = (_PUT, True), want
+        self.rebase(adding=True)  # and the threads born meanwhile
         said = []
         if reset:
             said.append(f"the kernel had reset {counted(reset, 'thread')} to the cgroup's CPUs")
