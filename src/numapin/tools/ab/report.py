@@ -128,8 +128,9 @@ class Report:
                 "-" if c is None else self.words(c.finding),
             ])
         lines = [f"numapin ab: {shlex.join(self.command)}",
-                 f"metric: {self.metric.words}, {self.metric.better.value} is better; {self.rounds} rounds"
-                 f" after {self.design.warmup} warm-up, in random order; a difference is called at p < "
+                 f"metric: {self.metric.words}, {self.metric.better.value} is better; {counted(self.rounds, 'round')}"
+                 f" after {counted(self.design.warmup, 'warm-up round')}, in random order; a difference is called at "
+                 "p < "
                  f"{self.threshold:.2g} ({self.design.alpha:g} over every comparison"
                  + (" and look" if self.design.until_clear else "") + ")",
                  *table(header, rows)]
