@@ -303,6 +303,13 @@ def keeper_places_again_as_the_cpuset_changes() -> str:
                         reset = sum(1 for m in by_kernel.values() if m == allowed and m != placed)
                         assert ("kernel had reset" in (event.note or "")) == bool(reset), (event, by_kernel)
                     said.append(f"{cpus(allowed)}: {event.response.value} ({event.note})")
+                # The memory nodes cut to node 1: reported (a thread's memory policy is its own; the kernel
+                # rebinds it), the CPUs' placement untouched.
+                (group / "cpuset.mems").write_text("1\n")
+                (event,) = keeper.check()
+                assert (event.cause.value, event.response) == ("mems", Response.REPORTED), event
+                assert str(event.after) == "1" and all(m == NODE0 for m in masks().values())
+                said.append(f"mems 1: {event.response.value}")
                 return said
             finally:
                 stop.set()

@@ -163,3 +163,26 @@ def test_a_run_that_lives_past_a_second_is_judged_where_it_ran(env: dict[str, st
     for name in ("all", "one"):  # sampled by the judge: every thread inside its placement
         line = next(line for line in text.splitlines() if line.startswith(f"placed: {name}: "))
         assert "at most 0 threads outside the placement" in line and line.endswith("(1 run sampled)"), text
+
+
+def test_max_time_starts_no_run_after_it(env: dict[str, str]) -> None:
+    report = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "50", "--warmup", "0",
+                      "--max-time", "1", "--json", "--", "sleep", "0.3"))
+    runs = sum(len(v["runs"]) for v in report["variants"])  # type: ignore[attr-defined, misc]
+    assert 2 <= runs < 12 and report["rounds"] < 50, report["rounds"]
+
+
+def test_the_recommendation_names_exec_options_and_the_hooks_variables() -> None:
+    from numapin.tools.ab.report import Comparison, Finding, Report, Summary
+    from numapin.tools.ab.runs import Better, Design, Metric, Variant
+
+    def report(options: tuple[str, ...]) -> Report:
+        variants = (Variant("none", ()), Variant("bind", options))
+        summaries = tuple(Summary(v, (), 1.0, (1.0, 1.0)) for v in variants)
+        better = Comparison("bind", 0.5, (0.4, 0.6), 0.001, Finding.BETTER)
+        return Report(("x",), Metric("wall", Better.LOWER), Design(), "none", summaries, (better,), 0.05, 10)
+
+    said = report(("--mode", "node", "--memory=bind")).recommendation()
+    assert said == ("deploy bind: numapin exec --mode node --memory=bind -- ... (or NUMAPIN_AUTOPIN=1 "
+                    "NUMAPIN_MODE=node NUMAPIN_MEMORY=bind for the start-up hook); 2.00x faster than none, p = 0.001")
+    assert "start-up hook" not in report(("--cpus", "0-3")).recommendation(), "--cpus has no variable"
