@@ -165,3 +165,66 @@ def test_until_clear_stops_once_the_answer_is_clear_and_not_before_the_fifth_rou
     assert 5 <= rounds < 30, rounds
     report = analyse(runs, ["true"], variants, WALL, design, "a")
     assert report.comparisons[0].finding is Finding.BETTER and report.comparisons[0].p < report.threshold
+
+
+# -- the parsers: any text is a value or one UsageError ---------------------------------------------------
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=60))
+def test_a_variant_is_parsed_or_refused_by_name(text: str) -> None:
+    from numapin.base.errors import UsageError
+    from numapin.tools.ab.runs import parse_variant
+
+    try:
+        variant = parse_variant(text)
+    except UsageError as exc:
+        assert "--variant" in str(exc)
+        return
+    assert text.startswith(variant.name + "=") and "--" not in variant.options
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,39}", fullmatch=True),
+       st.lists(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12)
+                .filter(lambda w: w != "--" and not w.startswith(("--keep", "--dry", "--json"))), max_size=4))
+def test_a_variant_written_as_a_shell_would_reads_back(name: str, options: list[str]) -> None:
+    import shlex
+
+    from numapin.tools.ab.runs import Variant, parse_variant
+
+    assert parse_variant(f"{name}={shlex.join(options)}") == Variant(name, tuple(options))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(max_size=40), st.sampled_from([None, "higher", "lower"]))
+def test_a_metric_is_parsed_or_refused_by_name(text: str, better: str | None) -> None:
+    from numapin.base.errors import UsageError
+    from numapin.tools.ab.runs import parse_metric
+
+    try:
+        metric = parse_metric(text, better)
+    except UsageError as exc:
+        assert "--metric" in str(exc)
+        return
+    assert metric.kind in ("wall", "regex", "json") and text.startswith(metric.kind)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.text(max_size=20), st.floats(allow_nan=True), st.integers()))
+def test_a_keepers_period_is_a_positive_number_of_seconds_or_refused(value: object) -> None:
+    from numapin.base.errors import UsageError
+    from numapin.pinning.keeper import environ_period, parse_period
+
+    try:
+        period = parse_period(value)  # type: ignore[arg-type]
+    except UsageError:
+        period = None
+    assert period is None or 0 < period < 1e6
+    if isinstance(value, str):
+        try:
+            said = environ_period({"NUMAPIN_KEEP": value}, "NUMAPIN_KEEP")
+        except UsageError as exc:
+            assert str(exc).startswith("NUMAPIN_KEEP=")
+        else:
+            assert said is None or 0 < said < 1e6

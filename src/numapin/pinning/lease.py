@@ -61,8 +61,8 @@ def pinned(
     :func:`pin_thread` there) is part of it: taken back on exit, with the
     record as it was before the lease.
 
-    A keeper the lease started (``keep``) stops on exit; one that ran before it
-    keeps the placement as it is again.
+    A keeper the lease started (``keep``) stops on exit; one that ran before it,
+    and was not replaced inside the lease, runs on and keeps the placement as it is again.
 
     Leases nest within one thread. A lease taken while another thread holds
     one is a :class:`UsageError`, raised before anything changes: two restores
