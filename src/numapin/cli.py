@@ -1126,7 +1126,7 @@ def _ab_args(ab: argparse.ArgumentParser) -> None:
     ab.description = ("Run COMMAND under several placements and say which is fastest, by how much, and how sure: "
                       "each variant is numapin exec with its options (exactly what you would then deploy), run in "
                       "rounds that take every variant once in a random order, after warm-up rounds that are "
-                      "discarded. Per variant: the median and its 95%% bootstrap interval; against the baseline: "
+                      "discarded. Per variant: the median and its 95% bootstrap interval; against the baseline: "
                       "the ratio of medians with its interval and the Mann-Whitney U test's p-value, a difference "
                       "called only below the error rate shared over every comparison; then what to deploy. Runs "
                       "that fail, time out or give no value are reported, never averaged in. ^C stops and reports "
