@@ -354,3 +354,22 @@ def test_a_thread_moved_again_as_it_is_put_back_is_drift_again(pair_root: Path) 
         assert os.sched_getaffinity(worker.tid) == NODE0
 
     in_child(run)
+
+
+def test_a_threads_name_is_said_as_text_never_as_terminal_codes(pair_root: Path) -> None:
+    # Thread names are any bytes their process chose: the keeper's lines (log, numapin keep) show them escaped.
+    def run() -> str:
+        keeper, worker = _kept("respect")
+
+        def named() -> None:
+            with open(f"/proc/self/task/{threading.get_native_id()}/comm", "wb") as file:
+                file.write(b"\x1b[2Jx\x07")
+            os.sched_setaffinity(0, NODE1)
+
+        worker.do(named)
+        (event,) = keeper.check()
+        return str(event)
+
+    said = in_child(run)
+    assert "\x1b" not in said and "\x07" not in said and "x" in said, repr(said)
+    assert said.isprintable(), repr(said)

@@ -37,7 +37,7 @@ from ..base.choices import Choice
 from ..base.errors import EnvironmentProblem, UsageError, errno_name
 from ..base.frozen import frozen, replace
 from ..base.logger import log
-from ..base.text import counted
+from ..base.text import counted, printable
 from ..cpuset import CpuSet
 from ..facts.cgroup import Cgroup, read_cgroup
 from ..facts.host import Host
@@ -120,7 +120,8 @@ class Drift:
         if self.tid is None:
             what = f"cgroup's allowed {'CPUs' if self.cause is DriftCause.CPUSET else 'memory nodes'}"
         else:
-            what = f"thread {self.tid}" + (f" ({self.name})" if self.name else "")
+            # A thread's name is any bytes its process chose: escaped, so a log or a terminal never acts on it.
+            what = f"thread {self.tid}" + (f" ({printable(self.name)})" if self.name else "")
         change = f"new {what} on {self.after}" if self.cause is DriftCause.INHERITED else \
             f"{what} changed {self.before} -> {self.after}"
         return f"{stamp} {self.cause.value}: {change}: {self.response.value}" + (f" ({self.note})" if self.note else "")
