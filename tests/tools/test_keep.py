@@ -175,3 +175,20 @@ def test_keep_refuses_a_process_numapin_did_not_place(env: dict[str, str]) -> No
         finally:
             sleeper.kill()
     assert result.returncode == 2 and "numapin placed nothing there" in result.stderr, result
+
+
+def test_a_keeper_never_acts_on_a_process_that_is_not_the_one_placed(env: dict[str, str]) -> None:
+    # A process id given to another process since the last look: the record's start time is not its own.
+    from numapin.base.frozen import replace
+    from numapin.facts.machine import cached
+    from numapin.pinning.keeper import Keeper
+
+    with program(env, "--policy", "override") as (proc, _):  # override: a keeper would put the thread back
+        written = records.lookup(proc.pid)
+        assert written is not None
+        facts = cached(env["NUMAPIN_FSROOT"], env)
+        keeper = Keeper(proc.pid, replace(written, start=written.start + 1), facts)
+        os.sched_setaffinity(proc.pid, NODE1)
+        with pytest.raises(ProcessLookupError):
+            keeper.check()
+        assert os.sched_getaffinity(proc.pid) == NODE1, "nothing done to a process that is not the one placed"

@@ -244,6 +244,10 @@ class Keeper:
         return self._check()
 
     def _check(self) -> list[Drift]:
+        # From outside, the process may have ended and its id gone to another since the last look: a process
+        # that is not the one placed is never acted on (its start time is the record's, or it is gone).
+        if records.start_time(self.pid) != self.record.start:
+            raise ProcessLookupError(f"process {self.pid} is gone")
         self.looks += 1
         self._follow()
         events: list[Drift] = []
