@@ -186,3 +186,18 @@ def test_the_recommendation_names_exec_options_and_the_hooks_variables() -> None
     assert said == ("deploy bind: numapin exec --mode node --memory=bind -- ... (or NUMAPIN_AUTOPIN=1 "
                     "NUMAPIN_MODE=node NUMAPIN_MEMORY=bind for the start-up hook); 2.00x faster than none, p = 0.001")
     assert "start-up hook" not in report(("--cpus", "0-3")).recommendation(), "--cpus has no variable"
+
+
+def test_the_default_variants_are_the_hosts_and_take_the_gpu_asked_for(env: dict[str, str], tmp_path: Path) -> None:
+    from numapin.facts import synthetic
+    from numapin.facts.machine import cached
+
+    root = synthetic.write("laptop", tmp_path / "laptop")  # one GPU, and kinds of core (P and E)
+    assert len(cached(str(root), {}).kinds().kinds) > 1
+    report = _json(ab({**env, "NUMAPIN_FSROOT": str(root)}, "--gpu", "0", "--rounds", "1", "--warmup", "0",
+                      "--json", "--", "true"))
+    options = {v["name"]: v["options"] for v in report["variants"]}  # type: ignore[attr-defined]
+    assert list(options) == ["none", "node-bind", "node-preferred", "exclusive", "fastest"]
+    assert options["none"] == [] and report["baseline"] == "none", "the baseline places nothing"
+    assert options["node-bind"] == ["--mode", "node", "--memory", "bind", "--gpu", "0"]
+    assert options["fastest"][-4:] == ["--cores", "fastest", "--gpu", "0"]
