@@ -174,13 +174,13 @@ def test_max_time_starts_no_run_after_it(env: dict[str, str]) -> None:
 
 def test_the_recommendation_names_exec_options_and_the_hooks_variables() -> None:
     from numapin.tools.ab.report import Comparison, Finding, Report, Summary
-    from numapin.tools.ab.runs import Better, Design, Metric, Variant
+    from numapin.tools.ab.runs import Better, Design, Metric, MetricKind, Variant
 
     def report(options: tuple[str, ...]) -> Report:
         variants = (Variant("none", ()), Variant("bind", options))
         summaries = tuple(Summary(v, (), 1.0, (1.0, 1.0)) for v in variants)
         better = Comparison("bind", 0.5, (0.4, 0.6), 0.001, Finding.BETTER)
-        return Report(("x",), Metric("wall", Better.LOWER), Design(), "none", summaries, (better,), 0.05, 10)
+        return Report(("x",), Metric(MetricKind.WALL, Better.LOWER), Design(), "none", summaries, (better,), 0.05, 10)
 
     said = report(("--mode", "node", "--memory=bind")).recommendation()
     assert said == ("deploy bind: numapin exec --mode node --memory=bind -- ... (or NUMAPIN_AUTOPIN=1 "

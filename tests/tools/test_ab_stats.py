@@ -12,7 +12,7 @@ from scipy import stats as scipy_stats
 
 from numapin.tools.ab import stats
 from numapin.tools.ab.report import Finding, analyse, threshold
-from numapin.tools.ab.runs import Better, Design, Metric, Run, Status, Variant, experiment
+from numapin.tools.ab.runs import Better, Design, Metric, MetricKind, Run, Status, Variant, experiment
 
 SAMPLES = st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=14)
 TIED = st.lists(st.integers(min_value=0, max_value=4).map(float), min_size=1, max_size=14)
@@ -82,7 +82,7 @@ def test_percentiles_interpolate_as_numpy() -> None:
 # -- the design, tested with simulated runs: no machine's noise, a fixed seed -------------------------
 
 
-WALL = Metric("wall", Better.LOWER)
+WALL = Metric(MetricKind.WALL, Better.LOWER)
 
 
 def _simulated(seed: int, effect: float) -> list[Run]:

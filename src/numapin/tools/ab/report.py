@@ -17,7 +17,7 @@ from ...base.environment import AUTOPIN, AUTOPIN_OPTIONS
 from ...base.frozen import frozen
 from ...base.text import counted
 from . import stats
-from .runs import Better, Design, Metric, Run, Status, Variant
+from .runs import Better, Design, Metric, MetricKind, Run, Status, Variant
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ class Report:
     def words(self, finding: Finding) -> str:
         if finding is Finding.SAME:
             return f"no difference detected after {counted(self.rounds, 'run')} each"
-        if self.metric.kind == "wall":
+        if self.metric.kind is MetricKind.WALL:
             return "faster" if finding is Finding.BETTER else "slower"
         return str(finding.value)
 

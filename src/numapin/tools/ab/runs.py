@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
-__all__ = ["Better", "Design", "Metric", "Run", "Status", "Variant", "experiment", "parse_metric", "parse_variant",
-           "run_once"]
+__all__ = ["Better", "Design", "Metric", "MetricKind", "Run", "Status", "Variant", "experiment", "parse_metric",
+           "parse_variant", "run_once"]
 
 #: How much of a run's standard output is kept for a ``regex:`` metric (its end: the figure a program prints
 #: last).
@@ -51,6 +51,17 @@ class Status(Choice):
     INTERRUPTED = "interrupted"
 
 
+class MetricKind(Choice):
+    """What a run's value is."""
+
+    WALL = "wall"
+    """Its wall time."""
+    REGEX = "regex"
+    """A number it prints."""
+    JSON = "json"
+    """A number in a JSON file it writes."""
+
+
 class Better(Choice):
     """Which way a metric improves."""
 
@@ -67,7 +78,7 @@ class Variant:
 
     @property
     def words(self) -> str:
-        return " ".join(shlex.quote(o) for o in self.options)
+        return shlex.join(self.options)
 
 
 def _nothing(cpus: str) -> tuple[str, ...]:
@@ -101,8 +112,7 @@ def parse_variant(text: str) -> Variant:
 class Metric:
     """What a run is judged by: its wall time, a number it prints (``regex``), or one it writes (``json``)."""
 
-    kind: str
-    """``wall``, ``regex`` or ``json``."""
+    kind: MetricKind
     better: Better
     pattern: str | None = None
     path: str | None = None
@@ -110,17 +120,17 @@ class Metric:
 
     @property
     def words(self) -> str:
-        if self.kind == "wall":
+        if self.kind is MetricKind.WALL:
             return "wall time (s)"
-        if self.kind == "regex":
+        if self.kind is MetricKind.REGEX:
             return f"regex {self.pattern}"
         return f"{self.key} in {self.path}"
 
     def read(self, output: bytes, started: float, wall: float) -> float | None:
         """The run's value, None when it gave none."""
-        if self.kind == "wall":
+        if self.kind is MetricKind.WALL:
             return wall
-        if self.kind == "regex":
+        if self.kind is MetricKind.REGEX:
             assert self.pattern is not None
             found = list(re.finditer(self.pattern, output.decode(errors="replace"), re.MULTILINE))
             if not found:
@@ -154,30 +164,30 @@ def parse_metric(text: str, better: str | None) -> Metric:
     """``wall`` (lower is better), ``regex:PATTERN`` (its first group, or the whole match, of the last match in
     what the run prints) or ``json:FILE:KEY`` (KEY, dotted, in the JSON FILE the run writes): for the last two,
     ``better`` must say which way is better."""
-    kind, _, rest = text.partition(":")
+    word, _, rest = text.partition(":")
     chosen = None if better is None else Better(better)
-    if kind == "wall" and not rest:
+    if word == MetricKind.WALL and not rest:
         if chosen is Better.HIGHER:
             raise UsageError("--metric wall: a shorter wall time is better; --higher-is-better contradicts it",
                              value=text)
-        return Metric("wall", Better.LOWER)
-    if kind not in ("regex", "json") or not rest:
+        return Metric(MetricKind.WALL, Better.LOWER)
+    if word not in (MetricKind.REGEX, MetricKind.JSON) or not rest:
         raise UsageError(f"--metric {quoted(text)}: expected wall, regex:PATTERN or json:FILE:KEY", value=text)
     if chosen is None:
         raise UsageError(f"--metric {quoted(text)}: say which way is better: --higher-is-better (a throughput) "
                          "or --lower-is-better (a latency)", value=text)
-    if kind == "regex":
+    if word == MetricKind.REGEX:
         try:
             compiled = re.compile(rest, re.MULTILINE)
         except re.error as exc:
             raise UsageError(f"--metric {quoted(text)}: not a regular expression: {exc}", value=text) from None
         if compiled.groups > 1:
             raise UsageError(f"--metric {quoted(text)}: one group at most (the number)", value=text)
-        return Metric("regex", chosen, pattern=rest)
+        return Metric(MetricKind.REGEX, chosen, pattern=rest)
     path, sep, key = rest.rpartition(":")
     if not sep or not path or not key:
         raise UsageError(f"--metric {quoted(text)}: expected json:FILE:KEY", value=text)
-    return Metric("json", chosen, path=os.path.abspath(path), key=key)
+    return Metric(MetricKind.JSON, chosen, path=os.path.abspath(path), key=key)
 
 
 @frozen
