@@ -1,4 +1,4 @@
-"""The ``numapin`` command: show, plan, exec, threads, doctor, ps, snapshot, machine.
+"""The ``numapin`` command: show, plan, exec, threads, doctor, ps, keep, ab, exporter, numactl, snapshot, machine.
 
 A thin front end: every decision is made by the library; this module parses
 arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
@@ -328,17 +328,22 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def _pictures(args: argparse.Namespace, facts: Facts, plans: Sequence[Placement], title: str) -> None:
-    """Write the --svg and --html pictures asked for (``-``: to standard output)."""
+    """Write the machine's --svg and --html pictures asked for (``-``: to standard output)."""
     if not (args.svg or args.html):
         return
     from .tools import picture
 
-    for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
+    _write_pictures(args, lambda: picture.svg(facts, plans, title), lambda: picture.html(facts, plans, title))
+
+
+def _write_pictures(args: argparse.Namespace, svg: Callable[[], str], html: Callable[[], str]) -> None:
+    """Write --svg and --html as asked, each drawn only when asked for (``-``: to standard output)."""
+    for path, make in ((args.svg, svg), (args.html, html)):
         if path == "-":
-            sys.stdout.write(make(facts, plans, title))
+            sys.stdout.write(make())
         elif path:
             with open(path, "w", encoding="utf-8") as f:
-                f.write(make(facts, plans, title))
+                f.write(make())
 
 
 def _picture_to_stdout(args: argparse.Namespace) -> bool:
@@ -428,11 +433,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
         prepare_exec,
     )
 
-    program = list(args.program)
-    if program and program[0] == "--":
-        program = program[1:]
-    if not program:
-        raise CliError("no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
+    program = _after_dashes(args.program, "no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
     if args.json and not args.dry_run:
         raise CliError("--json formats the --dry-run report: add --dry-run (a real exec prints nothing of its own)")
     _refuse_together(
@@ -480,6 +481,16 @@ def cmd_exec(args: argparse.Namespace) -> int:
         if args.keep:
             env = _watched(env, args.keep_period, root)
     return exec_program(prepared, env)
+
+
+def _after_dashes(words: Sequence[str], missing: str) -> list[str]:
+    """A command line argparse left whole (``REMAINDER``), less the ``--`` before it; ``missing`` when empty."""
+    found = list(words)
+    if found and found[0] == "--":
+        found = found[1:]
+    if not found:
+        raise CliError(missing)
+    return found
 
 
 def _watched(env: dict[str, str], period: float | None, root: str | None) -> dict[str, str]:
@@ -603,17 +614,13 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
-    import signal
 
     from .tools.exporter import Exporter
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # a service manager's SIGTERM ends the exporter as ^C does: cleanly, exit 0
 
     with _root(args) as root:
         exporter = Exporter(root=root, max_remote=args.max_remote_memory / 100, timeout=args.scrape_timeout,
                             pod_resources=args.pod_resources or None)
-        signal.signal(signal.SIGTERM, stop)
+        _sigterm_as_interrupt()
         try:
             exporter.serve(args.listen, lambda url: print(f"numapin exporter: serving {url}", file=sys.stderr,
                                                           flush=True))
@@ -623,20 +630,16 @@ def cmd_exporter(args: argparse.Namespace) -> int:
 
 
 def cmd_keep(args: argparse.Namespace) -> int:
-    import signal
 
     from .base.text import counted
     from .facts.machine import cached as cached_facts
     from .pinning.keeper import DEFAULT_PERIOD
     from .tools.keep import keep_processes
 
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt  # SIGTERM ends the keeper as ^C does: cleanly, exit 0
-
     # The machine the processes were placed on ($NUMAPIN_FSROOT when a test or rehearsal set it): their cpusets
     # are always the live ones.
     facts = cached_facts(None, os.environ)
-    signal.signal(signal.SIGTERM, stop)
+    _sigterm_as_interrupt()
     try:
         seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks, as_json=args.json)
     except KeyboardInterrupt:
@@ -652,13 +655,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from .base.frozen import replace
     from .tools.ab import picture
     from .tools.ab.report import analyse, clear
-    from .tools.ab.runs import Design, experiment, parse_metric, parse_variant
+    from .tools.ab.runs import Design, Run, experiment, parse_metric, parse_variant
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
-    if not command:
-        raise CliError("no COMMAND given (numapin ab [options] -- COMMAND [ARGS...])")
+    command = _after_dashes(args.command, "no COMMAND given (numapin ab [options] -- COMMAND [ARGS...])")
     if shutil.which(command[0]) is None:
         raise CliError(f"no program {command[0]!r} (not an executable file, nor on PATH)")
     to_stdout = _picture_to_stdout(args)
@@ -680,10 +679,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         variants = [replace(v, options=(*v.options, *target)) if v.options else v for v in variants]
     design = Design(args.rounds, args.warmup, args.until_clear, args.max_time, args.timeout, args.seed)
 
-    def said(run: object) -> None:
-        from .tools.ab.runs import Run
-
-        assert isinstance(run, Run)
+    def said(run: Run) -> None:
         shown = f"{run.value:.6g}" if run.value is not None else run.status.value
         stage = "warm-up" if run.round < 0 else f"round {run.round + 1}/{design.rounds}"
         print(f"numapin ab: {stage}: {run.variant}: {shown}", file=sys.stderr, flush=True)
@@ -695,12 +691,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     from .pinning import record
 
     record.entries()  # the runs' records, stale now that each run ended: swept, the host as it was
-    for path, make in ((args.svg, picture.svg), (args.html, picture.html)):
-        if path == "-":
-            sys.stdout.write(make(report))
-        elif path:
-            with open(path, "w", encoding="utf-8") as file:
-                file.write(make(report))
+    _write_pictures(args, lambda: picture.svg(report), lambda: picture.html(report))
     if args.json:
         import json
 
@@ -726,6 +717,16 @@ def _default_variants() -> list[Variant]:
     if len(facts.kinds().kinds) > 1:
         found.append(Variant("fastest", ("--mode", "node", "--memory", "preferred", "--cores", "fastest")))
     return found
+
+
+def _sigterm_as_interrupt() -> None:
+    """A service manager's SIGTERM ends a long-running command (exporter, keep) as ^C does: cleanly, exit 0."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def _tally(tally: dict[str, int], workers: int) -> str:
