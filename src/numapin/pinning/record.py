@@ -136,17 +136,23 @@ class Record:
             return None
 
     def placed_alike(self, other: Record | None) -> bool:
-        """True when ``other`` records the same placement (the time and the drift seen since may differ), as
-        written out: a record read back from its file lists its pools in the file's order."""
-        return other is not None and _placed(self) == _placed(other)
+        """True when ``other`` records the same placement (the time and the drift seen since may differ)."""
+        return other is not None and _written(self, _PLACED) == _written(other, _PLACED)
 
     def same_pin(self, other: Record | None) -> bool:
         """True when ``other`` records the same pin (only the time written may differ)."""
-        return other is not None and replace(other, written=self.written) == self
+        return other is not None and _written(self, _WRITTEN) == _written(other, _WRITTEN)
 
 
-def _placed(record: Record) -> dict[str, Any]:
-    return {k: v for k, v in record.as_dict().items() if k not in ("written", "drift", "last_drift")}
+#: What two records may differ in and still say the same: the time written; and, for one placement, the drift.
+_WRITTEN = ("written",)
+_PLACED = ("written", "drift", "last_drift")
+
+
+def _written(record: Record, leaving: tuple[str, ...]) -> dict[str, Any]:
+    """The record as its file holds it, less ``leaving``: compared so, a record read back from its file (its pools
+    in the file's order) is the record that was written."""
+    return {k: v for k, v in record.as_dict().items() if k not in leaving}
 
 
 def drift_words(drift: tuple[tuple[str, int], ...]) -> str:
