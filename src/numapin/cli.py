@@ -686,7 +686,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     allowed = str(CpuSet(os.sched_getaffinity(0)))
     runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
-                                   clear=lambda found: clear(found, variants, metric, design, baseline))
+                                   clear=lambda found: clear(found, variants, design, baseline))
     report = analyse(runs, command, variants, metric, design, baseline, interrupted=interrupted)
     from .pinning import record
 

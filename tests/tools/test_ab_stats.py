@@ -160,7 +160,7 @@ def test_until_clear_stops_once_the_answer_is_clear_and_not_before_the_fifth_rou
 
     design = Design(rounds=30, warmup=0, until_clear=True, seed=1)
     runs, _ = experiment(["true"], variants, WALL, design, measure=measure,
-                         clear=lambda found: clear(found, variants, WALL, design, "a"))
+                         clear=lambda found: clear(found, variants, design, "a"))
     rounds = max(r.round for r in runs) + 1
     assert 5 <= rounds < 30, rounds
     report = analyse(runs, ["true"], variants, WALL, design, "a")

@@ -21,7 +21,7 @@ from .runs import Better, Design, Metric, MetricKind, Run, Status, Variant
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from typing import Any
 
 __all__ = ["Comparison", "Finding", "Report", "Summary", "analyse", "clear", "threshold"]
@@ -49,7 +49,7 @@ class Summary:
 
     @property
     def values(self) -> list[float]:
-        return [r.value for r in self.runs if r.status is Status.OK and r.value is not None]
+        return _values(self.runs)
 
     @property
     def lost(self) -> list[Run]:
@@ -208,7 +208,7 @@ def analyse(runs: Sequence[Run], command: Sequence[str], variants: Sequence[Vari
     summaries = []
     for variant in variants:
         mine = tuple(r for r in measured if r.variant == variant.name)
-        values = [r.value for r in mine if r.status is Status.OK and r.value is not None]
+        values = _values(mine)
         summaries.append(Summary(variant, mine, stats.median(values) if values else None,
                                  stats.bootstrap(values, rng, resamples=design.resamples) if values else None))
     bar = threshold(design, len(variants) - 1)
@@ -231,12 +231,16 @@ def analyse(runs: Sequence[Run], command: Sequence[str], variants: Sequence[Vari
                   interrupted)
 
 
-def clear(runs: Sequence[Run], variants: Sequence[Variant], metric: Metric, design: Design, baseline: str) -> bool:
+def clear(runs: Sequence[Run], variants: Sequence[Variant], design: Design, baseline: str) -> bool:
     """Whether every comparison with the baseline already calls a difference (``--until-clear`` stops then):
     the rank tests alone, without the intervals."""
-    values = {v.name: [r.value for r in runs if r.round >= 0 and r.variant == v.name and r.status is Status.OK
-                       and r.value is not None] for v in variants}
+    values = {v.name: _values(r for r in runs if r.round >= 0 and r.variant == v.name) for v in variants}
     base = values[baseline]
     bar = threshold(design, len(variants) - 1)
     return all(len(found) >= 2 and len(base) >= 2 and stats.mann_whitney(found, base)[1] < bar
                for name, found in values.items() if name != baseline)
+
+
+def _values(runs: Iterable[Run]) -> list[float]:
+    """The values of the runs that gave one (failed, timed-out and valueless runs are never averaged in)."""
+    return [r.value for r in runs if r.status is Status.OK and r.value is not None]
