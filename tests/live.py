@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numapin
 from numapin.base import environment
+from numapin.base.frozen import replace
 from numapin.cpuset import CpuSet
 from numapin.facts.synthetic import MachineSpec, write
 from numapin.facts.topology import read_topology
@@ -28,9 +29,8 @@ _GIB = 1 << 30
 #: Every variable numapin reads: tests start from none of them set.
 #: (NUMAPIN_RUNTIME_DIR is no input: conftest points it at the session's own folder of pin records.)
 INPUTS = (*(n for n in environment.OWNED if n != environment.RUNTIME_DIR),
-          *environment.LOCAL_RANK_VARIABLES, environment.CUDA_VISIBLE_DEVICES,
-          environment.CUDA_DEVICE_ORDER, environment.TLLM_AFFINITY, *environment.THREAD_POOLS,
-          *environment.OPENMP_BINDING, *environment.LAUNCHER_BINDING)
+          *environment.LOCAL_RANK_VARIABLES, *environment.GPU_VISIBILITY, environment.TLLM_AFFINITY,
+          *environment.THREAD_POOLS, *environment.OPENMP_BINDING, *environment.LAUNCHER_BINDING)
 
 
 def without_inputs(environ: dict[str, str]) -> dict[str, str]:
@@ -119,10 +119,13 @@ def cpus(cpu_set: set[int]) -> str:
     return str(CpuSet(cpu_set))
 
 
-def write_pair(dest: Path) -> Path:
-    """Write the pair root (one GPU per node, see the module's text) under ``dest``."""
+def write_pair(dest: Path, *, amd: bool = False) -> Path:
+    """Write the pair root (one GPU per node, see the module's text) under ``dest``; ``amd``: its GPUs are
+    MI300X, found through amdgpu's files and the KFD topology, as ``--machine mi300x``'s."""
     cgroup = None if CpuSet(range(SPEC.cpus)) == BASELINE else BASELINE
-    return write(SPEC, dest, cgroup_cpus=cgroup)
+    spec = replace(SPEC, gpu_vendor="amd", gpu_model="AMD Instinct MI300X", gpu_class="0x120000",
+                   gpu_device="0x74a1") if amd else SPEC
+    return write(spec, dest, cgroup_cpus=cgroup)
 
 
 def write_refusing(dest: Path) -> Path:

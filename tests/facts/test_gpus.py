@@ -27,21 +27,26 @@ def test_every_synthetic_gpu_is_found_on_its_node(name: str, machine_root: Calla
     spec = SHAPES[name]
     topo = read_topology(machine_root(name))
     inv = read_gpus(topo, nvml=False)
-    assert len(inv.gpus) == spec.gpus
+    assert len(inv.gpus) == spec.gpus * spec.partitions
     for number, gpu in enumerate(inv.gpus):
-        node = number // spec.gpus_per_node
+        node = number // spec.partitions // spec.gpus_per_node
         assert gpu.node == node
         assert gpu.cpus == topo.node(node).cpus
         assert gpu.memory_nodes == CpuSet([node])
         assert gpu.model == spec.gpu_model
-        assert gpu.minor == number and gpu.uuid is not None and gpu.uuid.startswith("GPU-")
+        assert gpu.vendor == spec.gpu_vendor
+        assert gpu.uuid is not None and gpu.uuid.startswith("GPU-")
+        # Each GPU's own device file: CUDA's /dev/nvidiaN by its minor, or the render node amdgpu made for it.
+        assert gpu.devices == ((f"/dev/nvidia{number}",) if spec.gpu_vendor == "nvidia" else
+                               (f"/dev/dri/renderD{128 + number}",))
+        assert gpu.partition == (number % spec.partitions if spec.partitions > 1 else None)
         # GPU-memory nodes are CPU-less, and never the GPU's CPU node.
         if spec.gpu_memory_nodes:
             (mem,) = gpu.gpu_memory_nodes
             assert topo.node(mem).memory_only and mem not in gpu.memory_nodes
         else:
             assert not gpu.gpu_memory_nodes
-    assert [g.pci for g in inv.gpus] == sorted(g.pci for g in inv.gpus)
+    assert [g.pci for g in inv.gpus] == sorted(g.pci for g in inv.gpus)  # ROCm's order is PCI order there too
 
 
 def test_power9_gpus_and_their_memory_nodes(snapshots: Snapshots) -> None:

@@ -6,12 +6,15 @@ the start-up hook of every Python process reads these names, and that module's i
 """
 
 __all__ = [
+    "ACCELERATOR",
     "APPLIED",
     "AUTOPIN",
     "AUTOPIN_OPTIONS",
     "CUDA_DEVICE_ORDER",
     "CUDA_VISIBLE_DEVICES",
     "FSROOT",
+    "GPU_VISIBILITY",
+    "HIP_VISIBLE_DEVICES",
     "KEEP",
     "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
@@ -22,6 +25,7 @@ __all__ = [
     "PRIORITY_CORES",
     "RANK_MAP",
     "RESERVED",
+    "ROCR_VISIBLE_DEVICES",
     "RUNTIME_DIR",
     "THREAD_POOLS",
     "TLLM_AFFINITY",
@@ -37,6 +41,8 @@ RESERVED = "NUMAPIN_RESERVED"
 RANK_MAP = "NUMAPIN_RANK_MAP"
 #: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.kinds.PCT_SKUS).
 PRIORITY_CORES = "NUMAPIN_PRIORITY_CORES"
+#: ``nvidia`` or ``amd``: whose GPUs a process of a host with both drives (otherwise the vendor with more).
+ACCELERATOR = "NUMAPIN_ACCELERATOR"
 #: The folder of the host's pin records (numapin.pinning.record), before the runtime folders it would choose.
 RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
 
@@ -63,7 +69,7 @@ AUTOPIN_OPTIONS = {
 }
 
 #: The variables numapin itself owns.
-OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PRIORITY_CORES, RUNTIME_DIR, PATCH, AUTOPIN, KEEP,
+OWNED = (FSROOT, APPLIED, RESERVED, RANK_MAP, PRIORITY_CORES, ACCELERATOR, RUNTIME_DIR, PATCH, AUTOPIN, KEEP,
          *AUTOPIN_OPTIONS.values())
 
 #: Launchers' local-rank variables, in the order they are consulted (first set wins).
@@ -80,6 +86,13 @@ LOCAL_RANK_VARIABLES: tuple[str, ...] = (
 #: Read as CUDA reads them.
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+#: Read as ROCm reads them: ROCr's list first, then HIP's over what ROCr left (HIP_VISIBLE_DEVICES when
+#: non-empty, else CUDA_VISIBLE_DEVICES).
+ROCR_VISIBLE_DEVICES = "ROCR_VISIBLE_DEVICES"
+HIP_VISIBLE_DEVICES = "HIP_VISIBLE_DEVICES"
+#: Every variable that changes which GPUs a process sees, or in which order (a view of the machine is keyed by
+#: their values).
+GPU_VISIBILITY = (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ACCELERATOR)
 
 #: Thread-pool sizes: OpenMP's, and the two BLAS libraries' own (each falls back to OpenMP's when unset).
 THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

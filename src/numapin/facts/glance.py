@@ -13,18 +13,30 @@ the full reading decides.
 # glance is what every Python process of a job with NUMAPIN_AUTOPIN=1 pays (benchmarks/startup.py).
 import os
 
-from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, LOCAL_RANK_VARIABLES
+from ..base.environment import (
+    ACCELERATOR,
+    CUDA_VISIBLE_DEVICES,
+    FSROOT,
+    HIP_VISIBLE_DEVICES,
+    LOCAL_RANK_VARIABLES,
+    ROCR_VISIBLE_DEVICES,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["DISPLAY_CLASSES", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
+__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
 DISPLAY_CLASSES = (0x0300, 0x0302)
+#: AMD's (ATI's) PCI vendor id for its GPUs, and their classes: display ones, 0x0380 (other display, as
+#: MI100-MI250 show), and 0x1200, processing accelerator (MI300X and later are no display devices).
+AMD = 0x1002
+AMD_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
+_KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO under a test root never blocks the hook
 
 
@@ -49,20 +61,54 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def machine_gpus(root: str) -> int | None:
-    """How many GPUs the full reading of the machine under ``root`` finds (see ``gpus.read_gpus``), or None
-    when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML then lists the GPUs of a
-    bare container; a capture may have left the vendor files out)."""
-    devices = os.path.join(root, "sys/bus/pci/devices")
+def _kfd_gpus(root: str) -> int:
+    """How many KFD topology nodes have compute units (ROCr's GPUs)."""
+    nodes = os.path.join(root, _KFD_NODES)
     count = 0
-    for name in _listdir(devices):
-        if _hex(f"{devices}/{name}/vendor") == NVIDIA:
-            pci_class = _hex(f"{devices}/{name}/class")
-            count += pci_class is not None and pci_class >> 8 in DISPLAY_CLASSES
-    if count == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
-                       or _listdir(os.path.join(root, "sys/module/nvidia"))):
-        return None
+    for name in _listdir(nodes):
+        try:
+            fd = os.open(f"{nodes}/{name}/properties", _FLAGS)
+        except OSError:
+            continue
+        try:
+            text = os.read(fd, 65536)
+        except OSError:
+            text = b""
+        finally:
+            os.close(fd)
+        for line in text.splitlines():
+            if line.startswith(b"simd_count "):
+                count += line[11:].strip() not in (b"", b"0")
     return count
+
+
+def _counts(root: str) -> "tuple[int, int] | None":
+    """How many NVIDIA and AMD GPUs the full reading of the machine under ``root`` finds (see
+    ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
+    then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
+    devices = os.path.join(root, "sys/bus/pci/devices")
+    nvidia = amd = 0
+    for name in _listdir(devices):
+        vendor = _hex(f"{devices}/{name}/vendor")
+        if vendor in (NVIDIA, AMD):
+            pci_class = _hex(f"{devices}/{name}/class")
+            if pci_class is not None and vendor == NVIDIA:
+                nvidia += pci_class >> 8 in DISPLAY_CLASSES
+            elif pci_class is not None:
+                amd += pci_class >> 8 in AMD_CLASSES
+    if amd or _listdir(os.path.join(root, "sys/class/kfd")):
+        amd = _kfd_gpus(root) or amd  # ROCm's GPUs are the KFD topology's (partitions each count)
+    if nvidia + amd == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
+                              or _listdir(os.path.join(root, "sys/module/nvidia"))):
+        return None
+    return nvidia, amd
+
+
+def machine_gpus(root: str) -> int | None:
+    """How many GPUs, of every vendor, the full reading of the machine under ``root`` finds, or None when
+    only it can tell."""
+    counts = _counts(root)
+    return None if counts is None else sum(counts)
 
 
 def _visible(value: str | None, count: int) -> int | None:
@@ -85,13 +131,54 @@ def _visible(value: str | None, count: int) -> int | None:
     return len(chosen)
 
 
+def _plain(entry: str) -> bool:
+    """A decimal index as both ROCr and HIP read it alike (``01`` is octal to ROCr, invalid to HIP)."""
+    return entry.isascii() and entry.isdigit() and (entry == "0" or entry[0] != "0") and len(entry) < 10
+
+
+def _rocm_visible(environ: "Mapping[str, str]", count: int) -> int | None:
+    """How many AMD GPUs HIP shows under ROCR_VISIBLE_DEVICES, then HIP's (or CUDA's) list, where every entry
+    is a plain index; None where one is anything else (a UUID, ``0x1``): the full reading's rules decide."""
+    rocr = environ.get(ROCR_VISIBLE_DEVICES)
+    left = count
+    if rocr is not None:
+        chosen: list[int] = []
+        for raw in rocr.split(",")[:count] if rocr else ():
+            entry = raw.strip(" \t\n\v\f\r")
+            if entry and not _plain(entry):
+                return None
+            if not entry or int(entry) >= count or int(entry) in chosen:
+                break
+            chosen.append(int(entry))
+        left = len(chosen)
+    value = environ.get(HIP_VISIBLE_DEVICES) or environ.get(CUDA_VISIBLE_DEVICES) or ""
+    if not value:
+        return left
+    shown: set[int] = set()
+    position = 0
+    while position < len(value):  # HIP's walk: a last comma ends the list, an index named again is skipped
+        end = value.find(",", position)
+        end = len(value) if end < 0 else end
+        entry = value[position:end]
+        if "GPU-" in entry:
+            return None
+        if not _plain(entry) or int(entry) >= left:
+            break
+        shown.add(int(entry))
+        position = end + 1
+    return len(shown)
+
+
 def no_worker(environ: "Mapping[str, str]") -> str | None:
     """Why this process is certainly no GPU worker (no local rank, and not exactly one GPU visible); None when
     it may be one, for the full reading to decide."""
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
         return None
-    count = machine_gpus(os.environ.get(FSROOT) or "/")  # the root the full reading would read
-    visible = None if count is None else _visible(environ.get(CUDA_VISIBLE_DEVICES), count)
+    counts = _counts(os.environ.get(FSROOT) or "/")  # the root the full reading would read
+    if counts is None or (all(counts) or environ.get(ACCELERATOR)):
+        return None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
+    nvidia, amd = counts
+    visible = _rocm_visible(environ, amd) if amd else _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
     if visible is None or visible == 1:
         return None
     return f"not a worker: no local rank and {visible} GPUs visible"

@@ -1,4 +1,9 @@
-"""GPU inventory and locality, and CUDA's view of which GPUs a process sees.
+"""GPU inventory and locality, and the GPU runtime's view of which GPUs a process sees.
+
+One model of a GPU for every vendor (:mod:`numapin.facts.gpu`); NVIDIA's GPUs
+are read here, AMD's in :mod:`numapin.facts.rocm` (imported only where the PCI
+bus or a KFD topology shows one), and each vendor's visibility rules decide
+which of its GPUs a process sees.
 
 The inventory comes from the filesystem root alone (PCI devices in sysfs and
 the NVIDIA driver's ``proc/driver/nvidia/gpus``); NVML, when the ``nvml`` extra
@@ -12,20 +17,26 @@ by PCI address. The default, ``FASTEST_FIRST``, puts faster devices first and
 breaks ties by PCI address, so on a host of identical GPUs (every host numapin
 targets) it is the PCI order too; when the models differ numapin still uses
 PCI order and warns that the default order is ambiguous.
+
+A host with GPUs of two vendors: a process drives one vendor's (its runtime's),
+``NUMAPIN_ACCELERATOR`` names which; unset, the vendor with more GPUs (an
+accelerator host with a small display card of another make), and where both
+have as many, no GPU is taken for the process: the choice would be a guess.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
-from ..base.errors import EnvironmentProblem, UsageError, quoted
+from ..base.environment import ACCELERATOR, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from ..base.errors import UsageError, quoted
 from ..base.frozen import field, frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .glance import DISPLAY_CLASSES, NVIDIA, load_nvml
+from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, NVIDIA, load_nvml
+from .gpu import Gpu, NoGpuVisible, NvmlError, UnknownGpu, Vendor, VisibleGpu, device_locality, node_from_cpus
 from .host import Host
 from .topology import Topology
 
@@ -40,6 +51,7 @@ __all__ = [
     "NoGpuVisible",
     "NvmlError",
     "UnknownGpu",
+    "Vendor",
     "VisibleGpu",
     "read_gpus",
     "visible_gpus",
@@ -47,83 +59,24 @@ __all__ = [
 
 
 
-class UnknownGpu(UsageError):
-    """A GPU named by the caller cannot be found or resolved."""
-
-
-class NvmlError(EnvironmentProblem):
-    """NVML, installed and needed (a MIG device to trace), failed: the driver's problem, not the caller's."""
-
-
-class NoGpuVisible(EnvironmentProblem):
-    """No GPU is visible to this process at all."""
-
-
-@frozen
-class Gpu:
-    """One physical NVIDIA GPU and what lies near it.
-
-    ``node`` is the CPU NUMA node the GPU hangs under (None when unknown),
-    ``cpus`` its local online CPUs, ``memory_nodes`` the host-memory nodes to
-    allocate on for it, ``gpu_memory_nodes`` CPU-less nodes that hold the
-    GPU's own memory (Grace, POWER9): never CPU nodes. ``firmware_node`` is
-    the node the firmware itself reports (``numa_node``; -1 when it does not
-    know, and ``node`` was then inferred from the local CPUs), None when unread.
-    """
-
-    pci: str
-    node: int | None
-    cpus: CpuSet
-    memory_nodes: CpuSet
-    gpu_memory_nodes: CpuSet = CpuSet()
-    model: str | None = None
-    uuid: str | None = None
-    minor: int | None = None
-    source: str = "sysfs"
-    disagreement: str | None = None
-    firmware_node: int | None = None
-
-    def __str__(self) -> str:
-        name = self.model or "NVIDIA GPU"
-        node = "?" if self.node is None else self.node
-        return f"{self.pci} {name} node {node} cpus {self.cpus}"
-
-
 @frozen
 class Inventory:
-    """Every NVIDIA GPU of the machine, in PCI order."""
+    """Every GPU of the machine: NVIDIA's in PCI order, then AMD's in ROCm's order."""
 
     gpus: tuple[Gpu, ...]
     nvml: str = "not used"
     warnings: tuple[str, ...] = ()
 
-    def by_pci(self, bus_id: str) -> Gpu | None:
+    def by_pci(self, bus_id: str, partition: int | None = None) -> Gpu | None:
         wanted = pci_address.normalize(bus_id)
-        return next((g for g in self.gpus if g.pci == wanted), None)
+        return next((g for g in self.gpus if g.is_at(wanted, partition)), None)
 
+    def of(self, vendor: Vendor) -> tuple[Gpu, ...]:
+        return tuple(g for g in self.gpus if g.vendor is vendor)
 
-@frozen
-class VisibleGpu:
-    """A GPU as CUDA numbers it in this process (``index`` = ``cuda:index``)."""
-
-    index: int
-    gpu: Gpu
-
-    def as_dict(self) -> dict[str, Any]:
-        g = self.gpu
-        return {
-            "index": self.index,
-            "pci": g.pci,
-            "model": g.model,
-            "uuid": g.uuid,
-            "minor": g.minor,
-            "node": g.node,
-            "cpus": str(g.cpus),
-            "memory_nodes": str(g.memory_nodes),
-            "gpu_memory_nodes": str(g.gpu_memory_nodes),
-            "source": g.source,
-            "disagreement": g.disagreement,
-        }
+    @property
+    def vendors(self) -> tuple[Vendor, ...]:
+        return tuple(v for v in Vendor if any(g.vendor is v for g in self.gpus))
 
 
 # -- sysfs / procfs -------------------------------------------------------
@@ -156,18 +109,8 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-def _node_from_cpus(topology: Topology, cpus: CpuSet) -> int | None:
-    """The one CPU node that holds the local CPUs (numa_node = -1 on some firmware)."""
-    if not cpus:
-        return None
-    holders = [n for n in topology.cpu_nodes if n.cpus & cpus]
-    if len(holders) == 1:
-        return holders[0].id
-    # Local CPUs spanning several nodes mean the kernel knows no single home.
-    return None
-
-
-def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu]:
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str]) -> list[Gpu]:
+    """NVIDIA's GPUs on the PCI bus; the AMD GPU functions met on the way are added to ``amd``."""
     found = []
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     for name in sorted(host.listdir("sys/bus/pci/devices")):
@@ -177,6 +120,9 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
         folder = f"sys/bus/pci/devices/{name}"
         vendor = _hex(host.read(f"{folder}/vendor"))
         pci_class = _hex(host.read(f"{folder}/class"))
+        if vendor == AMD and pci_class is not None and pci_class >> 8 in AMD_CLASSES:
+            amd.append(bdf)
+            continue
         # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
         is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
         if not is_nvidia or pci_class is None or pci_class >> 8 not in DISPLAY_CLASSES:
@@ -202,41 +148,10 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str]) -> list[Gpu
                 uuid=info.get("GPU UUID") or None,
                 minor=minor if minor is not None and minor >= 0 else None,
                 firmware_node=firmware_node,
+                devices=(f"/dev/nvidia{minor}",) if minor is not None and minor >= 0 else (),
             )
         )
     return found
-
-
-def device_locality(topology: Topology, host: Host, folder: str,
-                    warnings: list[str]) -> tuple[int | None, CpuSet, int | None]:
-    """A PCI device's CPU node, local online CPUs and the node its firmware names (``numa_node``).
-
-    The firmware's node when it is a CPU node; else the one node holding the
-    local CPUs (``numa_node`` is -1 on some firmware); no local online CPU
-    means the node's CPUs. GPUs and NICs are read by this one rule.
-    """
-    cpus = _local_cpus(host, folder, warnings)
-    firmware_node = node = decimal(host.read(f"{folder}/numa_node"))
-    if node is not None and (node < 0 or not any(n.id == node and n.cpus for n in topology.nodes)):
-        node = None
-    if node is None:
-        node = _node_from_cpus(topology, cpus & topology.online)
-    if not cpus & topology.online and node is not None:
-        cpus = topology.node(node).cpus
-    return node, cpus & topology.online, firmware_node
-
-
-def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
-    # The mask first, as hwloc reads it: the kernel prints both from one mask, and where a
-    # hand-edited capture has them disagree, hwloc's answer is the mask's.
-    for name, parse in (("local_cpus", CpuSet.parse_mask), ("local_cpulist", CpuSet.parse)):
-        text = host.read(f"{folder}/{name}")
-        if text is not None:
-            try:
-                return parse(text)
-            except ValueError as exc:
-                warnings.append(f"{folder}/{name}: {exc}")
-    return CpuSet()
 
 
 # -- NVML -----------------------------------------------------------------
@@ -278,7 +193,7 @@ def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[
                 notes.append(f"NVML cpus {cpus} vs sysfs {gpu.cpus}")
             if gpu.source == "sysfs" and gpu.memory_nodes and host_mems and host_mems != gpu.memory_nodes:
                 notes.append(f"NVML memory nodes {host_mems} vs sysfs {gpu.memory_nodes}")
-            node = gpu.node if gpu.node is not None else _node_from_cpus(topology, cpus)
+            node = gpu.node if gpu.node is not None else node_from_cpus(topology, cpus)
             disagreement = "; ".join(notes) or None
             if disagreement:
                 warnings.append(f"{gpu.pci}: NVML and sysfs disagree: {disagreement}")
@@ -313,7 +228,13 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     """
     host = Host(topology.root, journal)
     warnings: list[str] = []
-    gpus = _sysfs_gpus(topology, host, warnings)
+    amd_functions: list[str] = []
+    gpus = _sysfs_gpus(topology, host, warnings, amd_functions)
+    amd: list[Gpu] = []
+    if amd_functions or host.listdir("sys/class/kfd"):
+        from .rocm import read_amd  # imported only where an AMD GPU may be: most hosts have none
+
+        amd = read_amd(topology, host, amd_functions, warnings)
     module = None
     if nvml is None:
         module = load_nvml() if host.is_live else None
@@ -322,7 +243,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     status = "not installed" if module is None else "not used"
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
-    return Inventory(tuple(sorted(gpus, key=lambda g: g.pci)), status, tuple(warnings))
+    return Inventory((*sorted(gpus, key=lambda g: g.pci), *amd), status, tuple(warnings))
 
 
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------
@@ -333,12 +254,39 @@ class _Resolution:
     visible: tuple[VisibleGpu, ...]
     notes: tuple[str, ...] = field(default=())
     cut: str | None = None
-    """Why CUDA_VISIBLE_DEVICES shows fewer GPUs than it lists (or none): the entry that ended it, or its emptiness."""
+    """Why the visibility variables show fewer GPUs than they list (or none): the entry that ended one, or emptiness."""
+    vendor: Vendor | None = None
+    """Whose GPUs the process drives (None where a host of two vendors leaves it open)."""
 
 
-def _cuda_order(inventory: Inventory, environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
+#: Variables only ROCm reads: set, they say the process drives AMD's GPUs.
+_ROCM_ONLY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+
+
+def choose_vendor(inventory: Inventory, environ: Mapping[str, str]) -> tuple[Vendor | None, str | None]:
+    """Whose GPUs a process with ``environ`` drives; ``(None, why)`` where that cannot be told."""
+    named = environ.get(ACCELERATOR, "").strip().lower()
+    if named:
+        if named not in {str(v) for v in Vendor}:
+            raise UsageError(f"{ACCELERATOR}={quoted(named)}: name whose GPUs the process drives, one of "
+                             + ", ".join(str(v) for v in Vendor), value=named)
+        return Vendor(named), None
+    vendors = inventory.vendors
+    if len(vendors) <= 1:
+        return (vendors[0] if vendors else Vendor.NVIDIA), None
+    if Vendor.AMD in vendors and any(environ.get(name) is not None for name in _ROCM_ONLY):
+        return Vendor.AMD, None
+    counts = {v: len(inventory.of(v)) for v in vendors}
+    top = [v for v in vendors if counts[v] == max(counts.values())]
+    if len(top) == 1:
+        return top[0], None
+    return None, ("this host has " + " and ".join(f"{counts[v]} {v}" for v in vendors) + " GPUs: set "
+                  f"{ACCELERATOR}=" + " or ".join(str(v) for v in vendors) + " to say whose this process drives")
+
+
+def _cuda_order(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:
     order = environ.get(CUDA_DEVICE_ORDER, "FASTEST_FIRST").strip().upper()
-    gpus = sorted(inventory.gpus, key=lambda g: g.pci)
+    gpus = sorted(gpus, key=lambda g: g.pci)
     if order != "PCI_BUS_ID" and len({g.model for g in gpus}) > 1:
         notes.append(
             "GPUs of different models under CUDA_DEVICE_ORDER=FASTEST_FIRST: CUDA's order may differ "
@@ -386,10 +334,19 @@ def resolve_visible(
     inventory: Inventory, environ: Mapping[str, str], *, nvml: Any | None = None
 ) -> _Resolution:
     notes: list[str] = []
-    gpus = _cuda_order(inventory, environ, notes)
+    vendor, undecided = choose_vendor(inventory, environ)
+    if vendor is None:
+        notes.append(str(undecided))
+        return _Resolution((), tuple(notes), undecided)
+    if vendor is Vendor.AMD:
+        from .rocm import rocm_visible
+
+        shown, amd_cut = rocm_visible(inventory.of(vendor), environ, notes)
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), amd_cut, vendor)
+    gpus = _cuda_order(inventory.of(vendor), environ, notes)
     value = environ.get(CUDA_VISIBLE_DEVICES)
     if value is None:
-        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes))
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(gpus)), tuple(notes), vendor=vendor)
     chosen: list[Gpu] = []
     cut = f"CUDA_VISIBLE_DEVICES is empty: it hides every GPU ({len(gpus)} found)" if not value.strip() else None
     for raw in value.split(","):
@@ -415,13 +372,13 @@ def resolve_visible(
                 notes.append(cut)
             break
         chosen.append(gpu)
-    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes), cut)
+    return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes), cut, vendor)
 
 
 def visible_gpus(
     inventory: Inventory, environ: Mapping[str, str] | None = None, *, nvml: Any | None = None
 ) -> tuple[VisibleGpu, ...]:
-    """The GPUs CUDA shows this process, in CUDA's order (index = ``cuda:N``).
+    """The GPUs the GPU runtime shows this process, in its order (index = ``cuda:N``, or HIP's device N).
 
     Notes about the resolution (an entry that ends the list, an ambiguous
     device order) are logged once at warning level.
@@ -447,10 +404,10 @@ def select_gpu(visible: Sequence[VisibleGpu], index: int, *, found: int | None =
             raise NoGpuVisible(f"no GPU is visible to this process: {cut}")
         if found == 0:
             raise NoGpuVisible("no GPU is visible to this process: none found on this machine (numapin looks for "
-                               "NVIDIA GPUs on the PCI bus, under sys/bus/pci)")
-        raise NoGpuVisible("no GPU is visible to this process (none found, or CUDA_VISIBLE_DEVICES hides them all)")
+                               "NVIDIA and AMD GPUs on the PCI bus, under sys/bus/pci, and in AMD's KFD topology)")
+        raise NoGpuVisible("no GPU is visible to this process (none found, or its visibility variables hide them all)")
     if not 0 <= index < len(visible):
-        listing = ", ".join(f"{v.index}: {v.gpu.pci}" for v in visible)
+        listing = ", ".join(f"{v.index}: {v.gpu.where}" for v in visible)
         raise UnknownGpu(f"GPU {index!r} is not visible; visible {plural(len(visible), 'GPU is', 'GPUs are')} "
                          f"{listing}" + (f" ({cut})" if cut else ""), value=index)
     return visible[index]

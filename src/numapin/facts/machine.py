@@ -17,12 +17,12 @@ import _thread  # threading's locks themselves, without threading's import
 import os
 
 from ..base.choices import parse_choice
-from ..base.environment import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES, PRIORITY_CORES
+from ..base.environment import CUDA_VISIBLE_DEVICES, GPU_VISIBILITY, PRIORITY_CORES
 from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
 from .glance import load_nvml
-from .gpus import Inventory, VisibleGpu, read_gpus, resolve_visible, select_gpu
+from .gpus import Inventory, Vendor, VisibleGpu, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology
@@ -45,8 +45,8 @@ class Machine:
         self.inventory = inventory
         self._kinds: dict[PriorityRule, CpuKinds] = {}
         self._network: Network | None = None
-        #: The views of this machine processes asked for, by their CUDA variables and priority rule.
-        self.views: dict[tuple[str | None, str | None, PriorityRule], Facts] = {}
+        #: The views of this machine processes asked for, by their GPU visibility variables and priority rule.
+        self.views: dict[tuple[tuple[str | None, ...], PriorityRule], Facts] = {}
 
     def kinds(self, rule: PriorityRule = PriorityRule.KERNEL) -> CpuKinds:
         """The CPU kinds, fastest first (a pin without ``reserve`` or ``cores`` never asks)."""
@@ -66,16 +66,18 @@ class Machine:
     def view(self, environ: Mapping[str, str], *, nvml: Any = None) -> Facts:
         """The machine as a process with ``environ`` sees it (its visible GPUs); the machine is not read again."""
         priority = priority_rule(environ)
-        key = (environ.get(CUDA_VISIBLE_DEVICES), environ.get(CUDA_DEVICE_ORDER), priority)
+        key = (tuple(environ.get(name) for name in GPU_VISIBILITY), priority)
         found = self.views.get(key) if nvml is None else None
         if found is None:
             # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
             module = nvml if nvml not in (None, False) else None
-            if nvml is None and "MIG-" in (key[0] or "").upper() and Host(self.topology.root).is_live:
+            if nvml is None and "MIG-" in environ.get(CUDA_VISIBLE_DEVICES, "").upper() \
+                    and Host(self.topology.root).is_live:
                 module = load_nvml()
             resolution = resolve_visible(self.inventory, environ, nvml=module)
             found = Facts(self.topology, self.inventory, resolution.visible,
-                          resolution.notes + self.inventory.warnings, resolution.cut, priority, self)
+                          resolution.notes + self.inventory.warnings, resolution.cut, priority, self,
+                          resolution.vendor)
             if nvml is None:
                 self.views[key] = found
         return found
@@ -89,14 +91,17 @@ class Facts:
     """CPUs, cores, caches, packages, NUMA nodes and the cgroup cpuset (:func:`numapin.read_topology`)."""
     inventory: Inventory
     visible: tuple[VisibleGpu, ...]
-    """The GPUs this process sees, in CUDA's order (``CUDA_VISIBLE_DEVICES``): ``visible[i].index == i``."""
+    """The GPUs this process sees, in its runtime's order (``CUDA_VISIBLE_DEVICES``; ROCm's variables on an AMD
+    host): ``visible[i].index == i``."""
     notes: tuple[str, ...] = ()
     cut: str | None = None
-    """Why ``CUDA_VISIBLE_DEVICES`` shows fewer GPUs than it lists, or none (also among the notes)."""
+    """Why the visibility variables show fewer GPUs than they list, or none (also among the notes)."""
     priority: PriorityRule = PriorityRule.KERNEL
     """What besides the kernel decides the CPU kinds (``NUMAPIN_PRIORITY_CORES``)."""
     machine: Machine | None = field(default=None, compare=False)
     """The machine this is a view of: where its CPU kinds and NICs are read, once."""
+    vendor: Vendor | None = Vendor.NVIDIA
+    """Whose GPUs the process drives (None where a host of two vendors' GPUs leaves that open)."""
 
     def gpu(self, index: int) -> VisibleGpu:
         """The visible GPU ``index``; when there is none, the error names the exact cause."""

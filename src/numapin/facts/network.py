@@ -29,7 +29,7 @@ from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .gpus import Gpu, device_locality
+from .gpu import Gpu, device_locality
 from .host import Host
 from .topology import Topology
 

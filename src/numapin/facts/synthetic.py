@@ -1,10 +1,11 @@
 """Synthetic machines: root folders shaped like real GPU hosts.
 
 :func:`write` lays out the ``sys/`` and ``proc/`` files the readers use, the
-way the kernel and the NVIDIA driver show them, so that every reader works on
-them without special cases. The shapes in :data:`SHAPES` mirror machines our
-users run (``dgx-h100``, ``gb300``, ``epyc-nps4``, ``laptop``) plus ``pair``,
-this project's 2-CPU test machine seen as two nodes.
+way the kernel, the NVIDIA driver and AMD's amdgpu/KFD driver show them, so
+that every reader works on them without special cases. The shapes in
+:data:`SHAPES` mirror machines our users run (``dgx-h100``, ``gb300``,
+``epyc-nps4``, ``laptop``, ``mi300x`` and its partitioned ``mi300x-cpx``)
+plus ``pair``, this project's 2-CPU test machine seen as two nodes.
 """
 
 from __future__ import annotations
@@ -21,7 +22,18 @@ __all__ = ["MARKER", "SHAPES", "MachineSpec", "shape_named", "synthetic", "write
 MARKER = "numapin-machine"
 
 _NVIDIA = "0x10de"
+_AMD = "0x1002"
 _GIB = 1 << 30
+
+#: An 8 x MI300X host as ROCm's RCCL published it (ROCm/rccl, tools/topo_expl/models/topo_8p_940.xml, an
+#: NCCL_TOPO_DUMP_FILE of a real host; docs/gpus.md cites it): per GPU, in HIP's order, the buses of its two
+#: PCIe switches, of AMD's bridge above it, its own, and its NIC's (mlx5_N, beside the GPU's second switch,
+#: under the first). GPUs 0-3 hang under socket 0, 4-7 under socket 1.
+RCCL_MI300X = (
+    (0x05, 0x08, 0x0A, 0x0C, 0x07), (0x0E, 0x11, 0x13, 0x15, 0x10), (0x17, 0x1A, 0x1C, 0x1E, 0x19),
+    (0x62, 0x65, 0x67, 0x69, 0x64), (0x98, 0x9B, 0x9D, 0x9F, 0x9A), (0xA8, 0xAB, 0xAD, 0xAF, 0xAA),
+    (0xB8, 0xBB, 0xBD, 0xBF, 0xBA), (0xD8, 0xDB, 0xDD, 0xDF, 0xDA),
+)
 
 
 @frozen
@@ -61,6 +73,13 @@ class MachineSpec:
     """``/proc/cpuinfo``'s model name; empty writes no ``/proc/cpuinfo``."""
     frequencies: tuple[int, int] = (0, 0)
     """Maximum and base frequency of the (ordinary) cores in MHz; (0, 0) writes no cpufreq files."""
+    gpu_vendor: str = "nvidia"
+    """``nvidia`` (the NVIDIA driver's files) or ``amd`` (amdgpu's render nodes and the KFD topology)."""
+    gpu_device: str = "0x2330"
+    capture: tuple[tuple[int, int, int, int, int], ...] = ()
+    """The PCI buses of a published host, per GPU (see :data:`RCCL_MI300X`); empty: buses laid out here."""
+    partitions: int = 1
+    """Logical GPUs per device (an MI300X in CPX mode: 8), each its own KFD node and render node."""
 
     @property
     def cores(self) -> int:
@@ -126,6 +145,15 @@ SHAPES: dict[str, MachineSpec] = {
                     arch_note="2 P-cores (2 threads each) + 4 E-cores: a hybrid laptop"),
         MachineSpec("pair", sockets=2, cores_per_socket=1, gpus_per_node=1, memory_per_node=8 * _GIB,
                     arch_note="two 1-CPU nodes with a GPU each: this 2-CPU host seen as two nodes"),
+        # RCCL's capture: 2 x Xeon (family 6 model 143, 56 cores, 2 threads: node 0 = CPUs 0-55,112-167).
+        MachineSpec("mi300x", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
+                    gpu_vendor="amd", gpu_model="AMD Instinct MI300X", gpu_class="0x120000", gpu_device="0x74a1",
+                    gpu_memory=192 * _GIB, nic_relation="PXB", capture=RCCL_MI300X,
+                    arch_note="2 x Xeon (56 cores), 8 x MI300X, a NIC per GPU: RCCL's topo_8p_940.xml"),
+        MachineSpec("mi300x-cpx", sockets=2, cores_per_socket=56, threads_per_core=2, gpus_per_node=4,
+                    gpu_vendor="amd", gpu_model="AMD Instinct MI300X", gpu_class="0x120000", gpu_device="0x74a1",
+                    gpu_memory=192 * _GIB, nic_relation="PXB", capture=RCCL_MI300X, partitions=8,
+                    arch_note="the mi300x host in CPX mode: 8 logical GPUs per package, 64 in all"),
     )
 }
 
@@ -160,7 +188,9 @@ def _put(root: Path, rel: str, text: str) -> None:
     path.write_text(text if text.endswith("\n") else text + "\n")
 
 
-def _bdf(gpu: int) -> str:
+def _bdf(spec: MachineSpec, gpu: int) -> str:
+    if spec.capture:
+        return f"0000:{spec.capture[gpu][3]:02x}:00.0"
     # Spread GPUs over buses the way a PCIe switch tree would.
     return f"0000:{0x18 + 0x10 * gpu:02x}:00.0"
 
@@ -249,32 +279,10 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                                            for cpu in range(spec.cpus)))
     words = -(-spec.cpus // 32)
     irqs = _Irqs(root, spec.cpus)
-    for gpu in range(spec.gpus):
-        node = gpu // spec.gpus_per_node
-        bdf = _bdf(gpu)
-        local = spec.node_cpus(node)
-        device = _gpu_device(spec, gpu)
-        irq = irqs.add(device, bdf, "nvidia", 1, local)[0]
-        _put(root, f"{device}/vendor", _NVIDIA)
-        _put(root, f"{device}/device", "0x2330")
-        _put(root, f"{device}/class", spec.gpu_class)
-        _put(root, f"{device}/numa_node", str(node))
-        _put(root, f"{device}/local_cpulist", str(local))
-        _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
-        link = root / "sys/bus/pci/devices" / bdf
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.is_symlink():
-            link.symlink_to(os.path.relpath(root / device, link.parent))
-        info = f"proc/driver/nvidia/gpus/{bdf}"
-        _put(root, f"{info}/information",
-             f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {irq}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
-             f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
-             f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {gpu}\n"
-             f"GPU Excluded:\t No")
-        if gpu_nodes:
-            _put(root, f"{info}/numa_status",
-                 f"Node:      {gpu_nodes[gpu]}\nStatus:    online\n"
-                 f"Address:   {0x40000000000 + gpu * 0x1000000000:x}\nSize:      {spec.gpu_memory:x}")
+    if spec.gpu_vendor == "amd":
+        _write_amd(spec, root, irqs)
+    else:
+        _write_nvidia(spec, root, irqs, gpu_nodes)
 
     for number, nic in enumerate(_nics(spec)):
         _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)
@@ -290,6 +298,99 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                                    f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
     return root
 
+
+
+def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irqs, driver: str) -> str:
+    """The GPU's PCI function: its ids, class, node and local CPUs, its link in ``bus/pci/devices``."""
+    node = gpu // spec.gpus_per_node
+    bdf = _bdf(spec, gpu)
+    local = spec.node_cpus(node)
+    device = _gpu_device(spec, gpu)
+    irqs.add(device, bdf, driver, 1, local)
+    _put(root, f"{device}/vendor", vendor)
+    _put(root, f"{device}/device", spec.gpu_device)
+    _put(root, f"{device}/class", spec.gpu_class)
+    _put(root, f"{device}/numa_node", str(node))
+    _put(root, f"{device}/local_cpulist", str(local))
+    _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
+    _link(root, f"sys/bus/pci/devices/{bdf}", device)
+    return device
+
+
+def _write_nvidia(spec: MachineSpec, root: Path, irqs: _Irqs, gpu_nodes: list[int]) -> None:
+    """Each GPU's PCI function and the NVIDIA driver's ``proc/driver/nvidia/gpus`` entry."""
+    for gpu in range(spec.gpus):
+        bdf = _bdf(spec, gpu)
+        _pci_device(root, spec, gpu, _NVIDIA, irqs, "nvidia")
+        irq = irqs.next - 1
+        info = f"proc/driver/nvidia/gpus/{bdf}"
+        _put(root, f"{info}/information",
+             f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {irq}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
+             f"Video BIOS: \t 96.00.99.00.01\nBus Type: \t PCIe\nDMA Size: \t 52 bits\n"
+             f"DMA Mask: \t 0xfffffffffffff\nBus Location: \t {bdf}\nDevice Minor: \t {gpu}\n"
+             f"GPU Excluded:\t No")
+        if gpu_nodes:
+            _put(root, f"{info}/numa_status",
+                 f"Node:      {gpu_nodes[gpu]}\nStatus:    online\n"
+                 f"Address:   {0x40000000000 + gpu * 0x1000000000:x}\nSize:      {spec.gpu_memory:x}")
+
+
+#: The first render node's minor number (``/dev/dri/renderD128``), as DRM numbers them.
+_RENDER = 128
+
+
+def amd_unique_id(gpu: int, partition: int = 0) -> int:
+    """The 64-bit ``unique_id`` KFD shows for a GPU (a partition's differs in its last bits); ROCr prints it as
+    ``GPU-<16 hex>``. Every GPU's starts alike, so that a short prefix is ambiguous, as on real hosts of one part."""
+    return 0x2F6C0A3E1B7D0000 + (gpu << 8) + partition
+
+
+def _write_amd(spec: MachineSpec, root: Path, irqs: _Irqs) -> None:
+    """Each GPU's PCI function, its render nodes, and the KFD topology: CPU nodes first, then a node per
+    logical GPU in ROCm's order (partitions of a package side by side), as amdgpu and KFD show them."""
+    kfd = "sys/devices/virtual/kfd/kfd"
+    _link(root, "sys/class/kfd/kfd", kfd)
+    _put(root, f"{kfd}/topology/generation_id", "1")
+    nodes = f"{kfd}/topology/nodes"
+    for node in range(spec.cpu_nodes):
+        cores = len(spec.node_cpus(node))
+        _put(root, f"{nodes}/{node}/gpu_id", "0")
+        _put(root, f"{nodes}/{node}/name", "")
+        _put(root, f"{nodes}/{node}/properties", _kfd_properties(
+            cpu_cores_count=cores, simd_count=0, mem_banks_count=1, io_links_count=0, cpu_core_id_base=0,
+            location_id=0, domain=0, drm_render_minor=0, unique_id=0))
+    simds = 304 * 4 // spec.partitions  # 304 compute units of 4 SIMDs each, split among the partitions
+    kfd_node = spec.cpu_nodes
+    for gpu in range(spec.gpus):
+        node = gpu // spec.gpus_per_node
+        device = _pci_device(root, spec, gpu, _AMD, irqs, "amdgpu")
+        _link(root, f"{device}/driver", "sys/bus/pci/drivers/amdgpu")
+        bus, dev_fn = int(_bdf(spec, gpu)[5:7], 16), 0
+        for partition in range(spec.partitions):
+            minor = _RENDER + gpu * spec.partitions + partition
+            if partition == 0:
+                _put(root, f"{device}/drm/renderD{minor}/dev", f"226:{minor}")
+            else:  # a partition's render node hangs under a platform device of its own
+                _put(root, f"sys/devices/platform/amdgpu_xcp.{gpu * (spec.partitions - 1) + partition - 1}"
+                           f"/drm/renderD{minor}/dev",
+                      f"226:{minor}")
+            folder = f"{nodes}/{kfd_node}"
+            _put(root, f"{folder}/gpu_id", str(0x1000 + minor))
+            _put(root, f"{folder}/name", "gfx942")
+            _put(root, f"{folder}/properties", _kfd_properties(
+                cpu_cores_count=0, simd_count=simds, mem_banks_count=1, io_links_count=1, cpu_core_id_base=0,
+                location_id=(bus << 8 | dev_fn) | (partition if spec.partitions > 1 else 0), domain=0,
+                drm_render_minor=minor, vendor_id=0x1002, device_id=int(spec.gpu_device, 16),
+                gfx_target_version=90402, num_xcc=8 // spec.partitions,
+                local_mem_size=spec.gpu_memory // spec.partitions, unique_id=amd_unique_id(gpu, partition)))
+            _put(root, f"{folder}/io_links/0/properties", _kfd_properties(
+                type=2, version_major=0, node_from=kfd_node, node_to=node, weight=20))
+            kfd_node += 1
+
+
+def _kfd_properties(**values: int) -> str:
+    """A KFD ``properties`` file: one ``name value`` line each, in decimal."""
+    return "".join(f"{name} {value}\n" for name, value in values.items())
 
 
 def _link(root: Path, rel: str, target: str) -> None:
@@ -335,8 +436,20 @@ def _gpu_switch(gpu: int) -> str:
     return f"{_root_port(bus)}/0000:{bus + 1:02x}:00.0"
 
 
+def _captured(spec: MachineSpec, gpu: int) -> tuple[str, str]:
+    """A captured GPU's sysfs path and its NIC's: the capture names the switches' upstream ports (and AMD's
+    bridge); their downstream ports are on the next bus, as PCIe numbers them."""
+    first, second, bridge, own, nic = spec.capture[gpu]
+    top = f"{_root_port(first - 1)}/0000:{first:02x}:00.0"
+    path = (f"{top}/0000:{first + 1:02x}:00.0/0000:{second:02x}:00.0/0000:{second + 1:02x}:00.0"
+            f"/0000:{bridge:02x}:00.0/0000:{bridge + 1:02x}:00.0/0000:{own:02x}:00.0")
+    return path, f"{top}/0000:{first + 1:02x}:01.0/0000:{nic:02x}:00.0"
+
+
 def _gpu_device(spec: MachineSpec, gpu: int) -> str:
     """The GPU's sysfs path: under its root port, or under one or two PCIe switches where NICs share them."""
+    if spec.capture:
+        return _captured(spec, gpu)[0]
     bus = 0x10 * gpu
     path = _root_port(bus)
     if spec.nic_relation is not None:
@@ -344,7 +457,7 @@ def _gpu_device(spec: MachineSpec, gpu: int) -> str:
         path = f"{_gpu_switch(gpu)}/0000:{bus + 2:02x}:00.0"
         if spec.nic_relation == "PXB":
             path += f"/0000:{bus + 3:02x}:00.0/0000:{bus + 4:02x}:00.0"
-    return f"{path}/{_bdf(gpu)}"
+    return f"{path}/{_bdf(spec, gpu)}"
 
 
 @frozen
@@ -358,7 +471,11 @@ class _Nic:
 def _nics(spec: MachineSpec) -> list[_Nic]:
     """A NIC per GPU, beside it under the GPU's first switch; storage cards on their own root port."""
     found = []
-    if spec.nic_relation is not None:
+    if spec.capture:
+        for gpu in range(spec.gpus):
+            device = _captured(spec, gpu)[1]
+            found.append(_Nic(device, device.rsplit("/", 1)[1], gpu // spec.gpus_per_node, True))
+    elif spec.nic_relation is not None:
         for gpu in range(spec.gpus):
             bus = 0x10 * gpu
             bdf = f"0000:{bus + 5:02x}:00.0"
