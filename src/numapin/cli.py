@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .tools.ab.runs import Variant
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
-MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "pair")
+MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "mi300x", "mi300x-cpx", "pair")
 
 # Each command imports what it needs when it runs: `numapin exec` reaches execve
 # without loading what show, threads or snapshot use (json, tempfile, tarfile...).
@@ -228,19 +228,18 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
     else:
         lines.append("Last-level caches: unknown")
     if facts.visible:
-        lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}, cuda:N in this process's "
-                     f"view; NVML {facts.inventory.nvml}):")
+        lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}, "
+                     f"{facts.visible[0].label.split(':')[0]}:N in this process's view; NVML {facts.inventory.nvml}):")
         for v in facts.visible:
             g = v.gpu
             extra = f", GPU memory node {g.gpu_memory_nodes}" if g.gpu_memory_nodes else ""
-            lines.append(f"  cuda:{v.index} {g.pci} {g.model or 'NVIDIA GPU'} {g.uuid or ''}".rstrip())
+            lines.append(f"  {v.label} {g.where} {g.name} {g.uuid or ''}".rstrip())
             lines.append(f"      node {'unknown' if g.node is None else g.node}, cpus {g.cpus}, "
                          f"memory nodes {g.memory_nodes or 'unknown'}{extra}")
             if g.disagreement:
                 lines.append(f"      NVML and sysfs disagree: {g.disagreement}")
     elif facts.inventory.gpus:
-        lines.append(f"GPUs: {len(facts.inventory.gpus)} found, none visible under CUDA_VISIBLE_DEVICES="
-                     f"{os.environ.get('CUDA_VISIBLE_DEVICES', '')!r}")
+        lines.append(f"GPUs: {len(facts.inventory.gpus)} found, none visible: {facts.cut or 'hidden from it'}")
     else:
         lines.append("GPUs: none found on this machine")
         if facts.topology.root == "/":
@@ -287,7 +286,7 @@ def _network_text(facts: Facts) -> list[str]:
         for v in linked:
             relation = {link.name: str(link.relation) for link in network.of_gpu(v.gpu.pci)}
             nearest = ",".join(n.name for n in network.nearest(v.gpu.pci))
-            grid.append([f"cuda:{v.index}", *(relation[name] for name in names), nearest])
+            grid.append([v.label, *(relation[name] for name in names), nearest])
         lines += ["  " + row for row in table(["", *names, "nearest"], grid)]
     return lines
 
@@ -390,7 +389,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     networked = any(nics)
     header = ["rank", "gpu", "pci", "node", "workers" if reserving else "cpus", "mems"] + (
         ["reserved"] if reserving else []) + (["nic"] if networked else [])
-    rows = [[_dash(p.rank), _dash(p.gpu), p.pci or "-", _dash(p.node), str(p.workers), str(p.mems)]
+    rows = [[_dash(p.rank), _dash(p.gpu), p.where or "-", _dash(p.node), str(p.workers), str(p.mems)]
             + ([str(p.reserved)] if reserving else [])
             + ([f"{n.nic.name} ({n.relation})" if n else "-"] if networked else [])
             for p, n in zip(plans, nics, strict=True)]
@@ -602,7 +601,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
             if w.kubelet:
                 print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
         if found.workers:
-            print("gpu: CUDA's index in each process's own view (its CUDA_VISIBLE_DEVICES); pci: the GPU itself")
+            print("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's variables); "
+                  "pci: the GPU itself")
         if found.pod_names:
             print(f"pod: named by UID and container id only: {found.pod_names}")
         print(_tally(found.tally(), len(found.counted)))
@@ -940,7 +940,8 @@ def _add_picture(parser: argparse.ArgumentParser, ranks: bool = True) -> None:
 def _add_target(parser: argparse.ArgumentParser, mode_default: str | None = "node") -> None:
     """--gpu or --local-rank, and --mode: which GPU's placement (exec and doctor)."""
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--gpu", type=_count, metavar="N", help="logical GPU index (under CUDA_VISIBLE_DEVICES)")
+    target.add_argument("--gpu", type=_count, metavar="N",
+                        help="logical GPU index (under CUDA_VISIBLE_DEVICES, or ROCm's variables on an AMD host)")
     target.add_argument("--local-rank", default="auto", metavar="auto|N",
                         help="the launcher's local rank (default auto: read it from the environment)")
     parser.add_argument("--mode", choices=_modes(),
@@ -1052,7 +1053,8 @@ def _add_pod_resources(parser: argparse.ArgumentParser) -> None:
 
 
 def _ps_args(ps: argparse.ArgumentParser) -> None:
-    ps.description = ("Every GPU worker of this host: a process that holds a GPU (a /dev/nvidiaN open, NVML's "
+    ps.description = ("Every GPU worker of this host: a process that holds a GPU (a /dev/nvidiaN or AMD render node "
+                      "open, NVML's "
                       "process list) or numapin's record of it; with its GPU, expected placement, threads outside "
                       "it, remote share of its own memory, what placed it and the verdict: ok, misplaced (threads "
                       "outside, or too much of its own memory on other nodes), unknown, unreadable. A process known "

@@ -246,13 +246,16 @@ def test_threads_takes_the_placement_options_doctor_and_exec_take(placed: int,
     assert main(["threads", str(placed), "--cpus", str(FIRST), "--mode", "single"]) == 2
 
 
-@pytest.mark.parametrize(("target", "minor"), [("/dev/nvidia3", 3), ("/new/dev/nvidia1", 1), ("/dev/nvidiactl", None),
-                                               ("/dev/nvidia-uvm", None), ("/home/nvidia1", None),
-                                               ("/dev/nvidia1 (deleted)", None)])
-def test_a_gpu_device_file_is_known_by_the_name_its_holder_sees(target: str, minor: int | None) -> None:
+@pytest.mark.parametrize(("target", "device"), [
+    ("/dev/nvidia3", "/dev/nvidia3"), ("/new/dev/nvidia1", "/dev/nvidia1"), ("/dev/nvidiactl", None),
+    ("/dev/nvidia-uvm", None), ("/home/nvidia1", None), ("/dev/nvidia1 (deleted)", None),
+    ("/dev/dri/renderD129", "/dev/dri/renderD129"), ("/new/dev/kfd", "/dev/kfd"), ("/dev/dri/card1", None),
+    ("/dev/kfd2", None)])
+def test_a_gpu_device_file_is_known_by_the_name_its_holder_sees(target: str, device: str | None) -> None:
     # From another mount namespace's tree (a container's /dev; a namespace made after a switch_root) the kernel
-    # names the device from that tree's top: /new/dev/nvidia1 is GPU 1's device still.
+    # names the device from that tree's top: /new/dev/nvidia1 is GPU 1's device still. An AMD GPU is held
+    # through its render node; /dev/kfd is every ROCm process's, of no GPU in particular.
     from numapin.tools.ps import _DEVICE
 
     found = _DEVICE.search(target)
-    assert (None if found is None else int(found.group(1))) == minor
+    assert (None if found is None else "/" + found.group(1)) == device

@@ -121,7 +121,7 @@ class PinResult:
         if self.placement is not None and self.placement.gpu is not None:
             # CUDA's logical index alone is ambiguous across processes (every Ray
             # actor sees "GPU 0"): name the physical device as well.
-            where = [w for w in (self.placement.pci, None if self.placement.node is None
+            where = [w for w in (self.placement.where, None if self.placement.node is None
                                  else f"node {self.placement.node}") if w]
             gpu = f"GPU {self.placement.gpu}" + (f" ({', '.join(where)})" if where else "")
             # cpus= with gpu=: the CPUs are the caller's, the GPU only named; say so rather than "for GPU 0".

@@ -13,7 +13,7 @@ the first of these that applies, and the judgement says which (its ``basis``):
    no record could be written;
 4. its launcher's local rank, or its one visible GPU, in its own view: what
    ``numapin exec`` would decide for it;
-5. the one GPU it has open (``/dev/nvidiaN``), or NVML lists it on.
+5. the one GPU it has open (``/dev/nvidiaN``, an AMD GPU's render node), or NVML lists it on.
 
 A process is ``misplaced`` when a thread runs outside those CPUs, or (when the
 caller sets a bound) too much of its own memory lies outside their nodes.
@@ -128,7 +128,8 @@ def gpu_words(placement: Placement) -> str | None:
     """``GPU 0 in its view (0000:1a:00.0)``: an index means nothing without the view it is in."""
     if placement.gpu is None:
         return None
-    return f"GPU {placement.gpu} in its view ({placement.pci})" if placement.pci else f"GPU {placement.gpu} in its view"
+    seen = f"GPU {placement.gpu} in its view"
+    return f"{seen} ({placement.where})" if placement.pci else seen
 
 
 def expected(
@@ -144,7 +145,8 @@ def expected(
     devices: Collection[str] = (),
 ) -> tuple[Expected | None, str | None]:
     """Where a process with this environment (its own view in ``facts``) and record should be, and what says
-    so; or None and why nothing does. ``devices`` are the PCI addresses of the GPUs it has open.
+    so; or None and why nothing does. ``devices`` are the GPUs it has open, by :attr:`Gpu.where` (the PCI
+    address, and the partition where the GPU is one).
 
     Raises :class:`UsageError` when the caller's own question (``gpu``, ``rank``, ``cpus``, ``mode``,
     ``reserve``) cannot be answered.
@@ -173,8 +175,8 @@ def expected(
             said = str(rank) if rank is not None else "its one visible GPU"
             return Expected(placement, placement.workers, f"{said} (no record of numapin's)"), None
         if len(set(devices)) == 1:
-            pci = next(iter(devices))
-            index = next((v.index for v in facts.visible if v.gpu.pci == pci), None)
+            where = next(iter(devices))
+            index = next((v.index for v in facts.visible if v.gpu.where == where), None)
             if index is not None:
                 placement = resolve(facts, environ, gpu=index)
                 return Expected(placement, placement.workers, f"the one GPU it uses, {gpu_words(placement)}"), None

@@ -94,10 +94,17 @@ class Placement:
     reserved: CpuSet = CpuSet()
     cores: Cores = Cores.ALL
     """Which kind of core was asked for: a judge of the process holds it to the same."""
+    partition: int | None = None
+    """The GPU's partition of its PCI device (``pci``), where it is one."""
 
     @property
     def workers(self) -> CpuSet:
         return self.cpus - self.reserved
+
+    @property
+    def where(self) -> str | None:
+        """The GPU's PCI address, and its partition where it is one (as :attr:`Gpu.where` says it)."""
+        return self.pci if self.partition is None else f"{self.pci} partition {self.partition}"
 
     def __str__(self) -> str:
         text = f"cpus {self.cpus} mems {self.mems}"
@@ -121,6 +128,8 @@ class Placement:
             out["workers"] = str(self.workers)
         if self.cores is not Cores.ALL:
             out["cores"] = self.cores.value
+        if self.partition is not None:
+            out["partition"] = self.partition
         return out
 
     @classmethod
@@ -141,7 +150,8 @@ class Placement:
             str(text).encode()
         return cls(CpuSet.parse(str(data["cpus"])), CpuSet.parse(str(data["mems"])), reason,
                    PlacementMode(data["mode"]), number("gpu"), None if pci is None else str(pci), number("node"),
-                   number("rank"), CpuSet.parse(str(data.get("reserved") or "")), Cores(data.get("cores", "all")))
+                   number("rank"), CpuSet.parse(str(data.get("reserved") or "")), Cores(data.get("cores", "all")),
+                   number("partition"))
 
 
 def _domain(topology: Topology, gpu: Gpu) -> tuple[CpuSet, str]:
@@ -280,6 +290,7 @@ def place(
             rank=rank,
             reserved=_reserve(topology, chosen, reserve, kinds),
             cores=Cores(cores),
+            partition=None if gpu is None else gpu.gpu.partition,
         )
     chosen_mode = parse_choice(PlacementMode, mode, "mode")
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
@@ -288,9 +299,9 @@ def place(
     domain, where = _domain(topology, physical)
     if not domain:
         raise PlacementError(
-            f"GPU {gpu.index} ({physical.pci}): {where} has no CPU inside the allowed CPUs {topology.allowed}"
+            f"GPU {gpu.index} ({physical.where}): {where} has no CPU inside the allowed CPUs {topology.allowed}"
         )
-    reason = f"GPU {gpu.index} ({physical.pci}) on {where}"
+    reason = f"GPU {gpu.index} ({physical.where}) on {where}"
     if chosen_mode is PlacementMode.NODE:
         chosen = domain
     elif chosen_mode is PlacementMode.SOCKET:
@@ -330,6 +341,7 @@ def place(
         rank=rank,
         reserved=_reserve(topology, chosen, reserve, kinds),
         cores=Cores(cores),
+        partition=physical.partition,
     )
 
 
@@ -344,8 +356,9 @@ def within(placement: Placement, topology: Topology, inventory: Inventory, kinds
         if not inside:
             raise PlacementError(f"none of the CPUs {placement.cpus} is inside the allowed CPUs {topology.allowed}")
         return replace(place(topology, inventory, None, cpus=inside, reserve=reserve, rank=placement.rank,
-                             cores=placement.cores, kinds=kinds), gpu=placement.gpu, pci=placement.pci)
-    found = next((g for g in inventory.gpus if g.pci == placement.pci), None)
+                             cores=placement.cores, kinds=kinds), gpu=placement.gpu, pci=placement.pci,
+                       partition=placement.partition)
+    found = next((g for g in inventory.gpus if g.is_at(placement.pci, placement.partition)), None)
     if found is None or placement.gpu is None:
         raise PlacementError(f"the GPU {placement.pci} of the placement is not on this machine")
     return place(topology, inventory, VisibleGpu(placement.gpu, found), mode=placement.mode, reserve=reserve,

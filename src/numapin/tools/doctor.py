@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ..base.environment import (
+    ACCELERATOR,
     AUTOPIN,
     AUTOPIN_OFF,
     CUDA_DEVICE_ORDER,
@@ -29,6 +30,7 @@ from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet, hex_word
 from ..facts import procfs
 from ..facts.cgroup import read_cgroup
+from ..facts.gpu import Vendor
 from ..facts.host import Host
 from ..facts.interrupts import Irq, device_irqs, running
 from ..facts.kubelet import CONFIG, STATE, read_kubelet
@@ -170,7 +172,8 @@ def diagnose(
         except EnvironmentProblem as exc:
             why = str(exc)
     if want is None:
-        fix = ("list GPUs of this machine in CUDA_VISIBLE_DEVICES (or unset it)" if facts.cut else
+        fix = (f"list GPUs of this machine in {facts.vendor.variables} (or unset it)" if facts.cut and facts.vendor
+               else f"set {ACCELERATOR} to whose GPUs the process drives" if facts.cut else
                "check the launcher's local rank and NUMAPIN_RANK_MAP" if facts.visible else
                "to try numapin as on a GPU host: numapin doctor --machine dgx-h100" if not facts.inventory.gpus else
                "name the GPU with --gpu (or --local-rank), or place the process with numapin")
@@ -272,11 +275,12 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "sysctl kernel.numa_balancing=0 on hosts that place their workers (or bind memory: --memory bind)"))
     gpus = [v.gpu for v in facts.visible]
     if facts.cut and gpus:  # with none visible, no-placement says it
+        runtime = "CUDA" if facts.vendor is Vendor.NVIDIA else "ROCm"
         found.append(Finding(
             "cuda-visible-devices", "warning", facts.cut,
-            f"CUDA shows this process {counted(len(gpus), 'GPU')} of the {len(facts.inventory.gpus)} found: "
-            "the entries after it are ignored, by CUDA as by numapin",
-            "correct or remove that entry of CUDA_VISIBLE_DEVICES"))
+            f"{runtime} shows this process {counted(len(gpus), 'GPU')} of the {len(facts.inventory.gpus)} found: "
+            f"the entries after it are ignored, by {runtime} as by numapin",
+            f"correct or remove that entry of {facts.cut.split()[0]}"))
     # The firmware's answer itself: numapin infers a node from the local CPUs when it says -1.
     unknown = [g for g in gpus if g.node is None or (g.firmware_node or 0) < 0]
     if unknown:
@@ -288,7 +292,7 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "update the BIOS/firmware (ACPI _PXM of the PCIe root port), or pin with --cpus"))
     models = {g.model for g in gpus if g.model}
     order = env.get(CUDA_DEVICE_ORDER, "")
-    if len(models) > 1 and order != "PCI_BUS_ID":
+    if len(models) > 1 and order != "PCI_BUS_ID" and facts.vendor is Vendor.NVIDIA:
         found.append(Finding(
             "mixed-gpu-models", "warning", f"GPUs of {len(models)} models ({', '.join(sorted(models))}) and "
             f"{CUDA_DEVICE_ORDER}={order or 'unset'}",

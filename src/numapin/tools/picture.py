@@ -169,7 +169,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
         g = v.gpu
         ranks = plan.of_gpu.get(v.index, [])
         who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
-        label = f"GPU {v.index}{who} · {g.pci} · {g.model or 'NVIDIA GPU'}"
+        label = f"GPU {v.index}{who} · {g.where} · {g.name}"
         nearest = network.nearest(g.pci)
         if nearest:
             label += f" · {plural(len(nearest), 'NIC')} {','.join(n.name for n in nearest)}"
@@ -341,7 +341,7 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
     for i, p in enumerate(plan.plans):
         rank = plan.rank(i)
         c.rect(_PAD, y, 14, 14, f"fill:{_colour(rank)};stroke:#333", f' class="swatch" data-rank="{rank}"')
-        words = (f"rank {rank} → GPU {p.gpu} ({p.pci}) · CPUs {p.workers} · memory "
+        words = (f"rank {rank} → GPU {p.gpu} ({p.where}) · CPUs {p.workers} · memory "
                  f"{plural(len(p.mems), 'node')} {p.mems}")
         if p.reserved:
             words += f" · reserved {p.reserved}"

@@ -43,10 +43,11 @@ __all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
 class ScanTimeout(NumapinError):
     """A scan ran past the time it was given (the exporter's scrape bound): its partial count would mislead."""
 
-#: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, or under the root of another mount
-#: namespace's tree (a container's /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where
-#: the kernel names the file from that tree's top.
-_DEVICE = re.compile(r"(?:^|/)dev/nvidia(\d+)$")
+#: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, an AMD GPU's render node
+#: ``/dev/dri/renderDN``, or ROCm's ``/dev/kfd`` (every ROCm process holds it; it names no GPU); also under the
+#: root of another mount namespace's tree (a container's /dev, or a namespace made after a switch_root:
+#: ``/new/dev/nvidia1``), where the kernel names the file from that tree's top.
+_DEVICE = re.compile(r"(?:^|/)(dev/(?:nvidia\d+|dri/renderD\d+|kfd))$")
 
 
 @frozen
@@ -149,9 +150,9 @@ def _pids() -> list[int]:
     return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
 
 
-def _devices(pid: int) -> tuple[int, ...]:
-    """The minor numbers of the ``/dev/nvidiaN`` it has open; AccessDenied for another user's."""
-    return tuple(sorted({int(m.group(1)) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
+def _devices(pid: int) -> tuple[str, ...]:
+    """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...); AccessDenied for another user's."""
+    return tuple(sorted({"/" + m.group(1) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
 
 
 def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], Facts]) -> dict[int, set[str]]:
@@ -297,7 +298,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     ``candidates``: its environment read even when nothing it holds makes it a worker."""
     entry = known.get(pid)
     try:
-        devices: tuple[int, ...] | None = _devices(pid)
+        devices: tuple[str, ...] | None = _devices(pid)
     except AccessDenied:
         devices = None  # another user's: only a record or NVML can say it is a worker
     except NoSuchProcess:
@@ -322,7 +323,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     launcher = None if env is None else next(
         (f"{v}={env[v]}" for v in LOCAL_RANK_VARIABLES if env.get(v, "").strip()), None)
     # What it holds makes a worker; what it inherited, a candidate (every shell of a Slurm step has LOCAL_RANK).
-    held = "record" if entry else f"/dev/nvidia{devices[0]}" if devices else "NVML" if pid in nvml else None
+    held = "record" if entry else devices[0] if devices else "NVML" if pid in nvml else None
     why = held or launcher or (f"{CUDA_VISIBLE_DEVICES}={env[CUDA_VISIBLE_DEVICES]}"
                                if env is not None and CUDA_VISIBLE_DEVICES in env else None)
     if why is None:
@@ -331,7 +332,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
         why = "asked for"
     from ..pinning.verdict import judge
 
-    using = {g.pci for g in machine().inventory.gpus if g.minor in devices} | nvml.get(pid, set())
+    using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
                        stat=stat, max_remote=max_remote, small_memory=False)

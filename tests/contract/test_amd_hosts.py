@@ -1,0 +1,138 @@
+"""AMD hosts end to end: the start-up hook, exec, ps and doctor pin and judge for real on this host seen as two nodes
+with an MI300X each (GPUs found through amdgpu's files and the KFD topology, chosen by ROCm's variables), and every
+command rehearses ``--machine mi300x`` and its partitioned ``mi300x-cpx``."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+import live
+from conftest import REPO, Python
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT, RUNTIME_DIR
+from numapin.cpuset import CpuSet
+from numapin.facts import synthetic as machines
+from test_startup import _REPORT
+from test_visible_from_outside import NUMAPIN, WORKER, Workers, needs_two
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@pytest.fixture(scope="module")
+def amd_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return live.write_pair(tmp_path_factory.mktemp("amd") / "root", amd=True)
+
+
+def _hook(python: Python, root: Path, **env: str) -> dict[str, object]:
+    memory = "preferred" if live.NODE1_REAL else "none"
+    result = python("-c", _REPORT, PYTHONPATH=str(REPO / "tests"), **{FSROOT: str(root), AUTOPIN: "1"},
+                    **{AUTOPIN_OPTIONS["memory"]: memory}, **env)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    report: dict[str, object] = json.loads(result.stdout)
+    return report
+
+
+@needs_two
+@pytest.mark.parametrize("env", [{"LOCAL_RANK": "1"}, {"ROCR_VISIBLE_DEVICES": "1"}, {"HIP_VISIBLE_DEVICES": "1"},
+                                 {"CUDA_VISIBLE_DEVICES": "1"}, {"ROCR_VISIBLE_DEVICES": "1,0", "LOCAL_RANK": "0"}],
+                         ids=["rank", "rocr", "hip", "cuda-as-hip", "rocr-reordered"])
+def test_the_start_up_hook_binds_an_amd_worker_at_birth(python: Python, amd_pair: Path, env: dict[str, str]) -> None:
+    report = _hook(python, amd_pair, **env)
+    born = report["born"]
+    assert isinstance(born, dict) and len(born) == 4 and all(set(m) == live.NODE1 for m in born.values()), born
+    assert report["applied"] == live.cpus(live.NODE1) and report["changed"] is False and report["events"] == []
+
+
+@needs_two
+def test_the_start_up_hook_leaves_an_amd_launcher_alone(python: Python, amd_pair: Path) -> None:
+    report = _hook(python, amd_pair)  # both GPUs visible, no rank: a launcher
+    assert report["applied"] is None and all(set(m) == live.ALL for m in report["born"].values())  # type: ignore[union-attr]
+
+
+@needs_two
+def test_exec_places_by_hips_index_over_rocrs_list(amd_pair: Path) -> None:
+    env = {**live.without_inputs(dict(os.environ)), "ROCR_VISIBLE_DEVICES": "1,0"}
+    probe = "import os; print(sorted(os.sched_getaffinity(0)))"
+    out = subprocess.run([*NUMAPIN, "exec", "--root", str(amd_pair), "--gpu", "0", "--memory", "none", "--",
+                          sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0 and json.loads(out.stdout) == sorted(live.NODE1), out.stderr
+    hidden = subprocess.run([*NUMAPIN, "exec", "--root", str(amd_pair), "--gpu", "0", "--strict", "--", "true"],
+                            capture_output=True, text=True, env={**env, "ROCR_VISIBLE_DEVICES": ""}, timeout=60)
+    assert hidden.returncode != 0 and "ROCR_VISIBLE_DEVICES is empty" in hidden.stderr
+    assert len(hidden.stderr.strip().splitlines()) == 1
+
+
+def holding(device: str) -> list[str]:
+    """A command line whose process holds ``device`` (and ROCm's /dev/kfd) open, as a HIP process does: regular
+    files standing in for them in a private mount namespace (root: ``unshare --mount``), then WORKER."""
+    if os.geteuid() != 0 or not Path("/usr/bin/unshare").exists():
+        pytest.skip("standing a file in for a GPU device needs root and unshare")
+    code = f"held = open('{device}'), open('/dev/kfd')\n" + WORKER
+    return ["unshare", "--mount", "sh", "-c", f"mount -t tmpfs tmpfs /dev && mkdir /dev/dri && : > {device} && "
+            f": > /dev/kfd && exec {shlex.quote(sys.executable)} -c {shlex.quote(code)}"]
+
+
+@needs_two
+def test_ps_knows_an_amd_worker_by_its_render_node(amd_pair: Path, tmp_path: Path) -> None:
+    made = Workers()
+    env = {**live.without_inputs(dict(os.environ)), RUNTIME_DIR: str(tmp_path / "records")}
+    try:
+        by_exec = made.start([*NUMAPIN, "exec", "--root", str(amd_pair), "--gpu", "1", "--memory", "none", "--",
+                              sys.executable, "-c", WORKER], **{RUNTIME_DIR: env[RUNTIME_DIR]})
+        unpinned = made.start(holding("/dev/dri/renderD129"))  # GPU 1's render node: 128 + 1
+        listing = subprocess.run([*NUMAPIN, "ps", "--root", str(amd_pair), "--json", str(by_exec), str(unpinned)],
+                                 capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        for proc in made.started:
+            proc.kill()
+            proc.wait()
+    seen = {w["pid"]: w for w in json.loads(listing.stdout)["workers"]}
+    assert (seen[by_exec]["placed_by"], seen[by_exec]["verdict"], seen[by_exec]["gpu"]) == ("exec", "ok", 1)
+    assert (seen[unpinned]["why"], seen[unpinned]["verdict"]) == ("/dev/dri/renderD129", "misplaced")
+    assert seen[unpinned]["pci"] == seen[by_exec]["pci"], "renderD129 is GPU 1"
+
+
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=120,
+                          env={**live.without_inputs(dict(os.environ)), **env})
+
+
+@pytest.mark.parametrize("machine", ["mi300x", "mi300x-cpx"])
+def test_every_command_rehearses_an_mi300x_host(machine: str, tmp_path: Path) -> None:
+    spec = machines.shape_named(machine)
+    gpus = spec.gpus * spec.partitions
+    rank = gpus - 3  # on node 1, and in CPX a partition of package 7
+    dry = _run("exec", "--machine", machine, "--mode", "exclusive", "--dry-run", "--json", "--", "true",
+               LOCAL_RANK=str(rank))
+    placement = json.loads(dry.stdout)["placement"]
+    node1 = spec.node_cpus(1)
+    assert dry.returncode == 0 and CpuSet.parse(placement["cpus"]) <= node1 and placement["node"] == 1
+    assert placement.get("partition") == (rank % spec.partitions if spec.partitions > 1 else None)
+    hidden = _run("exec", "--machine", machine, "--dry-run", "--", "true", LOCAL_RANK="0", ROCR_VISIBLE_DEVICES="3,3")
+    assert hidden.returncode == 0 and "ROCR_VISIBLE_DEVICES entry '3' names a GPU already listed: the list ends " \
+        f"before it (this machine's GPUs 0-{gpus - 1}, or GPU-<uuid>)" in hidden.stdout
+    doctor = json.loads(_run("doctor", "--machine", machine, "--local-rank", str(rank), "--json").stdout)
+    assert doctor["placement"]["node"] == 1 and "no-placement" not in {f["id"] for f in doctor["findings"]}
+    wrong = json.loads(_run("doctor", "--machine", machine, "--local-rank", "0", "--json",
+                            ROCR_VISIBLE_DEVICES="0,99").stdout)
+    finding = next(f for f in wrong["findings"] if f["id"] == "cuda-visible-devices")
+    assert "ROCm shows this process 1 GPU" in finding["why"] and finding["fix"].endswith("ROCR_VISIBLE_DEVICES")
+    ps = _run("ps", "--machine", machine, "--json")
+    assert ps.returncode in (0, 1) and "Traceback" not in ps.stderr
+    picture = tmp_path / "plan.svg"
+    plan = _run("plan", "--machine", machine, "--mode", "exclusive", "--json", "--svg", str(picture))
+    plans = json.loads(plan.stdout)
+    assert len(plans) == gpus and all(p["node"] == i // spec.partitions // spec.gpus_per_node
+                                      for i, p in enumerate(plans))
+    drawn = ET.parse(picture).getroot()
+    assert sorted(int(e.get("data-gpu", "-1")) for e in drawn.iter(f"{SVG}g")
+                  if e.get("id", "").startswith("gpu-")) == list(range(gpus))
+    show = _run("show", "--machine", machine).stdout
+    assert "hip:0 0000:0c:00.0" in show and "AMD Instinct MI300X" in show
