@@ -404,10 +404,12 @@ def _pod_resources(facts: Facts, placement: Placement | None, socket: str, mask:
         return [Finding("pod-resources-unread", "info", str(exc), "the container's devices and the way its GPU "
                         "came to it cannot be checked", "install numapin[kubernetes] and mount the kubelet's "
                         "pod-resources folder (numapin's DaemonSet does)")]
-    gpu = next((g for g in facts.inventory.gpus if placement is not None and g.pci == placement.pci), None)
+    gpu = next((g for g in facts.inventory.gpus
+                if placement is not None and g.is_at(placement.pci, placement.partition)), None)
     mine = match(containers, cpus=mask, gpus={gpu.uuid} if gpu is not None and gpu.uuid else ())
     found = _plugin_node(gpu, socket)
-    plugged = mine is not None and any(d.resource.startswith("nvidia.com/") for d in mine.devices)
+    # NVIDIA's and AMD's device plugins (nvidia.com/gpu, amd.com/gpu): devices the topology manager aligns.
+    plugged = mine is not None and any(d.resource.startswith(("nvidia.com/", "amd.com/")) for d in mine.devices)
     if mine is None or not mine.claims or plugged:
         return found
     return [*found, Finding(
@@ -449,7 +451,7 @@ def _reserved(env: Mapping[str, str], placement: Placement) -> CpuSet:
 def _interrupts(facts: Facts, host: Host, placement: Placement, reserved: CpuSet) -> list[Finding]:
     """The GPU's and its NIC's interrupts: on another node, on the reserved cores; irqbalance moving them."""
     t = facts.topology
-    gpu = next((v.gpu for v in facts.visible if v.gpu.pci == placement.pci), None)
+    gpu = next((v.gpu for v in facts.visible if v.gpu.is_at(placement.pci, placement.partition)), None)
     if gpu is None:
         return []
     devices = [(f"GPU {placement.gpu}", gpu.pci, gpu.node)]
