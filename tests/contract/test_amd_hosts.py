@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from test_visible_from_outside import NUMAPIN, WORKER, Workers, needs_two
 
 import live
 from conftest import REPO, Python
@@ -20,7 +21,6 @@ from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT, RUNTIME_D
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
 from test_startup import _REPORT
-from test_visible_from_outside import NUMAPIN, WORKER, Workers, needs_two
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -229,5 +229,5 @@ def test_a_host_with_two_vendors_gives_each_rank_one_vendors_gpu(
 
 
 def test_an_unknown_accelerator_name_is_a_usage_error(mi300x: Inventory) -> None:
-    with pytest.raises(UsageError, match="NUMAPIN_ACCELERATOR='intel'.*nvidia, amd"):
+    with pytest.raises(UsageError, match=r"NUMAPIN_ACCELERATOR='intel'.*nvidia, amd, gaudi"):
         resolve_visible(mi300x, {"NUMAPIN_ACCELERATOR": "intel"})

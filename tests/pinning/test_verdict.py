@@ -250,11 +250,13 @@ def test_threads_takes_the_placement_options_doctor_and_exec_take(placed: int,
     ("/dev/nvidia3", "/dev/nvidia3"), ("/new/dev/nvidia1", "/dev/nvidia1"), ("/dev/nvidiactl", None),
     ("/dev/nvidia-uvm", None), ("/home/nvidia1", None), ("/dev/nvidia1 (deleted)", None),
     ("/dev/dri/renderD129", "/dev/dri/renderD129"), ("/new/dev/kfd", "/dev/kfd"), ("/dev/dri/card1", None),
-    ("/dev/kfd2", None)])
+    ("/dev/kfd2", None), ("/dev/accel/accel3", "/dev/accel/accel3"), ("/dev/accel/accel_controlD3", None),
+    ("/dev/hl2", "/dev/hl2"), ("/dev/hl_controlD2", None)])
 def test_a_gpu_device_file_is_known_by_the_name_its_holder_sees(target: str, device: str | None) -> None:
     # From another mount namespace's tree (a container's /dev; a namespace made after a switch_root) the kernel
     # names the device from that tree's top: /new/dev/nvidia1 is GPU 1's device still. An AMD GPU is held
-    # through its render node; /dev/kfd is every ROCm process's, of no GPU in particular.
+    # through its render node; /dev/kfd is every ROCm process's, of no GPU in particular; a Gaudi through its
+    # accel device (hlN before), never its control device (which monitoring tools open).
     from numapin.tools.ps import _DEVICE
 
     found = _DEVICE.search(target)

@@ -14,7 +14,9 @@ __all__ = [
     "CUDA_VISIBLE_DEVICES",
     "FSROOT",
     "GPU_VISIBILITY",
+    "HABANA_VISIBLE_MODULES",
     "HIP_VISIBLE_DEVICES",
+    "HLS_MODULE_ID",
     "KEEP",
     "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
@@ -41,7 +43,7 @@ RESERVED = "NUMAPIN_RESERVED"
 RANK_MAP = "NUMAPIN_RANK_MAP"
 #: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.kinds.PCT_SKUS).
 PRIORITY_CORES = "NUMAPIN_PRIORITY_CORES"
-#: ``nvidia`` or ``amd``: whose GPUs a process of a host with both drives (otherwise the vendor with more).
+#: ``nvidia``, ``amd`` or ``gaudi``: whose GPUs a process of a host with both drives (otherwise the vendor with more).
 ACCELERATOR = "NUMAPIN_ACCELERATOR"
 #: The folder of the host's pin records (numapin.pinning.record), before the runtime folders it would choose.
 RUNTIME_DIR = "NUMAPIN_RUNTIME_DIR"
@@ -90,9 +92,14 @@ CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
 #: non-empty, else CUDA_VISIBLE_DEVICES).
 ROCR_VISIBLE_DEVICES = "ROCR_VISIBLE_DEVICES"
 HIP_VISIBLE_DEVICES = "HIP_VISIBLE_DEVICES"
+#: Read as Intel Gaudi's runtime reads them: the module ids local ranks take in turn, or the one module a
+#: process acquires.
+HABANA_VISIBLE_MODULES = "HABANA_VISIBLE_MODULES"
+HLS_MODULE_ID = "HLS_MODULE_ID"
 #: Every variable that changes which GPUs a process sees, or in which order (a view of the machine is keyed by
 #: their values).
-GPU_VISIBILITY = (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ACCELERATOR)
+GPU_VISIBILITY = (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER, ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES,
+                  HABANA_VISIBLE_MODULES, HLS_MODULE_ID, ACCELERATOR)
 
 #: Thread-pool sizes: OpenMP's, and the two BLAS libraries' own (each falls back to OpenMP's when unset).
 THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")

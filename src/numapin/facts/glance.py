@@ -17,7 +17,9 @@ from ..base.environment import (
     ACCELERATOR,
     CUDA_VISIBLE_DEVICES,
     FSROOT,
+    HABANA_VISIBLE_MODULES,
     HIP_VISIBLE_DEVICES,
+    HLS_MODULE_ID,
     LOCAL_RANK_VARIABLES,
     ROCR_VISIBLE_DEVICES,
 )
@@ -27,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
+__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "GAUDI", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -36,6 +38,8 @@ DISPLAY_CLASSES = (0x0300, 0x0302)
 #: MI100-MI250 show), and 0x1200, processing accelerator (MI300X and later are no display devices).
 AMD = 0x1002
 AMD_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
+#: Habana Labs' (Intel Gaudi's) PCI vendor id: every device of it is an accelerator the habanalabs driver drives.
+GAUDI = 0x1DA3
 _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO under a test root never blocks the hook
 
@@ -82,14 +86,15 @@ def _kfd_gpus(root: str) -> int:
     return count
 
 
-def _counts(root: str) -> "tuple[int, int] | None":
-    """How many NVIDIA and AMD GPUs the full reading of the machine under ``root`` finds (see
+def _counts(root: str) -> "tuple[int, int, int] | None":
+    """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
     ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
     then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
     devices = os.path.join(root, "sys/bus/pci/devices")
-    nvidia = amd = 0
+    nvidia = amd = gaudi = 0
     for name in _listdir(devices):
         vendor = _hex(f"{devices}/{name}/vendor")
+        gaudi += vendor == GAUDI
         if vendor in (NVIDIA, AMD):
             pci_class = _hex(f"{devices}/{name}/class")
             if pci_class is not None and vendor == NVIDIA:
@@ -98,10 +103,10 @@ def _counts(root: str) -> "tuple[int, int] | None":
                 amd += pci_class >> 8 in AMD_CLASSES
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
         amd = _kfd_gpus(root) or amd  # ROCm's GPUs are the KFD topology's (partitions each count)
-    if nvidia + amd == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
-                              or _listdir(os.path.join(root, "sys/module/nvidia"))):
+    if nvidia + amd + gaudi == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
+                                      or _listdir(os.path.join(root, "sys/module/nvidia"))):
         return None
-    return nvidia, amd
+    return nvidia, amd, gaudi
 
 
 def machine_gpus(root: str) -> int | None:
@@ -175,10 +180,15 @@ def no_worker(environ: "Mapping[str, str]") -> str | None:
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
         return None
     counts = _counts(os.environ.get(FSROOT) or "/")  # the root the full reading would read
-    if counts is None or (all(counts) or environ.get(ACCELERATOR)):
+    if counts is None or sum(map(bool, counts)) > 1 or environ.get(ACCELERATOR):
         return None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
-    nvidia, amd = counts
-    visible = _rocm_visible(environ, amd) if amd else _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
+    nvidia, amd, gaudi = counts
+    if gaudi:  # a module list (or one module) is the full reading's to match against the modules sysfs shows
+        visible = None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi
+    elif amd:
+        visible = _rocm_visible(environ, amd)
+    else:
+        visible = _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
     if visible is None or visible == 1:
         return None
     return f"not a worker: no local rank and {visible} GPUs visible"

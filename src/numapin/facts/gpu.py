@@ -39,12 +39,18 @@ class Vendor(Choice):
 
     NVIDIA = "nvidia"
     AMD = "amd"
+    GAUDI = "gaudi"
 
     @property
     def variables(self) -> str:
         """The variables that choose this vendor's GPUs, as a user would set them."""
-        return "CUDA_VISIBLE_DEVICES" if self is Vendor.NVIDIA else \
-            "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES"
+        return {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or "
+                "CUDA_VISIBLE_DEVICES", "gaudi": "HABANA_VISIBLE_MODULES or HLS_MODULE_ID"}[self.value]
+
+    @property
+    def device(self) -> str:
+        """How its runtime names a device of it in a process: ``cuda``, ``hip``, ``hpu``."""
+        return {"nvidia": "cuda", "amd": "hip", "gaudi": "hpu"}[self.value]
 
 
 @frozen
@@ -77,11 +83,13 @@ class Gpu:
     vendor: Vendor = Vendor.NVIDIA
     partition: int | None = None
     devices: tuple[str, ...] = ()
+    ordinal: int | None = None
+    """The number its runtime selects it by where that is no place in a list: a Gaudi's module id."""
 
     @property
     def name(self) -> str:
         """Its model, or its vendor's words for a GPU where the model is unknown."""
-        return self.model or ("NVIDIA GPU" if self.vendor is Vendor.NVIDIA else "AMD GPU")
+        return self.model or {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "gaudi": "Intel Gaudi"}[self.vendor.value]
 
     @property
     def where(self) -> str:
@@ -105,8 +113,8 @@ class VisibleGpu:
 
     @property
     def label(self) -> str:
-        """How its runtime names it in this process: ``cuda:0``, or HIP's device ``hip:0``."""
-        return f"{'cuda' if self.gpu.vendor is Vendor.NVIDIA else 'hip'}:{self.index}"
+        """How its runtime names it in this process: ``cuda:0``, HIP's device ``hip:0``, a Gaudi's ``hpu:0``."""
+        return f"{self.gpu.vendor.device}:{self.index}"
 
     def as_dict(self) -> dict[str, Any]:
         g = self.gpu

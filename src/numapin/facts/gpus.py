@@ -1,9 +1,9 @@
 """GPU inventory and locality, and the GPU runtime's view of which GPUs a process sees.
 
 One model of a GPU for every vendor (:mod:`numapin.facts.gpu`); NVIDIA's GPUs
-are read here, AMD's in :mod:`numapin.facts.rocm` (imported only where the PCI
-bus or a KFD topology shows one), and each vendor's visibility rules decide
-which of its GPUs a process sees.
+are read here, AMD's in :mod:`numapin.facts.rocm` and Intel Gaudis in
+:mod:`numapin.facts.gaudi` (each imported only where the PCI bus shows one),
+and each vendor's rules decide which of its devices a process sees.
 
 The inventory comes from the filesystem root alone (PCI devices in sysfs and
 the NVIDIA driver's ``proc/driver/nvidia/gpus``); NVML, when the ``nvml`` extra
@@ -28,14 +28,22 @@ from __future__ import annotations
 
 import os
 
-from ..base.environment import ACCELERATOR, CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
+from ..base.environment import (
+    ACCELERATOR,
+    CUDA_DEVICE_ORDER,
+    CUDA_VISIBLE_DEVICES,
+    HABANA_VISIBLE_MODULES,
+    HIP_VISIBLE_DEVICES,
+    HLS_MODULE_ID,
+    ROCR_VISIBLE_DEVICES,
+)
 from ..base.errors import UsageError, quoted
 from ..base.frozen import field, frozen, replace
 from ..base.logger import log
 from ..base.text import decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, NVIDIA, load_nvml
+from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml
 from .gpu import Gpu, NoGpuVisible, NvmlError, UnknownGpu, Vendor, VisibleGpu, device_locality, node_from_cpus
 from .host import Host
 from .topology import Topology
@@ -61,7 +69,7 @@ __all__ = [
 
 @frozen
 class Inventory:
-    """Every GPU of the machine: NVIDIA's in PCI order, then AMD's in ROCm's order."""
+    """Every GPU of the machine: NVIDIA's in PCI order, AMD's in ROCm's order, Gaudis by module id."""
 
     gpus: tuple[Gpu, ...]
     nvml: str = "not used"
@@ -109,8 +117,9 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str]) -> list[Gpu]:
-    """NVIDIA's GPUs on the PCI bus; the AMD GPU functions met on the way are added to ``amd``."""
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str]) -> list[Gpu]:
+    """NVIDIA's GPUs on the PCI bus; the AMD GPU functions and Gaudis met on the way are added to ``amd`` and
+    ``gaudi``."""
     found = []
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     for name in sorted(host.listdir("sys/bus/pci/devices")):
@@ -122,6 +131,9 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
         pci_class = _hex(host.read(f"{folder}/class"))
         if vendor == AMD and pci_class is not None and pci_class >> 8 in AMD_CLASSES:
             amd.append(bdf)
+            continue
+        if vendor == GAUDI:
+            gaudi.append(bdf)
             continue
         # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
         is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
@@ -229,12 +241,17 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     host = Host(topology.root, journal)
     warnings: list[str] = []
     amd_functions: list[str] = []
-    gpus = _sysfs_gpus(topology, host, warnings, amd_functions)
-    amd: list[Gpu] = []
+    gaudi_functions: list[str] = []
+    gpus = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions)
+    others: list[Gpu] = []
     if amd_functions or host.listdir("sys/class/kfd"):
         from .rocm import read_amd  # imported only where an AMD GPU may be: most hosts have none
 
-        amd = read_amd(topology, host, amd_functions, warnings)
+        others += read_amd(topology, host, amd_functions, warnings)
+    if gaudi_functions:
+        from .gaudi import read_gaudi
+
+        others += read_gaudi(topology, host, gaudi_functions, warnings)
     module = None
     if nvml is None:
         module = load_nvml() if host.is_live else None
@@ -243,7 +260,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     status = "not installed" if module is None else "not used"
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
-    return Inventory((*sorted(gpus, key=lambda g: g.pci), *amd), status, tuple(warnings))
+    return Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings))
 
 
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------
@@ -259,8 +276,9 @@ class _Resolution:
     """Whose GPUs the process drives (None where a host of two vendors leaves it open)."""
 
 
-#: Variables only ROCm reads: set, they say the process drives AMD's GPUs.
-_ROCM_ONLY = ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+#: Variables only one vendor's runtime reads: set, they say the process drives that vendor's devices.
+_ONLY = {Vendor.AMD: (ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES),
+         Vendor.GAUDI: (HABANA_VISIBLE_MODULES, HLS_MODULE_ID)}
 
 
 def choose_vendor(inventory: Inventory, environ: Mapping[str, str]) -> tuple[Vendor | None, str | None]:
@@ -274,8 +292,9 @@ def choose_vendor(inventory: Inventory, environ: Mapping[str, str]) -> tuple[Ven
     vendors = inventory.vendors
     if len(vendors) <= 1:
         return (vendors[0] if vendors else Vendor.NVIDIA), None
-    if Vendor.AMD in vendors and any(environ.get(name) is not None for name in _ROCM_ONLY):
-        return Vendor.AMD, None
+    hinted = [v for v in vendors if any(environ.get(name) is not None for name in _ONLY.get(v, ()))]
+    if len(hinted) == 1:
+        return hinted[0], None
     counts = {v: len(inventory.of(v)) for v in vendors}
     top = [v for v in vendors if counts[v] == max(counts.values())]
     if len(top) == 1:
@@ -341,8 +360,13 @@ def resolve_visible(
     if vendor is Vendor.AMD:
         from .rocm import rocm_visible
 
-        shown, amd_cut = rocm_visible(inventory.of(vendor), environ, notes)
-        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), amd_cut, vendor)
+        shown, other_cut = rocm_visible(inventory.of(vendor), environ, notes)
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), other_cut, vendor)
+    if vendor is Vendor.GAUDI:
+        from .gaudi import gaudi_visible
+
+        shown, other_cut = gaudi_visible(inventory.of(vendor), environ, notes)
+        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), other_cut, vendor)
     gpus = _cuda_order(inventory.of(vendor), environ, notes)
     value = environ.get(CUDA_VISIBLE_DEVICES)
     if value is None:
@@ -404,7 +428,8 @@ def select_gpu(visible: Sequence[VisibleGpu], index: int, *, found: int | None =
             raise NoGpuVisible(f"no GPU is visible to this process: {cut}")
         if found == 0:
             raise NoGpuVisible("no GPU is visible to this process: none found on this machine (numapin looks for "
-                               "NVIDIA and AMD GPUs on the PCI bus, under sys/bus/pci, and in AMD's KFD topology)")
+                               "NVIDIA and AMD GPUs and Intel Gaudis on the PCI bus, under sys/bus/pci, and in "
+                               "AMD's KFD topology)")
         raise NoGpuVisible("no GPU is visible to this process (none found, or its visibility variables hide them all)")
     if not 0 <= index < len(visible):
         listing = ", ".join(f"{v.index}: {v.gpu.where}" for v in visible)

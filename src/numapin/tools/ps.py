@@ -44,10 +44,11 @@ class ScanTimeout(NumapinError):
     """A scan ran past the time it was given (the exporter's scrape bound): its partial count would mislead."""
 
 #: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, an AMD GPU's render node
-#: ``/dev/dri/renderDN``, or ROCm's ``/dev/kfd`` (every ROCm process holds it; it names no GPU); also under the
-#: root of another mount namespace's tree (a container's /dev, or a namespace made after a switch_root:
-#: ``/new/dev/nvidia1``), where the kernel names the file from that tree's top.
-_DEVICE = re.compile(r"(?:^|/)(dev/(?:nvidia\d+|dri/renderD\d+|kfd))$")
+#: ``/dev/dri/renderDN``, a Gaudi's ``/dev/accel/accelN`` (``/dev/hlN`` before), or ROCm's ``/dev/kfd`` (every
+#: ROCm process holds it; it names no GPU); also under the root of another mount namespace's tree (a container's
+#: /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where the kernel names the file from
+#: that tree's top.
+_DEVICE = re.compile(r"(?:^|/)(dev/(?:nvidia\d+|dri/renderD\d+|kfd|accel/accel\d+|hl\d+))$")
 
 
 @frozen
