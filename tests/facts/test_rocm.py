@@ -114,6 +114,8 @@ ROCM_CASES: list[tuple[str, dict[str, str], list[int], str | None]] = [
     ("hip no spaces", {"HIP_VISIBLE_DEVICES": " 1"}, [], "' 1'"),
     ("hip index past rocr's", {"ROCR_VISIBLE_DEVICES": "0,1", "HIP_VISIBLE_DEVICES": "1,2"}, [1], "'2'"),
     ("hip last comma", {"HIP_VISIBLE_DEVICES": "0,1,"}, [0, 1], None),
+    ("hip a number past int's reach", {"HIP_VISIBLE_DEVICES": "2," + "9" * 4400}, [2], "names none"),
+    ("rocr a number past int's reach", {"ROCR_VISIBLE_DEVICES": "2," + "9" * 4400}, [2], "names no GPU"),
     ("cuda when hip is empty", {"HIP_VISIBLE_DEVICES": "", "CUDA_VISIBLE_DEVICES": "3"}, [3], None),
     ("hip before cuda", {"HIP_VISIBLE_DEVICES": "2", "CUDA_VISIBLE_DEVICES": "3"}, [2], None),
     ("cuda read as hip reads it", {"CUDA_VISIBLE_DEVICES": "3,3,4"}, [3, 4], None),

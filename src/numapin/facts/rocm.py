@@ -189,8 +189,9 @@ def _hip(name: str, value: str, agents: Sequence[Gpu], notes: list[str]) -> tupl
         entry = value[position:end]
         if "GPU-" in entry:
             entry = next((str(i) for i, u in enumerate(uuids) if entry in u), entry)
-        index = int(entry) if entry.isascii() and entry.isdigit() and str(int(entry)) == entry \
-            and len(entry) < 10 else None
+        # CLR's test, str == to_string(atoi(str)): plain decimal digits, no sign, no leading zero, no space.
+        plain = entry.isascii() and entry.isdigit() and len(entry) < 10 and (entry == "0" or entry[0] != "0")
+        index = int(entry) if plain else None
         if index is None or index >= len(agents):
             return chosen, _cut(name, value[position:end], "names none of its GPUs", len(agents), notes)
         if agents[index] not in chosen:  # HIP skips an index named again
