@@ -119,12 +119,13 @@ def cpus(cpu_set: set[int]) -> str:
     return str(CpuSet(cpu_set))
 
 
-def write_pair(dest: Path, *, amd: bool = False) -> Path:
+def write_pair(dest: Path, *, amd: bool = False, partitions: int = 1) -> Path:
     """Write the pair root (one GPU per node, see the module's text) under ``dest``; ``amd``: its GPUs are
-    MI300X, found through amdgpu's files and the KFD topology, as ``--machine mi300x``'s."""
+    MI300X, found through amdgpu's files and the KFD topology, as ``--machine mi300x``'s, each in
+    ``partitions`` logical GPUs."""
     cgroup = None if CpuSet(range(SPEC.cpus)) == BASELINE else BASELINE
     spec = replace(SPEC, gpu_vendor="amd", gpu_model="AMD Instinct MI300X", gpu_class="0x120000",
-                   gpu_device="0x74a1") if amd else SPEC
+                   gpu_device="0x74a1", partitions=partitions) if amd else SPEC
     return write(spec, dest, cgroup_cpus=cgroup)
 
 

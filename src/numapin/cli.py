@@ -586,7 +586,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
     else:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
                   "drift", "seen by", "verdict"]
-        rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.pci or "-", w.placed_by,
+        rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.where or "-", w.placed_by,
                  "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
                  "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
                  w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]

@@ -99,6 +99,27 @@ def test_ps_knows_an_amd_worker_by_its_render_node(amd_pair: Path, tmp_path: Pat
     assert seen[unpinned]["pci"] == seen[by_exec]["pci"], "renderD129 is GPU 1"
 
 
+@needs_two
+def test_ps_names_a_partitions_worker_by_its_partition(tmp_path: Path) -> None:
+    root = live.write_pair(tmp_path / "root", amd=True, partitions=2)  # GPUs 2 and 3: package 1's partitions
+    made = Workers()
+    env = {**live.without_inputs(dict(os.environ)), RUNTIME_DIR: str(tmp_path / "records")}
+    try:
+        worker = made.start([*NUMAPIN, "exec", "--root", str(root), "--gpu", "3", "--memory", "none", "--",
+                             sys.executable, "-c", WORKER], **{RUNTIME_DIR: env[RUNTIME_DIR]})
+        listing = subprocess.run([*NUMAPIN, "ps", "--root", str(root), "--json", str(worker)],
+                                 capture_output=True, text=True, env=env, timeout=120)
+        table = subprocess.run([*NUMAPIN, "ps", "--root", str(root), str(worker)],
+                               capture_output=True, text=True, env=env, timeout=120)
+    finally:
+        for proc in made.started:
+            proc.kill()
+            proc.wait()
+    (seen,) = json.loads(listing.stdout)["workers"]
+    assert (seen["verdict"], seen["gpu"], seen["partition"]) == ("ok", 3, 1)
+    assert f"{seen['pci']} partition 1" in table.stdout
+
+
 def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=120,
                           env={**live.without_inputs(dict(os.environ)), **env})

@@ -96,7 +96,8 @@ class Worker:
             "pid": self.pid, "name": self.name, "verdict": str(self.verdict),
             "misplaced_by": list(self.misplaced_by), "candidate": self.candidate, "why": self.why,
             "placed_by": self.placed_by, "rank": self.rank, "gpu": self.gpu, "pci": self.pci,
-            "gpu_view": "the process's own (its CUDA_VISIBLE_DEVICES)",
+            "partition": None if self.expected is None else self.expected.partition,
+            "gpu_view": "the process's own (its CUDA_VISIBLE_DEVICES, or its vendor's variables)",
             "expected": None if self.target is None else str(self.target),
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
@@ -107,6 +108,11 @@ class Worker:
     @property
     def drift_words(self) -> str:
         return record.drift_words(self.drift)
+
+    @property
+    def where(self) -> str | None:
+        """Its GPU's PCI address, and the partition where the GPU is one."""
+        return self.pci if self.expected is None or self.expected.pci != self.pci else self.expected.where
 
 
 @frozen

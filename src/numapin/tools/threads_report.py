@@ -89,7 +89,7 @@ class ThreadsReport:
             "expected": None if e is None else e.placement.as_dict(),
             "gpu": None if e is None else e.placement.gpu,
             "pci": None if e is None else e.placement.pci,
-            "gpu_view": "the process's own (its CUDA_VISIBLE_DEVICES)",
+            "gpu_view": "the process's own (its CUDA_VISIBLE_DEVICES, or its vendor's variables)",
             "marker": None if j.marker is None else str(j.marker),
             "record": None if e is None or e.record is None else e.record.as_dict(),
             "placed_by": j.placed_by,
