@@ -6,6 +6,7 @@ the machine's speed touches both alike), with the bound each must keep:
 
 - a process that is no worker, with ``NUMAPIN_AUTOPIN=1`` exported (the launcher, a tokenizer
   subprocess, a helper script: no local rank, the pair machine's two GPUs visible) — bound 1.2x;
+  also on the 8 x MI300X machine, whose GPUs the glance counts in the KFD topology;
 - a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x;
 - ``numapin exec --cpus 0 -- python -c pass`` — bound 3x.
 
@@ -78,6 +79,7 @@ def main() -> None:
     numapin_cmd = [str(script)] if script.exists() else [sys.executable, "-m", "numapin"]
     with tempfile.TemporaryDirectory() as tmp:
         pair = str(machines.write("pair", Path(tmp) / "pair"))
+        mi300x = str(machines.write("mi300x", Path(tmp) / "mi300x"))
         bare = venv(Path(tmp) / "bare", startup=False)
         hooked = venv(Path(tmp) / "hooked", startup=True)
         baseline = ([bare, "-c", "pass"], env)
@@ -85,6 +87,8 @@ def main() -> None:
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
+            "no worker, 8 x MI300X (KFD topology read), NUMAPIN_AUTOPIN=1": (
+                ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_FSROOT": mi300x, "NUMAPIN_AUTOPIN": "1"}), 1.2),
             "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1",
                                           "NUMAPIN_MEMORY": "none"}), 2.0),

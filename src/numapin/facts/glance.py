@@ -44,18 +44,27 @@ _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO under a test root never blocks the hook
 
 
-def _hex(path: str) -> int | None:
-    """The hexadecimal number a small sysfs file holds (``0x10de``), or None."""
+def _read(path: str, folder: int | None = None, size: int = 64) -> bytes | None:
+    """A small sysfs file's bytes, or None; ``path`` relative to the open ``folder`` where one is given (the
+    walk from the root to the folder is then made once, not once a file: a budget of benchmarks/startup.py)."""
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, _FLAGS, dir_fd=folder)
     except OSError:
         return None
     try:
-        return int(os.read(fd, 64).strip(), 16)
-    except (OSError, ValueError):
+        return os.read(fd, size)
+    except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _hex(path: str, folder: int | None = None) -> int | None:
+    """The hexadecimal number a small sysfs file holds (``0x10de``), or None."""
+    try:
+        return int((_read(path, folder) or b"").strip(), 16)
+    except ValueError:
+        return None
 
 
 def _listdir(path: str) -> list[str]:
@@ -65,24 +74,26 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
+def _folder(path: str) -> int | None:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
 def _kfd_gpus(root: str) -> int:
     """How many KFD topology nodes have compute units (ROCr's GPUs)."""
-    nodes = os.path.join(root, _KFD_NODES)
+    nodes = _folder(os.path.join(root, _KFD_NODES))
+    if nodes is None:
+        return 0
     count = 0
-    for name in _listdir(nodes):
-        try:
-            fd = os.open(f"{nodes}/{name}/properties", _FLAGS)
-        except OSError:
-            continue
-        try:
-            text = os.read(fd, 65536)
-        except OSError:
-            text = b""
-        finally:
-            os.close(fd)
-        for line in text.splitlines():
-            if line.startswith(b"simd_count "):
-                count += line[11:].strip() not in (b"", b"0")
+    try:
+        for name in os.listdir(nodes):
+            for line in (_read(f"{name}/properties", nodes, 65536) or b"").splitlines():
+                if line.startswith(b"simd_count "):
+                    count += line[11:].strip() not in (b"", b"0")
+    finally:
+        os.close(nodes)
     return count
 
 
@@ -90,17 +101,21 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
     ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
     then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
-    devices = os.path.join(root, "sys/bus/pci/devices")
     nvidia = amd = gaudi = 0
-    for name in _listdir(devices):
-        vendor = _hex(f"{devices}/{name}/vendor")
-        gaudi += vendor == GAUDI
-        if vendor in (NVIDIA, AMD):
-            pci_class = _hex(f"{devices}/{name}/class")
-            if pci_class is not None and vendor == NVIDIA:
-                nvidia += pci_class >> 8 in DISPLAY_CLASSES
-            elif pci_class is not None:
-                amd += pci_class >> 8 in AMD_CLASSES
+    devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
+    try:
+        for name in os.listdir(devices) if devices is not None else ():
+            vendor = _hex(f"{name}/vendor", devices)
+            gaudi += vendor == GAUDI
+            if vendor in (NVIDIA, AMD):
+                pci_class = _hex(f"{name}/class", devices)
+                if pci_class is not None and vendor == NVIDIA:
+                    nvidia += pci_class >> 8 in DISPLAY_CLASSES
+                elif pci_class is not None:
+                    amd += pci_class >> 8 in AMD_CLASSES
+    finally:
+        if devices is not None:
+            os.close(devices)
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
         amd = _kfd_gpus(root) or amd  # ROCm's GPUs are the KFD topology's (partitions each count)
     if nvidia + amd + gaudi == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
