@@ -57,3 +57,22 @@ def test_every_command_rehearses_an_mi300x_host(machine: str, tmp_path: Path) ->
                   if e.get("id", "").startswith("gpu-")) == list(range(gpus))
     show = _run("show", "--machine", machine).stdout
     assert "hip:0 0000:0c:00.0" in show and "AMD Instinct MI300X" in show
+
+
+def test_a_host_of_one_nvidia_and_one_amd_gpu_places_no_rank_by_guess(tmp_path: Path) -> None:
+    root = machines.write("laptop", tmp_path / "root")  # one NVIDIA GPU
+    device = root / "sys/devices/pci0000:f0/0000:f0:01.0/0000:f1:00.0"
+    device.mkdir(parents=True)
+    for name, text in (("vendor", "0x1002"), ("device", "0x74a1"), ("class", "0x120000"), ("numa_node", "0")):
+        (device / name).write_text(text + "\n")
+    (root / "sys/bus/pci/devices/0000:f1:00.0").symlink_to(device)
+    plain = _run("exec", "--root", str(root), "--dry-run", "--", "true", LOCAL_RANK="0")
+    said = plain.stdout + plain.stderr
+    assert plain.returncode == 0 and "would pin" not in plain.stdout
+    assert said.count("this host has 1 NVIDIA GPU and 1 AMD GPU, as many of each: set NUMAPIN_ACCELERATOR=nvidia "
+                      "or amd to say whose this process drives") == 1, said  # said once, not again as a note
+    strict = _run("exec", "--root", str(root), "--strict", "--", "true", LOCAL_RANK="0")
+    assert strict.returncode != 0 and "NUMAPIN_ACCELERATOR" in strict.stderr
+    named = _run("exec", "--root", str(root), "--dry-run", "--json", "--", "true", LOCAL_RANK="0",
+                 NUMAPIN_ACCELERATOR="amd")
+    assert json.loads(named.stdout)["placement"]["pci"] == "0000:f1:00.0"

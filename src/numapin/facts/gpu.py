@@ -48,6 +48,11 @@ class Vendor(Choice):
                 "CUDA_VISIBLE_DEVICES", "gaudi": "HABANA_VISIBLE_MODULES or HLS_MODULE_ID"}[self.value]
 
     @property
+    def maker(self) -> str:
+        """Its maker's name as users write it: ``NVIDIA``, ``AMD``, ``Intel Gaudi``."""
+        return {"nvidia": "NVIDIA", "amd": "AMD", "gaudi": "Intel Gaudi"}[self.value]
+
+    @property
     def device(self) -> str:
         """How its runtime names a device of it in a process: ``cuda``, ``hip``, ``hpu``."""
         return {"nvidia": "cuda", "amd": "hip", "gaudi": "hpu"}[self.value]
@@ -89,7 +94,7 @@ class Gpu:
     @property
     def name(self) -> str:
         """Its model, or its vendor's words for a GPU where the model is unknown."""
-        return self.model or {"nvidia": "NVIDIA GPU", "amd": "AMD GPU", "gaudi": "Intel Gaudi"}[self.vendor.value]
+        return self.model or (self.vendor.maker if self.vendor is Vendor.GAUDI else f"{self.vendor.maker} GPU")
 
     @property
     def where(self) -> str:

@@ -40,7 +40,7 @@ from ..base.environment import (
 from ..base.errors import UsageError, quoted
 from ..base.frozen import field, frozen, replace
 from ..base.logger import log
-from ..base.text import decimal, plural
+from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
 from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml
@@ -299,8 +299,9 @@ def choose_vendor(inventory: Inventory, environ: Mapping[str, str]) -> tuple[Ven
     top = [v for v in vendors if counts[v] == max(counts.values())]
     if len(top) == 1:
         return top[0], None
-    return None, ("this host has " + " and ".join(f"{counts[v]} {v}" for v in vendors) + " GPUs: set "
-                  f"{ACCELERATOR}=" + " or ".join(str(v) for v in vendors) + " to say whose this process drives")
+    held = " and ".join(counted(counts[v], v.maker if v is Vendor.GAUDI else f"{v.maker} GPU") for v in vendors)
+    return None, (f"this host has {held}, as many of each: set {ACCELERATOR}=" + " or ".join(map(str, vendors))
+                  + " to say whose this process drives")
 
 
 def _cuda_order(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str]) -> list[Gpu]:

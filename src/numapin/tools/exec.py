@@ -172,7 +172,8 @@ class PreparedExec:
             lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.network) + " (the GPU's NIC)")
         if self.kept_network:
             lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_network) + " (set by the caller)")
-        lines.extend(f"note: {n}" for n in self.notes)
+        # A note the unpinned line already says (the entry that emptied the GPU list) is not said twice.
+        lines.extend(f"note: {n}" for n in self.notes if not (self.placement is None and n in (self.unpinned or "")))
         if self.request.program:
             lines.append("then exec: " + " ".join(self.request.program))
         return "\n".join(lines)
