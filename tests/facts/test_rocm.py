@@ -233,3 +233,21 @@ def test_a_host_with_two_vendors_gives_each_rank_one_vendors_gpu(
 def test_an_unknown_accelerator_name_is_a_usage_error(mi300x: Inventory) -> None:
     with pytest.raises(UsageError, match=r"NUMAPIN_ACCELERATOR='intel'.*nvidia, amd, gaudi"):
         resolve_visible(mi300x, {"NUMAPIN_ACCELERATOR": "intel"})
+
+
+def test_a_partitions_placement_decided_again_in_a_smaller_cpuset_stays_that_partitions(
+        machine_root: Callable[[str], Path]) -> None:
+    # The keeper's re-placement (placement.modes.within) after the cgroup's cpuset shrank: same partition, a
+    # share of what is still allowed, still apart from its sibling partitions' shares.
+    from numapin.base.frozen import replace
+    from numapin.placement.modes import within
+
+    topology = read_topology(machine_root("mi300x-cpx"))
+    inventory = read_gpus(topology, nvml=False)
+    visible = resolve_visible(inventory, {}).visible
+    first = [place(topology, inventory, visible[i], mode=PlacementMode.EXCLUSIVE) for i in (13, 14)]
+    smaller = replace(topology, allowed=topology.allowed - CpuSet(range(0, 8)) - CpuSet(range(112, 120)))
+    again = [within(p, smaller, inventory) for p in first]
+    assert [(p.pci, p.partition) for p in again] == [("0000:15:00.0", 5), ("0000:15:00.0", 6)]
+    assert all(p.cpus <= smaller.allowed for p in again) and not again[0].cpus & again[1].cpus
+    assert again[0].cpus != first[0].cpus  # the shares were cut again from what is left
