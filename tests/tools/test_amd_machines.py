@@ -38,7 +38,7 @@ def test_every_command_rehearses_an_mi300x_host(machine: str, tmp_path: Path) ->
     assert placement.get("partition") == (rank % spec.partitions if spec.partitions > 1 else None)
     hidden = _run("exec", "--machine", machine, "--dry-run", "--", "true", LOCAL_RANK="0", ROCR_VISIBLE_DEVICES="3,3")
     assert hidden.returncode == 0 and "ROCR_VISIBLE_DEVICES entry '3' names a GPU already listed: the list ends " \
-        f"before it (this machine's GPUs 0-{gpus - 1}, or GPU-<uuid>)" in hidden.stdout
+        f"before it (this machine's GPUs: 0-{gpus - 1}, or GPU-<uuid>)" in hidden.stdout
     doctor = json.loads(_run("doctor", "--machine", machine, "--local-rank", str(rank), "--json").stdout)
     assert doctor["placement"]["node"] == 1 and "no-placement" not in {f["id"] for f in doctor["findings"]}
     wrong = json.loads(_run("doctor", "--machine", machine, "--local-rank", "0", "--json",

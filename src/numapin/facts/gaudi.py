@@ -17,10 +17,9 @@ entries; numapin ends the list at the first entry that is not one, as CUDA does,
 from __future__ import annotations
 
 from ..base.environment import HABANA_VISIBLE_MODULES, HLS_MODULE_ID
-from ..base.errors import quoted
 from ..base.text import decimal
 from ..cpuset import CpuSet
-from .gpu import Gpu, Vendor, device_locality
+from .gpu import Gpu, Vendor, device_locality, list_end
 from .host import Host
 from .topology import Topology
 
@@ -75,19 +74,19 @@ def read_gaudi(topology: Topology, host: Host, functions: Sequence[str], warning
     return sorted(gaudis, key=lambda g: (g.ordinal, g.pci))
 
 
-def gaudi_visible(gaudis: Sequence[Gpu], environ: Mapping[str, str], notes: list[str]) -> tuple[list[Gpu], str | None]:
+def gaudi_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str]) -> tuple[list[Gpu], str | None]:
     """The Gaudis a process with ``environ`` takes in turn (index i: local rank i's), and why the variables
     give fewer than they list (None when they do not)."""
     one = environ.get(HLS_MODULE_ID)
     name, value = (HLS_MODULE_ID, one) if one is not None else (HABANA_VISIBLE_MODULES,
                                                                  environ.get(HABANA_VISIBLE_MODULES))
-    by_module: dict[int, Gpu] = {g.ordinal: g for g in gaudis if g.ordinal is not None}
+    by_module: dict[int, Gpu] = {g.ordinal: g for g in gpus if g.ordinal is not None}
     if value is None:
-        return list(gaudis), None
-    if len(by_module) < len(gaudis):
+        return list(gpus), None
+    if len(by_module) < len(gpus):
         cut = f"{name} names module ids, and this host's Gaudis show none in sysfs: no Gaudi can be matched"
     elif not value.strip():
-        cut = f"{name} is empty: it names no Gaudi ({len(gaudis)} found)"
+        cut = f"{name} is empty: it names no Gaudi ({len(gpus)} found)"
     else:
         chosen: list[Gpu] = []
         for raw in value.split(","):
@@ -96,10 +95,7 @@ def gaudi_visible(gaudis: Sequence[Gpu], environ: Mapping[str, str], notes: list
             gaudi = None if module is None else by_module.get(module)
             if gaudi is None or gaudi in chosen:
                 why = "names a module already listed" if gaudi is not None else "names no module of this host"
-                cut = f"{name} entry {quoted(entry)} {why}: the list ends before it (modules " \
-                      f"{', '.join(str(m) for m in sorted(by_module))})"
-                notes.append(cut)
-                return chosen, cut
+                return chosen, list_end(name, entry, why, "modules " + ", ".join(map(str, sorted(by_module))), notes)
             chosen.append(gaudi)
         return chosen, None
     notes.append(cut)

@@ -8,7 +8,7 @@ The readers of each vendor's GPUs (:mod:`numapin.facts.gpus` for NVIDIA's and th
 from __future__ import annotations
 
 from ..base.choices import Choice
-from ..base.errors import EnvironmentProblem, UsageError
+from ..base.errors import EnvironmentProblem, UsageError, quoted
 from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
@@ -19,7 +19,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Gpu", "NoGpuVisible", "NvmlError", "UnknownGpu", "Vendor", "VisibleGpu", "device_locality"]
+__all__ = ["Gpu", "NoGpuVisible", "NvmlError", "UnknownGpu", "Vendor", "VisibleGpu", "device_locality", "indices",
+           "list_end"]
 
 
 class UnknownGpu(UsageError):
@@ -183,3 +184,14 @@ def _local_cpus(host: Host, folder: str, warnings: list[str]) -> CpuSet:
     return CpuSet()
 
 
+def indices(count: int, whose: str = "this machine's") -> str:
+    """The entries a visibility list could have named: ``this machine's GPUs: 0-7, or GPU-<uuid>``."""
+    return f"{whose} GPUs: 0-{count - 1}, or GPU-<uuid>" if count > 1 else f"{whose} GPU: 0, or GPU-<uuid>"
+
+
+def list_end(variable: str, entry: str, why: str, hint: str | None, notes: list[str]) -> str:
+    """The note for the entry that ends a visibility list (CUDA's, ROCm's and Gaudi's lists all end at their
+    first bad entry), added to ``notes``: the variable, the entry, why, and what it could have named."""
+    cut = f"{variable} entry {quoted(entry)} {why}: the list ends before it" + (f" ({hint})" if hint else "")
+    notes.append(cut)
+    return cut

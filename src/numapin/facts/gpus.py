@@ -44,7 +44,18 @@ from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
 from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml
-from .gpu import Gpu, NoGpuVisible, NvmlError, UnknownGpu, Vendor, VisibleGpu, device_locality, node_from_cpus
+from .gpu import (
+    Gpu,
+    NoGpuVisible,
+    NvmlError,
+    UnknownGpu,
+    Vendor,
+    VisibleGpu,
+    device_locality,
+    indices,
+    list_end,
+    node_from_cpus,
+)
 from .host import Host
 from .topology import Topology
 
@@ -358,15 +369,12 @@ def resolve_visible(
     if vendor is None:
         notes.append(str(undecided))
         return _Resolution((), tuple(notes), undecided)
-    if vendor is Vendor.AMD:
-        from .rocm import rocm_visible
-
-        shown, other_cut = rocm_visible(inventory.of(vendor), environ, notes)
-        return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), other_cut, vendor)
-    if vendor is Vendor.GAUDI:
-        from .gaudi import gaudi_visible
-
-        shown, other_cut = gaudi_visible(inventory.of(vendor), environ, notes)
+    if vendor is not Vendor.NVIDIA:  # each other vendor's rules live with its reader, imported where it has GPUs
+        if vendor is Vendor.AMD:
+            from .rocm import rocm_visible as rules
+        else:
+            from .gaudi import gaudi_visible as rules
+        shown, other_cut = rules(inventory.of(vendor), environ, notes)
         return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(shown)), tuple(notes), other_cut, vendor)
     gpus = _cuda_order(inventory.of(vendor), environ, notes)
     value = environ.get(CUDA_VISIBLE_DEVICES)
@@ -390,11 +398,7 @@ def resolve_visible(
         if gpu is None or gpu in chosen:
             why = "names a GPU already listed" if gpu is not None else "names no GPU of this machine"
             if entry:
-                cut = f"CUDA_VISIBLE_DEVICES entry {quoted(entry)} {why}: the list ends before it"
-                if gpus:
-                    cut += f" (this machine's GPUs: 0-{len(gpus) - 1}, or GPU-<uuid>)" if len(gpus) > 1 \
-                        else " (this machine's GPU: 0, or GPU-<uuid>)"
-                notes.append(cut)
+                cut = list_end(CUDA_VISIBLE_DEVICES, entry, why, indices(len(gpus)) if gpus else None, notes)
             break
         chosen.append(gpu)
     return _Resolution(tuple(VisibleGpu(i, g) for i, g in enumerate(chosen)), tuple(notes), cut, vendor)

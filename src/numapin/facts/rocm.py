@@ -28,10 +28,9 @@ OpenCL, and numapin follows the code (docs/gpus.md).
 from __future__ import annotations
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
-from ..base.errors import quoted
 from ..base.text import decimal
 from ..cpuset import CpuSet
-from .gpu import Gpu, Vendor, device_locality
+from .gpu import Gpu, Vendor, device_locality, indices, list_end
 from .host import Host
 from .topology import Topology
 
@@ -174,7 +173,7 @@ def _rocr(value: str, gpus: Sequence[Gpu], notes: list[str]) -> tuple[list[Gpu],
         if index is not None and gpus[index] in chosen:
             index, why = None, "names a GPU already listed"
         if index is None:
-            return chosen, _cut(name, raw.strip(_SPACE), why, len(gpus), notes)
+            return chosen, list_end(name, raw.strip(_SPACE), why, indices(len(gpus)) if gpus else None, notes)
         chosen.append(gpus[index])
     return chosen, None
 
@@ -193,20 +192,12 @@ def _hip(name: str, value: str, agents: Sequence[Gpu], notes: list[str]) -> tupl
         plain = entry.isascii() and entry.isdigit() and len(entry) < 10 and (entry == "0" or entry[0] != "0")
         index = int(entry) if plain else None
         if index is None or index >= len(agents):
-            return chosen, _cut(name, value[position:end], "names none of its GPUs", len(agents), notes)
+            return chosen, list_end(name, value[position:end], "names none of its GPUs",
+                                    indices(len(agents), "ROCr's") if agents else None, notes)
         if agents[index] not in chosen:  # HIP skips an index named again
             chosen.append(agents[index])
         position = end + 1
     return chosen, None
-
-
-def _cut(name: str, entry: str, why: str, count: int, notes: list[str]) -> str:
-    cut = f"{name} entry {quoted(entry)} {why}: the list ends before it"
-    whose = "this machine's" if name == ROCR_VISIBLE_DEVICES else "the ones ROCr shows:"
-    if count:
-        cut += f" ({whose} GPUs 0-{count - 1}, or GPU-<uuid>)" if count > 1 else f" ({whose} GPU 0, or GPU-<uuid>)"
-    notes.append(cut)
-    return cut
 
 
 def rocm_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str]) -> tuple[list[Gpu], str | None]:
