@@ -300,13 +300,14 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
 
 
 
-def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irqs, driver: str) -> str:
-    """The GPU's PCI function: its ids, class, node and local CPUs, its link in ``bus/pci/devices``."""
+def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irqs, driver: str) -> tuple[str, int]:
+    """The GPU's PCI function: its ids, class, node and local CPUs, its link in ``bus/pci/devices``; its sysfs
+    path and its interrupt."""
     node = gpu // spec.gpus_per_node
     bdf = _bdf(spec, gpu)
     local = spec.node_cpus(node)
     device = _gpu_device(spec, gpu)
-    irqs.add(device, bdf, driver, 1, local)
+    irq = irqs.add(device, bdf, driver, 1, local)[0]
     _put(root, f"{device}/vendor", vendor)
     _put(root, f"{device}/device", spec.gpu_device)
     _put(root, f"{device}/class", spec.gpu_class)
@@ -314,15 +315,14 @@ def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irq
     _put(root, f"{device}/local_cpulist", str(local))
     _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
     _link(root, f"sys/bus/pci/devices/{bdf}", device)
-    return device
+    return device, irq
 
 
 def _write_nvidia(spec: MachineSpec, root: Path, irqs: _Irqs, gpu_nodes: list[int]) -> None:
     """Each GPU's PCI function and the NVIDIA driver's ``proc/driver/nvidia/gpus`` entry."""
     for gpu in range(spec.gpus):
         bdf = _bdf(spec, gpu)
-        _pci_device(root, spec, gpu, _NVIDIA, irqs, "nvidia")
-        irq = irqs.next - 1
+        _, irq = _pci_device(root, spec, gpu, _NVIDIA, irqs, "nvidia")
         info = f"proc/driver/nvidia/gpus/{bdf}"
         _put(root, f"{info}/information",
              f"Model: \t\t {spec.gpu_model}\nIRQ:   \t\t {irq}\nGPU UUID: \t {_uuid(spec.name, gpu)}\n"
@@ -363,7 +363,7 @@ def _write_amd(spec: MachineSpec, root: Path, irqs: _Irqs) -> None:
     kfd_node = spec.cpu_nodes
     for gpu in range(spec.gpus):
         node = gpu // spec.gpus_per_node
-        device = _pci_device(root, spec, gpu, _AMD, irqs, "amdgpu")
+        device, _ = _pci_device(root, spec, gpu, _AMD, irqs, "amdgpu")
         _link(root, f"{device}/driver", "sys/bus/pci/drivers/amdgpu")
         bus, dev_fn = int(_bdf(spec, gpu)[5:7], 16), 0
         for partition in range(spec.partitions):

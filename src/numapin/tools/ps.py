@@ -112,7 +112,7 @@ class Worker:
     @property
     def where(self) -> str | None:
         """Its GPU's PCI address, and the partition where the GPU is one."""
-        return self.pci if self.expected is None or self.expected.pci != self.pci else self.expected.where
+        return self.pci if self.expected is None else self.expected.where
 
 
 @frozen
