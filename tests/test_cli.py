@@ -154,6 +154,16 @@ def test_console_script_is_installed() -> None:
     assert any(ep.value == "numapin.cli:main" for ep in entry_points(group="console_scripts", name="numapin"))
 
 
+def test_the_installed_version_is_the_package_s_own() -> None:
+    # One answer: pyproject.toml names no version of its own but reads numapin/version.py, so what pip
+    # records and what `numapin --version` prints cannot drift apart.
+    from importlib.metadata import version
+
+    from numapin.version import __version__
+
+    assert version("numapin") == __version__
+
+
 # -- synthetic machines on disk, and --machine wherever --root is ---------------
 
 

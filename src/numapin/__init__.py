@@ -4,12 +4,10 @@ Correct the first time, harmless the second time, and never fighting whoever
 else (a launcher, Slurm, numactl, a container cpuset) already decided where
 the process may run.
 
-``import numapin`` loads nothing else: each name below is imported from its
-module on first use (PEP 562), so a process that only imports numapin, or the
-start-up file of every interpreter of a job, pays for what it uses.
+``import numapin`` loads nothing else: each name below, ``__version__`` too, is
+imported from its module on first use (PEP 562), so a process that only imports
+numapin, or the start-up file of every interpreter of a job, pays for what it uses.
 """
-
-from .version import __version__
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
 if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__ below
@@ -27,6 +25,7 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
     from .pinning.results import PinError, PinResult
     from .placement.modes import Placement, PlacementMode
     from .placement.plan import plan, plan_ranks
+    from .version import __version__
 
 #: Public name -> the module that defines it.
 _WHERE = {
@@ -42,6 +41,7 @@ _WHERE = {
     "Placement": "placement.modes", "PlacementMode": "placement.modes",
     "plan": "placement.plan", "plan_ranks": "placement.plan",
     "read_topology": "facts.topology",
+    "__version__": "version",
 }
 
 __all__ = [
