@@ -21,8 +21,6 @@ from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
 from ..facts.machine import forget as forget_facts
 from ..kernel.affinity import LinuxThreads, Outcome, ThreadKernel, outcome_of
-from ..kernel.threadpools import ThreadpoolsUnavailable
-from ..kernel.threadpools import resize as resize_pools
 from ..placement.modes import Placement, PlacementMode, explicit_cpus, parse_mode, resolve
 from ..placement.ranks import local_rank
 from . import memory as _memory
@@ -337,6 +335,10 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
             raise
     pools: tuple[str, ...] = ()
     if options.threadpools:
+        # Imported here: most pins leave pools alone, and every worker pinned at start-up pays for a module.
+        from ..kernel.threadpools import ThreadpoolsUnavailable
+        from ..kernel.threadpools import resize as resize_pools
+
         try:
             pools = resize_pools(len(wanted))
         except ThreadpoolsUnavailable as exc:
