@@ -8,7 +8,10 @@ the machine's speed touches both alike), with the bound each must keep:
   subprocess, a helper script: no local rank, the pair machine's two GPUs visible) — bound 1.2x;
   also on the 8 x MI300X machine, whose GPUs the glance counts in the KFD topology;
 - a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x;
-- ``numapin exec --cpus 0 -- python -c pass`` — bound 3x.
+- ``numapin exec --cpus 0 -- python -c pass`` — bound 3x. Printed beside it, the floor of any ``exec``
+  written in Python that parses its options with argparse and sets a memory policy (ctypes, libc): a
+  script that does only that and execs the same command, no numapin in it. Two interpreters start in
+  either; what the floor adds to them is argparse (with ``re`` and ``enum``) and ctypes.
 
 The pair machine is this host's CPUs 0 and 1 as two nodes with a GPU each (``numapin machine pair``).
 Also printed: the start-up file inactive (no variable set), and its one line timed in process.
@@ -41,6 +44,20 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+# The floor of ``numapin exec``: parse as the CLI does (argparse), bind, load what set_mempolicy is called
+# through (ctypes, libc), exec. No numapin module, no file read.
+FLOOR = """\
+import argparse, ctypes, os, sys
+parser = argparse.ArgumentParser(prog="floor")
+parser.add_argument("--cpus", type=int, required=True)
+parser.add_argument("command", nargs=argparse.REMAINDER)
+args = parser.parse_args()
+os.sched_setaffinity(0, {args.cpus})
+ctypes.CDLL(None, use_errno=True)
+os.execv(args.command[1], args.command[1:])
+"""
 
 
 def venv(home: Path, *, startup: bool) -> str:
@@ -83,6 +100,8 @@ def main() -> None:
         bare = venv(Path(tmp) / "bare", startup=False)
         hooked = venv(Path(tmp) / "hooked", startup=True)
         baseline = ([bare, "-c", "pass"], env)
+        floor = Path(tmp) / "floor.py"
+        floor.write_text(FLOOR)
         on_pair = {**env, "NUMAPIN_FSROOT": pair, "NUMAPIN_RUNTIME_DIR": str(Path(tmp) / "records")}
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
@@ -94,6 +113,8 @@ def main() -> None:
                                           "NUMAPIN_MEMORY": "none"}), 2.0),
             "numapin exec --cpus 0 -- python -c pass": (
                 ([*numapin_cmd, "exec", "--cpus", "0", "--", bare, "-c", "pass"], env), 3.0),
+            "  its floor: argparse, ctypes, exec (no numapin)": (
+                ([bare, str(floor), "--cpus", "0", "--", bare, "-c", "pass"], env), None),
             "start-up file, no variable set": (([hooked, "-c", "pass"], env), None),
         }
         print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios to python -c pass")
