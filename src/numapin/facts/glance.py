@@ -3,8 +3,9 @@ every Python process of a job (each tokenizer subprocess, helper script and laun
 
 A process is a worker when a launcher gave it a local rank, or when exactly one GPU is visible to it. The
 full answer reads the machine (its topology, every GPU, NVML where installed); most processes of a job are
-no workers, and for them the environment and one listing of the PCI devices tell as much: no rank, and a
-GPU count that ``CUDA_VISIBLE_DEVICES`` cannot bring to one. Where the glance cannot be certain (a GPU named
+no workers, and for them the environment, one listing of the PCI devices and the GPUs' driver entries and
+device files (which of the host's GPUs a container holds) tell as much: no rank, and a GPU count that
+``CUDA_VISIBLE_DEVICES`` cannot bring to one. Where the glance cannot be certain (a GPU named
 by UUID, sysfs showing no GPU while an NVIDIA driver is loaded, so that NVML may find some), it says so, and
 the full reading decides.
 """
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "GAUDI", "NVIDIA", "load_nvml", "machine_gpus", "no_worker"]
+__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "GAUDI", "NVIDIA", "load_nvml", "machine_gpus", "no_worker",
+           "nvidia_usable", "render_node_absent"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -81,27 +83,105 @@ def _folder(path: str) -> int | None:
         return None
 
 
-def _kfd_gpus(root: str) -> int:
-    """How many KFD topology nodes have compute units (ROCr's GPUs)."""
+# -- which of the machine's GPUs a process may use ----------------------------------------------------------
+#
+# sysfs is not a container's: it shows every GPU of the host. A container runtime gives a process some of them
+# through its device files (and, NVIDIA's legacy runtime, its driver's proc entries), and the runtimes then
+# enumerate only those: ROCm's libhsakmt skips a GPU whose render node cannot be opened
+# (topology_sysfs_check_node_supported); CUDA and NVML list a GPU whose /dev/nvidiaN the process may open
+# (NVIDIA/nvidia-docker#170: a container holding /dev/nvidia1 alone lists one GPU); libnvidia-container mounts
+# only the container's GPUs under proc/driver/nvidia/gpus (nvc_mount.c, mount_procfs_gpu). The glance and the
+# full reading both ask here, so that they count the same GPUs.
+
+
+def _bus(name: str) -> tuple[int, str] | None:
+    """A PCI address as a key, whatever the domain's width (the NVIDIA driver may write 32-bit domains)."""
+    domain, _, rest = name.lower().partition(":")
+    try:
+        return int(domain, 16), rest
+    except ValueError:
+        return None
+
+
+def _minor(data: bytes | None) -> int | None:
+    """The ``Device Minor`` of an NVIDIA driver's ``information`` file."""
+    for line in (data or b"").splitlines():
+        key, _, value = line.partition(b":")
+        if key.strip() == b"Device Minor":
+            value = value.strip()
+            return int(value) if value.isdigit() and len(value) < 10 else None
+    return None
+
+
+def nvidia_usable(root: str, functions: "list[str]") -> "tuple[list[str], dict[str, str]]":
+    """Of the NVIDIA GPU functions ``functions`` (sysfs names), those a process under ``root`` may use, and
+    why each other one is not.
+
+    Where the driver lists GPUs in ``proc/driver/nvidia/gpus``, one it does not list is not CUDA's (a
+    container runtime left it out, or another driver, vfio-pci, holds it). Where some of the GPUs' device
+    files (``dev/nvidiaN``) exist, one whose file is missing is not in the process's view (a container given
+    some of the host's GPUs). Where none exists, nothing is told (a host whose driver makes them on first use).
+    """
+    listed = {key: name for name in _listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
+              if (key := _bus(name)) is not None}
+    usable, why = [], {}
+    for function in functions:
+        if listed and _bus(function) not in listed:
+            why[function] = "not among the NVIDIA driver's GPUs in this view"
+        else:
+            usable.append(function)
+    files = {}
+    for function in usable:
+        key = _bus(function)
+        entry = listed.get(key) if key is not None else None
+        minor = _minor(_read(os.path.join(root, "proc/driver/nvidia/gpus", entry, "information"), size=4096)) \
+            if entry is not None else None
+        if minor is not None:
+            files[function] = f"dev/nvidia{minor}"
+    present = {function for function, path in files.items() if os.path.exists(os.path.join(root, path))}
+    if present:
+        for function in [f for f in usable if f in files and f not in present]:
+            why[function] = f"its device file /{files[function]} is not in this view"
+            usable.remove(function)
+    return usable, why
+
+
+def render_node_absent(root: str, minor: int) -> bool:
+    """Whether ROCm skips the GPU of DRM render minor ``minor`` under ``root`` as libhsakmt does: its render
+    node is missing. Asked only of a root that has a ``dev`` folder (the live one; a capture may hold none)."""
+    return os.path.isdir(os.path.join(root, "dev")) and not os.path.exists(
+        os.path.join(root, f"dev/dri/renderD{minor}"))
+
+
+def _kfd_gpus(root: str) -> int | None:
+    """How many KFD topology nodes have compute units (ROCr's GPUs) and a render node the process may open;
+    None where no node has compute units (the full reading then takes the PCI functions)."""
     nodes = _folder(os.path.join(root, _KFD_NODES))
     if nodes is None:
-        return 0
-    count = 0
+        return None
+    count, seen = 0, False
     try:
         for name in os.listdir(nodes):
+            gpu, minor = False, 0
             for line in (_read(f"{name}/properties", nodes, 65536) or b"").splitlines():
                 if line.startswith(b"simd_count "):
-                    count += line[11:].strip() not in (b"", b"0")
+                    gpu = line[11:].strip() not in (b"", b"0")
+                elif line.startswith(b"drm_render_minor "):
+                    value = line[17:].strip()
+                    minor = int(value) if value.isdigit() and len(value) < 10 else 0
+            seen = seen or gpu
+            count += gpu and not (minor > 0 and render_node_absent(root, minor))
     finally:
         os.close(nodes)
-    return count
+    return count if seen else None
 
 
 def _counts(root: str) -> "tuple[int, int, int] | None":
     """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
     ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
     then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
-    nvidia = amd = gaudi = 0
+    amd = gaudi = 0
+    nvidia_functions = []
     devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
     try:
         for name in os.listdir(devices) if devices is not None else ():
@@ -109,15 +189,17 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
             gaudi += vendor == GAUDI
             if vendor in (NVIDIA, AMD):
                 pci_class = _hex(f"{name}/class", devices)
-                if pci_class is not None and vendor == NVIDIA:
-                    nvidia += pci_class >> 8 in DISPLAY_CLASSES
-                elif pci_class is not None:
+                if pci_class is not None and vendor == NVIDIA and pci_class >> 8 in DISPLAY_CLASSES:
+                    nvidia_functions.append(name)
+                elif pci_class is not None and vendor == AMD:
                     amd += pci_class >> 8 in AMD_CLASSES
     finally:
         if devices is not None:
             os.close(devices)
+    nvidia = len(nvidia_usable(root, nvidia_functions)[0]) if nvidia_functions else 0
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
-        amd = _kfd_gpus(root) or amd  # ROCm's GPUs are the KFD topology's (partitions each count)
+        kfd = _kfd_gpus(root)
+        amd = amd if kfd is None else kfd  # ROCm's GPUs are the KFD topology's (partitions each count)
     if nvidia + amd + gaudi == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
                                       or _listdir(os.path.join(root, "sys/module/nvidia"))):
         return None

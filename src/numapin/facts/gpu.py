@@ -19,8 +19,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["Gpu", "NoGpuVisible", "NvmlError", "UnknownGpu", "Vendor", "VisibleGpu", "device_locality", "indices",
-           "list_end"]
+__all__ = ["Gpu", "HiddenGpu", "NoGpuVisible", "NvmlError", "UnknownGpu", "Vendor", "VisibleGpu", "device_locality",
+           "indices", "list_end"]
 
 
 class UnknownGpu(UsageError):
@@ -108,6 +108,15 @@ class Gpu:
     def __str__(self) -> str:
         node = "?" if self.node is None else self.node
         return f"{self.where} {self.name} node {node} cpus {self.cpus}"
+
+
+@frozen
+class HiddenGpu:
+    """A GPU of the machine that the reading process cannot use (sysfs shows every GPU of the host, a container
+    only some), and why: its runtime does not count it, so neither do the others' indices."""
+
+    gpu: Gpu
+    why: str
 
 
 @frozen

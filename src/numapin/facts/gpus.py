@@ -43,9 +43,10 @@ from ..base.logger import log
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml
+from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml, nvidia_usable
 from .gpu import (
     Gpu,
+    HiddenGpu,
     NoGpuVisible,
     NvmlError,
     UnknownGpu,
@@ -80,11 +81,13 @@ __all__ = [
 
 @frozen
 class Inventory:
-    """Every GPU of the machine: NVIDIA's in PCI order, AMD's in ROCm's order, Gaudis by module id."""
+    """Every GPU of the machine that the reading process may use: NVIDIA's in PCI order, AMD's in ROCm's order,
+    Gaudis by module id; and those it may not (``hidden``: a container given some of the host's GPUs)."""
 
     gpus: tuple[Gpu, ...]
     nvml: str = "not used"
     warnings: tuple[str, ...] = ()
+    hidden: tuple[HiddenGpu, ...] = ()
 
     def by_pci(self, bus_id: str, partition: int | None = None) -> Gpu | None:
         wanted = pci_address.normalize(bus_id)
@@ -128,10 +131,11 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str]) -> list[Gpu]:
-    """NVIDIA's GPUs on the PCI bus; the AMD GPU functions and Gaudis met on the way are added to ``amd`` and
-    ``gaudi``."""
-    found = []
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str],
+                hidden: list[HiddenGpu]) -> list[Gpu]:
+    """NVIDIA's GPUs on the PCI bus that the process may use (the others to ``hidden``); the AMD GPU functions
+    and Gaudis met on the way are added to ``amd`` and ``gaudi``."""
+    functions = []
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     for name in sorted(host.listdir("sys/bus/pci/devices")):
         if not pci_address.split(name):
@@ -148,33 +152,46 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
             continue
         # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
         is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
-        if not is_nvidia or pci_class is None or pci_class >> 8 not in DISPLAY_CLASSES:
-            continue
-        node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
-        memory = _numa_status_node(host, bdf)
-        gpu_memory = CpuSet()
-        if memory is not None:
-            if any(n.id == memory and n.memory_only for n in topology.nodes):
-                gpu_memory = CpuSet([memory])
-            else:
-                warnings.append(f"{bdf}: driver names node {memory} for GPU memory, but it is no memory-only node")
-        info = _driver_info(host, bdf)
-        minor = decimal(info.get("Device Minor"))
-        found.append(
-            Gpu(
-                pci=bdf,
-                node=node,
-                cpus=cpus,
-                memory_nodes=CpuSet() if node is None else CpuSet([node]),
-                gpu_memory_nodes=gpu_memory,
-                model=info.get("Model") or None,
-                uuid=info.get("GPU UUID") or None,
-                minor=minor if minor is not None and minor >= 0 else None,
-                firmware_node=firmware_node,
-                devices=(f"/dev/nvidia{minor}",) if minor is not None and minor >= 0 else (),
-            )
-        )
+        if is_nvidia and pci_class is not None and pci_class >> 8 in DISPLAY_CLASSES:
+            functions.append(name)
+    _, why_not = nvidia_usable(host.root, functions)
+    found = []
+    for name in functions:
+        gpu = _sysfs_gpu(topology, host, name, warnings)
+        if name in why_not:
+            hidden.append(HiddenGpu(gpu, why_not[name]))
+        else:
+            found.append(gpu)
     return found
+
+
+def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -> Gpu:
+    """The NVIDIA GPU of the PCI function sysfs names ``name``."""
+    bdf = pci_address.normalize(name)
+    folder = f"sys/bus/pci/devices/{name}"
+    node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
+    memory = _numa_status_node(host, bdf)
+    gpu_memory = CpuSet()
+    if memory is not None:
+        if any(n.id == memory and n.memory_only for n in topology.nodes):
+            gpu_memory = CpuSet([memory])
+        else:
+            warnings.append(f"{bdf}: driver names node {memory} for GPU memory, but it is no memory-only node")
+    info = _driver_info(host, bdf)
+    minor = decimal(info.get("Device Minor"))
+    known = minor if minor is not None and minor >= 0 else None
+    return Gpu(
+        pci=bdf,
+        node=node,
+        cpus=cpus,
+        memory_nodes=CpuSet() if node is None else CpuSet([node]),
+        gpu_memory_nodes=gpu_memory,
+        model=info.get("Model") or None,
+        uuid=info.get("GPU UUID") or None,
+        minor=known,
+        firmware_node=firmware_node,
+        devices=() if known is None else (f"/dev/nvidia{known}",),
+    )
 
 
 # -- NVML -----------------------------------------------------------------
@@ -253,12 +270,13 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     warnings: list[str] = []
     amd_functions: list[str] = []
     gaudi_functions: list[str] = []
-    gpus = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions)
+    hidden: list[HiddenGpu] = []
+    gpus = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions, hidden)
     others: list[Gpu] = []
     if amd_functions or host.listdir("sys/class/kfd"):
         from .rocm import read_amd  # imported only where an AMD GPU may be: most hosts have none
 
-        others += read_amd(topology, host, amd_functions, warnings)
+        others += read_amd(topology, host, amd_functions, warnings, hidden)
     if gaudi_functions:
         from .gaudi import read_gaudi
 
@@ -271,7 +289,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     status = "not installed" if module is None else "not used"
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
-    return Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings))
+    return Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings), tuple(hidden))
 
 
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------

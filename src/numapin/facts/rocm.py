@@ -30,7 +30,8 @@ from __future__ import annotations
 from ..base.environment import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
 from ..base.text import decimal
 from ..cpuset import CpuSet
-from .gpu import Gpu, Vendor, device_locality, indices, list_end
+from .glance import render_node_absent
+from .gpu import Gpu, HiddenGpu, Vendor, device_locality, indices, list_end
 from .host import Host
 from .topology import Topology
 
@@ -76,8 +77,10 @@ def _render_node(host: Host, folder: str) -> tuple[str, ...]:
     return (f"/dev/dri/{names[0]}",) if names else ()
 
 
-def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings: list[str]) -> list[Gpu]:
-    """The AMD GPUs in ROCr's order; ``functions`` are the AMD GPU functions sysfs shows on the PCI bus."""
+def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings: list[str],
+             hidden: list[HiddenGpu]) -> list[Gpu]:
+    """The AMD GPUs in ROCr's order that the process may use (the others, whose render node is not in its
+    view, to ``hidden``: libhsakmt skips them); ``functions`` are the AMD GPU functions sysfs shows."""
     shown = set(functions)
     nodes = []
     for name in sorted(host.listdir(KFD_NODES), key=lambda n: (decimal(n) is None, decimal(n) or 0, n)):
@@ -93,7 +96,7 @@ def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings:
             warnings.append("no KFD topology (sys/class/kfd): ROCm's order is taken as PCI order, and no UUID is known")
         return [_gpu(topology, host, pci, None, None, _render_node(host, f"sys/bus/pci/devices/{pci}"), warnings)
                 for pci in sorted(functions)]
-    located: list[tuple[str, str | None, tuple[str, ...]]] = []
+    located: list[tuple[str, str | None, int]] = []
     for name, props in nodes:
         location, domain = props.get("location_id", 0), props.get("domain", 0)
         bus, device, function = location >> 8 & 0xFF, location >> 3 & 0x1F, location & 0x7
@@ -104,18 +107,21 @@ def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings:
             warnings.append(f"KFD node {name} (GPU {len(located)} in ROCm's order) is at {pci}, which sysfs does "
                             "not show as an AMD GPU: its node is unknown")
         unique = props.get("unique_id", 0)
-        minor = props.get("drm_render_minor", 0)
-        located.append((pci, f"GPU-{unique:016x}" if unique else None,
-                        (f"/dev/dri/renderD{minor}",) if minor > 0 else ()))
+        located.append((pci, f"GPU-{unique:016x}" if unique else None, props.get("drm_render_minor", 0)))
     counts: dict[str, int] = {}
     for pci, _, _ in located:
         counts[pci] = counts.get(pci, 0) + 1
     gpus, seen = [], dict.fromkeys(counts, 0)
-    for pci, uuid, devices in located:
+    for pci, uuid, minor in located:
         partition = None
-        if counts[pci] > 1:  # partitions of one package, numbered in ROCm's order
+        if counts[pci] > 1:  # partitions of one package, numbered in ROCm's order (the hidden ones too)
             partition, seen[pci] = seen[pci], seen[pci] + 1
-        gpus.append(_gpu(topology, host, pci, partition, uuid, devices, warnings))
+        node = f"/dev/dri/renderD{minor}"
+        gpu = _gpu(topology, host, pci, partition, uuid, (node,) if minor > 0 else (), warnings)
+        if minor > 0 and render_node_absent(host.root, minor):
+            hidden.append(HiddenGpu(gpu, f"its render node {node} is not in this view"))
+        else:
+            gpus.append(gpu)
     return gpus
 
 
