@@ -164,6 +164,25 @@ def test_the_installed_version_is_the_package_s_own() -> None:
     assert version("numapin") == __version__
 
 
+def test_show_names_the_gpus_a_container_was_not_given(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    root = tmp_path / "dgx"
+    run(capsys, "machine", "dgx-h100", str(root))
+    listed = sorted(p.name for p in (root / "proc/driver/nvidia/gpus").iterdir())
+    for bus in listed[:3]:  # a container given the others: the runtime mounted only their entries
+        shutil.rmtree(root / "proc/driver/nvidia/gpus" / bus)
+    code, out, _ = run(capsys, "show", "--root", str(root))
+    assert code == 0 and f"GPUs ({len(listed) - 3} visible of {len(listed) - 3}" in out
+    assert f"cuda:0 {listed[3]}" in out
+    assert "Not in this process's view (3 of the machine's GPUs" in out
+    assert all(f"  {bus} node " in out for bus in listed[:3])
+    code, out, _ = run(capsys, "show", "--json", "--root", str(root))
+    data = json.loads(out)
+    assert [g["pci"] for g in data["gpus"]] == listed[3:]
+    assert [h["pci"] for h in data["hidden_gpus"]] == listed[:3] and all(h["why"] for h in data["hidden_gpus"])
+
+
 # -- synthetic machines on disk, and --machine wherever --root is ---------------
 
 

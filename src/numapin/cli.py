@@ -240,11 +240,17 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
                 lines.append(f"      NVML and sysfs disagree: {g.disagreement}")
     elif facts.inventory.gpus:
         lines.append(f"GPUs: {len(facts.inventory.gpus)} found, none visible: {facts.cut or 'hidden from it'}")
-    else:
+    elif not facts.inventory.hidden:
         lines.append("GPUs: none found on this machine")
         if facts.topology.root == "/":
             lines.append(f"      to see numapin on a GPU host, try a synthetic one: numapin show --machine dgx-h100 "
                          f"(or {', '.join(n for n in MACHINE_NAMES if n != 'dgx-h100')})")
+    if facts.inventory.hidden:
+        # A container given some of the host's GPUs: sysfs shows the rest, the runtime does not count them.
+        lines.append(f"Not in this process's view ({len(facts.inventory.hidden)} of the machine's GPUs; its runtime "
+                     "counts only the others):")
+        lines += [f"  {h.gpu.where} node {'unknown' if h.gpu.node is None else h.gpu.node}: {h.why}"
+                  for h in facts.inventory.hidden]
     lines += _kinds_text(facts)
     lines += _network_text(facts)
     for warning in (*t.warnings, *facts.notes):
@@ -300,6 +306,8 @@ def _show_json(facts: Facts, machine: str | None = None) -> dict[str, Any]:
     network = facts.network()
     data["gpus"] = [{**v.as_dict(), "nics": [link.as_dict() for link in network.of_gpu(v.gpu.pci)]}
                     for v in facts.visible]
+    data["hidden_gpus"] = [{"vendor": str(h.gpu.vendor), "pci": h.gpu.pci, "partition": h.gpu.partition,
+                            "node": h.gpu.node, "why": h.why} for h in facts.inventory.hidden]
     data["nics"] = [nic.as_dict() for nic in network.nics]
     kinds = facts.kinds()
     data["cpu_kinds"] = [kind.as_dict() for kind in kinds.kinds]

@@ -189,6 +189,23 @@ def test_snapshot_of_synthetic_machines_round_trips(name: str, tmp_path: Path,
     assert show_json("--root", str(unpacked)) == show_json("--root", str(root))
 
 
+@pytest.mark.parametrize("name", ["dgx-h100", "mi300x"])
+def test_snapshot_in_a_container_keeps_which_gpus_it_was_given(name: str, tmp_path: Path) -> None:
+    # The device files of the container's GPUs (the host's first and last here) are all that tells them apart.
+    root = machines.write(name, tmp_path / "root")
+    before = show_json("--root", str(root))
+    gpus = before["gpus"]
+    devices = [f"dev/nvidia{gpus[i]['minor']}" for i in (0, -1)] if name == "dgx-h100" else \
+        [f"dev/dri/renderD{128 + i}" for i in (0, len(gpus) - 1)]
+    for path in devices:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).touch()
+    seen = show_json("--root", str(root))
+    assert [g["pci"] for g in seen["gpus"]] == [gpus[0]["pci"], gpus[-1]["pci"]] and len(seen["hidden_gpus"]) == 6
+    unpacked = capture(tmp_path, "--root", str(root))
+    assert show_json("--root", str(unpacked)) == seen
+
+
 def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
     from numapin.facts.gpus import read_gpus
     from numapin.facts.kinds import read_kinds

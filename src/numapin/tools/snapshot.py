@@ -96,6 +96,18 @@ def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str]
                 info = tarfile.TarInfo(f"{TOP}/{folder}")
                 info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                 archive.addfile(info)
+        # Which GPUs a container was given its device files say: the capture keeps the folder and, as empty
+        # files, those of the GPUs in view (their presence is all the readers ask; a device is never opened).
+        if os.path.isdir(host.path("dev")):
+            info = tarfile.TarInfo(f"{TOP}/dev")
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
+            archive.addfile(info)
+        for path in sorted({p.lstrip("/") for gpu in inventory.gpus for p in gpu.devices}):
+            if os.path.exists(host.path(path)):
+                info = tarfile.TarInfo(f"{TOP}/{path}")
+                info.size, info.mode, info.mtime = 0, 0o644, stamp
+                archive.addfile(info, io.BytesIO(b""))
+                captured.append(path)
         for link, target in links.items():
             info = tarfile.TarInfo(f"{TOP}/{link}")
             info.type, info.mode, info.mtime = tarfile.SYMTYPE, 0o777, stamp
