@@ -6,7 +6,8 @@ the machine's speed touches both alike), with the bound each must keep:
 
 - a process that is no worker, with ``NUMAPIN_AUTOPIN=1`` exported (the launcher, a tokenizer
   subprocess, a helper script: no local rank, the pair machine's two GPUs visible) — bound 1.2x;
-  also on the 8 x MI300X machine, whose GPUs the glance counts in the KFD topology;
+  also on the 8 x H100 machine (the glance reads each GPU's driver entry: which GPUs a container holds)
+  and on the 8 x MI300X machine, whose GPUs the glance counts in the KFD topology;
 - a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x;
 - ``numapin exec --cpus 0 -- python -c pass`` — bound 3x. Printed beside it, the floor of any ``exec``
   written in Python that parses its options with argparse and sets a memory policy (ctypes, libc): a
@@ -97,6 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pair = str(machines.write("pair", Path(tmp) / "pair"))
         mi300x = str(machines.write("mi300x", Path(tmp) / "mi300x"))
+        dgx = str(machines.write("dgx-h100", Path(tmp) / "dgx"))
         bare = venv(Path(tmp) / "bare", startup=False)
         hooked = venv(Path(tmp) / "hooked", startup=True)
         baseline = ([bare, "-c", "pass"], env)
@@ -106,6 +108,8 @@ def main() -> None:
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
+            "no worker, 8 x H100 (each GPU's driver entry read), NUMAPIN_AUTOPIN=1": (
+                ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_FSROOT": dgx, "NUMAPIN_AUTOPIN": "1"}), 1.2),
             "no worker, 8 x MI300X (KFD topology read), NUMAPIN_AUTOPIN=1": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_FSROOT": mi300x, "NUMAPIN_AUTOPIN": "1"}), 1.2),
             "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (
@@ -121,7 +125,7 @@ def main() -> None:
         for name, (command, bound) in cases.items():
             wall, cpu = paired(command, baseline)
             verdict = "" if bound is None else f"  (bound {bound}x: {'within' if max(wall, cpu) <= bound else 'OVER'})"
-            print(f"  {name:58} {wall:5.2f}x wall  {cpu:5.2f}x cpu{verdict}")
+            print(f"  {name:66} {wall:5.2f}x wall  {cpu:5.2f}x cpu{verdict}")
     # The process figures cannot resolve a fraction of a millisecond: the line itself, timed in process.
     line = (REPO / "src" / "numapin-startup.pth").read_text()
     saved = {k: os.environ.pop(k) for k in ("NUMAPIN_AUTOPIN", "NUMAPIN_PATCH") if k in os.environ}

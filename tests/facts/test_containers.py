@@ -49,13 +49,29 @@ def dgx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return machines.write("dgx-h100", tmp_path_factory.mktemp("dgx") / "root")
 
 
+def _hold(root: Path, bus: str, driver: str) -> None:
+    """Make ``driver`` the holder of the function ``bus``, both ways, as sysfs links them."""
+    device = (root / "sys/bus/pci/devices" / bus).resolve()
+    for held in (root / "sys/bus/pci/drivers").glob(f"*/{bus}"):
+        held.unlink()
+    (root / "sys/bus/pci/drivers" / driver).mkdir(exist_ok=True)
+    (root / "sys/bus/pci/drivers" / driver / bus).symlink_to(device)
+    (device / "driver").unlink()
+    (device / "driver").symlink_to(root / "sys/bus/pci/drivers" / driver)
+
+
 @contextmanager
-def cut(root: Path, *, unlisted: Iterable[str] = (), files: Iterable[str] | None = None) -> Iterator[Path]:
-    """``root`` as a container runtime shows it while the block runs: the driver's proc entries of ``unlisted``
-    GPUs gone, and a ``dev`` folder holding ``files`` (None: no dev folder); put back after."""
+def cut(root: Path, *, unlisted: Iterable[str] = (), files: Iterable[str] | None = None,
+        rebound: Iterable[str] = ()) -> Iterator[Path]:
+    """``root`` as a container runtime (or an administrator) shows it while the block runs: the driver's proc
+    entries of ``unlisted`` GPUs gone, a ``dev`` folder holding ``files`` (None: no dev folder), the ``rebound``
+    GPUs held by vfio-pci; put back after."""
     stash = Path(tempfile.mkdtemp(dir=root.parent))  # beside the root: a rename, not a copy
-    moved = []
+    moved: list[str] = []
+    rebound = list(rebound)
     try:
+        for bus in rebound:
+            _hold(root, bus, "vfio-pci")
         for bus in unlisted:
             os.rename(root / PROC / bus, stash / bus)
             moved.append(bus)
@@ -66,6 +82,8 @@ def cut(root: Path, *, unlisted: Iterable[str] = (), files: Iterable[str] | None
                 (root / "dev" / name).touch()
         yield root
     finally:
+        for bus in rebound:
+            _hold(root, bus, "nvidia")
         for bus in moved:
             os.rename(stash / bus, root / PROC / bus)
         shutil.rmtree(root / "dev", ignore_errors=True)
@@ -106,12 +124,16 @@ def test_every_gpu_counts_where_the_device_files_cannot_tell(dgx: Path, every: b
         assert _inventory(dgx).gpus == everything and _inventory(dgx).hidden == ()
 
 
-def test_a_gpu_another_driver_holds_shifts_the_indices_after_it(dgx: Path) -> None:
+@pytest.mark.parametrize("how", ["rebound", "unlisted"])
+def test_a_gpu_another_driver_holds_shifts_the_indices_after_it(dgx: Path, how: str) -> None:
     everything = _inventory(dgx).gpus
-    with cut(dgx, unlisted=[everything[1].pci]):  # vfio-pci holds it, for a virtual machine
-        gpus = _inventory(dgx).gpus
-        assert [g.pci for g in gpus] == [everything[0].pci, *(g.pci for g in everything[2:])]
+    with cut(dgx, **{how: [everything[1].pci]}):  # vfio-pci holds it, for a virtual machine
+        inventory = _inventory(dgx)
+        assert [g.pci for g in inventory.gpus] == [everything[0].pci, *(g.pci for g in everything[2:])]
         assert gather(dgx, {}).gpu(1).gpu.pci == everything[2].pci
+        assert machine_gpus(str(dgx)) == len(everything) - 1
+        if how == "rebound":
+            assert [h.why for h in inventory.hidden] == ["vfio-pci holds it, not the nvidia driver"]
 
 
 @pytest.fixture(scope="module")
@@ -146,16 +168,21 @@ def test_a_container_without_render_nodes_has_no_amd_gpu(mi300x: Path) -> None:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(unlisted=st.sets(st.integers(0, 7)), files=st.sets(st.integers(0, 7)), stray=st.booleans())
+@given(unlisted=st.sets(st.integers(0, 7)), files=st.sets(st.integers(0, 7)), rebound=st.sets(st.integers(0, 7)),
+       stray=st.booleans())
 def test_the_glance_counts_a_containers_gpus_as_the_full_reading(dgx: Path, unlisted: set[int], files: set[int],
-                                                                 stray: bool) -> None:
+                                                                 rebound: set[int], stray: bool) -> None:
     everything = _inventory(dgx).gpus
     names = [f"nvidia{_minor(dgx, everything[i].pci)}" for i in files] + (["nvidia99"] if stray else [])
-    with cut(dgx, unlisted=[everything[i].pci for i in unlisted], files=names):
+    with cut(dgx, unlisted=[everything[i].pci for i in unlisted], files=names,
+             rebound=[everything[i].pci for i in rebound]):
         full = len(_inventory(dgx).gpus)
-        assert machine_gpus(str(dgx)) == full
-    # The rules, in words: with no GPU listed by the driver, none of its rules can tell, and all count; else the
-    # listed ones, narrowed to those with a device file where any of them has one (a stray file is no GPU's).
-    listed = [i for i in range(8) if i not in unlisted]
+        assert machine_gpus(str(dgx)) in (full, None)  # None: only the full reading can tell (it asks NVML)
+        assert machine_gpus(str(dgx)) == full or full == 0
+    # The rules, in words: only the GPUs the nvidia driver holds; of them, with none listed in its proc entries,
+    # none of the entries' rules can tell; else the listed ones, narrowed to those with a device file where any
+    # of them has one (a stray file is no GPU's).
+    held = [i for i in range(8) if i not in rebound]
+    listed = [i for i in held if i not in unlisted]
     present = [i for i in listed if i in files]
-    assert full == (8 if not listed else len(present) if present else len(listed))
+    assert full == (len(held) if len(unlisted) == 8 else len(present) if present else len(listed))

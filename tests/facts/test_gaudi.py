@@ -20,6 +20,7 @@ from numapin.facts.gpus import Inventory, Vendor, read_gpus, resolve_visible
 from numapin.facts.machine import gather
 from numapin.facts.topology import read_topology
 from numapin.placement.modes import resolve
+from sysfs import add_function
 
 HL_SMI_BUSES = ["0000:33:00.0", "0000:34:00.0", "0000:4e:00.0", "0000:9a:00.0",
                 "0000:9b:00.0", "0000:b3:00.0", "0000:b4:00.0", "0000:4d:00.0"]
@@ -31,16 +32,11 @@ def write_gaudi_host(dest: Path, *, module_ids: bool = True) -> Path:
     for aip, bdf in enumerate(HL_SMI_BUSES):
         node = 0 if int(bdf[5:7], 16) < 0x80 else 1
         above = f"{int(bdf[5:7], 16) - 1:02x}"  # its root port's bus
-        device = root / f"sys/devices/pci0000:{above}/0000:{above}:01.0/{bdf}"
-        device.mkdir(parents=True)
-        (root / "sys/bus/pci/devices").mkdir(parents=True, exist_ok=True)
         files = {"vendor": "0x1da3", "device": "0x1020", "class": "0x120000", "numa_node": str(node),
                  "local_cpulist": str(spec.node_cpus(node))}
         if module_ids:
             files["module_id"] = str(aip)
-        for name, text in files.items():
-            (device / name).write_text(text + "\n")
-        (root / "sys/bus/pci/devices" / bdf).symlink_to(device)
+        device = add_function(root, bdf, files, "habanalabs", parent=f"sys/devices/pci0000:{above}/0000:{above}:01.0")
         accel = root / f"sys/devices/virtual/accel/accel{aip}"  # the accel class device, its parent the function
         accel.mkdir(parents=True)
         (accel / "device").symlink_to(os.path.relpath(device, accel))
@@ -121,12 +117,8 @@ def test_the_start_up_glance_leaves_module_lists_to_the_full_reading(gaudi_root:
 
 def test_a_gaudi_beside_nvidia_gpus_is_chosen_by_habanas_variables(tmp_path: Path) -> None:
     root = machines.write("dgx-h100", tmp_path / "root")
-    device = root / "sys/devices/pci0000:f0/0000:f0:01.0/0000:f1:00.0"
-    device.mkdir(parents=True)
-    for name, text in (("vendor", "0x1da3"), ("device", "0x1020"), ("class", "0x120000"), ("numa_node", "1"),
-                       ("module_id", "0")):
-        (device / name).write_text(text + "\n")
-    (root / "sys/bus/pci/devices/0000:f1:00.0").symlink_to(device)
+    add_function(root, "0000:f1:00.0", {"vendor": "0x1da3", "device": "0x1020", "class": "0x120000",
+                                        "numa_node": "1", "module_id": "0"}, "habanalabs")
     inventory = read_gpus(read_topology(root), nvml=False)
     assert resolve_visible(inventory, {}).vendor is Vendor.NVIDIA  # 8 GPUs against 1 Gaudi
     chosen = resolve_visible(inventory, {"HLS_MODULE_ID": "0"})

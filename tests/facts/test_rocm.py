@@ -18,6 +18,7 @@ from numapin.facts.gpus import Inventory, Vendor, read_gpus, resolve_visible
 from numapin.facts.network import Relation, read_network
 from numapin.facts.topology import read_topology
 from numapin.placement.modes import PlacementMode, place
+from sysfs import add_function
 
 #: ROCm/rccl tools/topo_expl/models/topo_8p_940.xml (commit 1a48e19b), row for row: HIP device, GPU bus id,
 #: NUMA node (the <cpu numaid> it hangs under), and the NIC under the same PCIe switch with its bus id.
@@ -177,11 +178,8 @@ def test_the_start_up_glance_never_calls_an_amd_worker_none(rocr: str | None, hi
 
 
 def _amd_function(root: Path, bdf: str, node: int, cls: str = "0x120000", vendor: str = "0x1002") -> None:
-    device = root / f"sys/devices/pci0000:f0/0000:f0:01.0/{bdf}"
-    device.mkdir(parents=True)
-    for name, text in (("vendor", vendor), ("device", "0x74a1"), ("class", cls), ("numa_node", str(node))):
-        (device / name).write_text(text + "\n")
-    (root / "sys/bus/pci/devices" / bdf).symlink_to(device)
+    add_function(root, bdf, {"vendor": vendor, "device": "0x74a1", "class": cls, "numa_node": str(node)},
+                 {"0x1002": "amdgpu", "0x10de": "nvidia"}.get(vendor))  # the driver of its maker, if any
 
 
 def test_without_a_kfd_topology_the_pci_order_stands_in(tmp_path: Path) -> None:

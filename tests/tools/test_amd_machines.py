@@ -15,6 +15,7 @@ import pytest
 import live
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
+from sysfs import add_function
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 SVG = "{http://www.w3.org/2000/svg}"
@@ -61,11 +62,8 @@ def test_every_command_rehearses_an_mi300x_host(machine: str, tmp_path: Path) ->
 
 def test_a_host_of_one_nvidia_and_one_amd_gpu_places_no_rank_by_guess(tmp_path: Path) -> None:
     root = machines.write("laptop", tmp_path / "root")  # one NVIDIA GPU
-    device = root / "sys/devices/pci0000:f0/0000:f0:01.0/0000:f1:00.0"
-    device.mkdir(parents=True)
-    for name, text in (("vendor", "0x1002"), ("device", "0x74a1"), ("class", "0x120000"), ("numa_node", "0")):
-        (device / name).write_text(text + "\n")
-    (root / "sys/bus/pci/devices/0000:f1:00.0").symlink_to(device)
+    add_function(root, "0000:f1:00.0", {"vendor": "0x1002", "device": "0x74a1", "class": "0x120000",
+                                        "numa_node": "0"}, "amdgpu")
     plain = _run("exec", "--root", str(root), "--dry-run", "--", "true", LOCAL_RANK="0")
     said = plain.stdout + plain.stderr
     assert plain.returncode == 0 and "would pin" not in plain.stdout

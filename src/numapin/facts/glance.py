@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "GAUDI", "NVIDIA", "load_nvml", "machine_gpus", "no_worker",
-           "nvidia_usable", "render_node_absent"]
+__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "DRIVERS", "GAUDI", "NVIDIA", "held_by", "load_nvml",
+           "machine_gpus", "no_worker", "nvidia_usable", "render_node_absent", "shows_drivers"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -113,20 +113,49 @@ def _minor(data: bytes | None) -> int | None:
     return None
 
 
-def nvidia_usable(root: str, functions: "list[str]") -> "tuple[list[str], dict[str, str]]":
+_DRIVERS = "sys/bus/pci/drivers"
+#: The kernel driver each vendor's runtime needs its devices held by.
+DRIVERS = {NVIDIA: "nvidia", AMD: "amdgpu", GAUDI: "habanalabs"}
+
+
+def shows_drivers(root: str) -> bool:
+    """Whether ``root``'s sysfs says which driver holds each PCI function (the live one does; captures do not)."""
+    return os.path.isdir(os.path.join(root, _DRIVERS))
+
+
+def held_by(root: str, function: str) -> str | None:
+    """The driver that holds the PCI function sysfs names ``function`` (None: none does, or unknown)."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(root, "sys/bus/pci/devices", function, "driver")))
+    except OSError:
+        return None
+
+
+def _held(root: str, driver: str) -> list[str]:
+    """The PCI functions ``driver`` holds: one listing, where a scan of every function would read hundreds."""
+    return [name for name in _listdir(os.path.join(root, _DRIVERS, driver)) if _bus(name) is not None]
+
+
+def nvidia_usable(root: str, functions: "list[str]", *, held: bool = False) -> "tuple[list[str], dict[str, str]]":
     """Of the NVIDIA GPU functions ``functions`` (sysfs names), those a process under ``root`` may use, and
     why each other one is not.
 
-    Where the driver lists GPUs in ``proc/driver/nvidia/gpus``, one it does not list is not CUDA's (a
-    container runtime left it out, or another driver, vfio-pci, holds it). Where some of the GPUs' device
-    files (``dev/nvidiaN``) exist, one whose file is missing is not in the process's view (a container given
-    some of the host's GPUs). Where none exists, nothing is told (a host whose driver makes them on first use).
+    Where sysfs says which driver holds each function, one the nvidia driver does not hold is not CUDA's
+    (vfio-pci holds it for a virtual machine, or no driver does). Where the driver lists GPUs in
+    ``proc/driver/nvidia/gpus``, one it does not list is not CUDA's either (a container runtime left it out).
+    Where some of the GPUs' device files (``dev/nvidiaN``) exist, one whose file is missing is not in the
+    process's view (a container given some of the host's GPUs). Where none exists, nothing is told (a host
+    whose driver makes them on first use). ``held``: the functions are the nvidia driver's own list.
     """
+    drivers = not held and shows_drivers(root)
     listed = {key: name for name in _listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
               if (key := _bus(name)) is not None}
     usable, why = [], {}
     for function in functions:
-        if listed and _bus(function) not in listed:
+        holder = held_by(root, function) if drivers else "nvidia"
+        if holder != "nvidia":
+            why[function] = f"{holder} holds it, not the nvidia driver" if holder else "no driver holds it"
+        elif listed and _bus(function) not in listed:
             why[function] = "not among the NVIDIA driver's GPUs in this view"
         else:
             usable.append(function)
@@ -183,8 +212,17 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     amd = gaudi = 0
     nvidia_functions = []
     devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
+    drivers = shows_drivers(root)
     try:
-        for name in os.listdir(devices) if devices is not None else ():
+        if drivers:
+            # sysfs names each function's driver: the GPU drivers' own lists are all there is to read (the
+            # runtimes use only the devices their drivers hold), where a scan would read every function's vendor
+            # (hundreds on a GPU host: bridges, switches, NICs, disks).
+            held = {vendor: _held(root, driver) for vendor, driver in DRIVERS.items()}
+            nvidia_functions = [n for n in held[NVIDIA] if (_hex(f"{n}/class", devices) or 0) >> 8 in DISPLAY_CLASSES]
+            amd = sum((_hex(f"{n}/class", devices) or 0) >> 8 in AMD_CLASSES for n in held[AMD])
+            gaudi = len(held[GAUDI])
+        for name in os.listdir(devices) if devices is not None and not drivers else ():
             vendor = _hex(f"{name}/vendor", devices)
             gaudi += vendor == GAUDI
             if vendor in (NVIDIA, AMD):
@@ -196,7 +234,7 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     finally:
         if devices is not None:
             os.close(devices)
-    nvidia = len(nvidia_usable(root, nvidia_functions)[0]) if nvidia_functions else 0
+    nvidia = len(nvidia_usable(root, nvidia_functions, held=drivers)[0]) if nvidia_functions else 0
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
         kfd = _kfd_gpus(root)
         amd = amd if kfd is None else kfd  # ROCm's GPUs are the KFD topology's (partitions each count)

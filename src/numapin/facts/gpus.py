@@ -43,7 +43,18 @@ from ..base.logger import log
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
-from .glance import AMD, AMD_CLASSES, DISPLAY_CLASSES, GAUDI, NVIDIA, load_nvml, nvidia_usable
+from .glance import (
+    AMD,
+    AMD_CLASSES,
+    DISPLAY_CLASSES,
+    DRIVERS,
+    GAUDI,
+    NVIDIA,
+    held_by,
+    load_nvml,
+    nvidia_usable,
+    shows_drivers,
+)
 from .gpu import (
     Gpu,
     HiddenGpu,
@@ -137,6 +148,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
     and Gaudis met on the way are added to ``amd`` and ``gaudi``."""
     functions = []
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
+    drivers = shows_drivers(host.root)
     for name in sorted(host.listdir("sys/bus/pci/devices")):
         if not pci_address.split(name):
             continue
@@ -144,6 +156,8 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
         folder = f"sys/bus/pci/devices/{name}"
         vendor = _hex(host.read(f"{folder}/vendor"))
         pci_class = _hex(host.read(f"{folder}/class"))
+        if vendor in (AMD, GAUDI) and drivers and held_by(host.root, name) != DRIVERS[vendor]:
+            continue  # ROCm's and Gaudi's runtimes use only the devices their drivers hold (vfio-pci holds others)
         if vendor == AMD and pci_class is not None and pci_class >> 8 in AMD_CLASSES:
             amd.append(bdf)
             continue

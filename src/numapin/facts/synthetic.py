@@ -315,6 +315,9 @@ def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irq
     _put(root, f"{device}/local_cpulist", str(local))
     _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
     _link(root, f"sys/bus/pci/devices/{bdf}", device)
+    # The driver that holds it, both ways, as the kernel links them.
+    _link(root, f"sys/bus/pci/drivers/{driver}/{bdf}", device)
+    _link(root, f"{device}/driver", f"sys/bus/pci/drivers/{driver}")
     return device, irq
 
 
