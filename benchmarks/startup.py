@@ -135,6 +135,28 @@ def main() -> None:
     finally:
         os.environ.update(saved)
     print(f"  the start-up line itself, inactive: {seconds / runs * 1e6:.1f} µs per interpreter start")
+    glance_on_many_functions()
+
+
+def glance_on_many_functions() -> None:
+    """The glance on a root of many PCI functions (hwloc's capture of 137: bridges, NICs, disks, a coprocessor),
+    read as a capture is (every function's vendor) and as a live sysfs is (the GPU drivers' lists), in process."""
+    import tarfile
+
+    from numapin.facts.glance import machine_gpus
+
+    capture = REPO / "tests/fixtures/hwloc-linux/32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2"
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(capture) as archive:
+            archive.extractall(tmp, filter="tar")
+        (root,) = (str(p) for p in Path(tmp).iterdir() if p.is_dir())
+        functions = len(os.listdir(os.path.join(root, "sys/bus/pci/devices")))
+        runs = 300
+        scanned = timeit.timeit(lambda: machine_gpus(root), number=runs) / runs
+        os.makedirs(os.path.join(root, "sys/bus/pci/drivers"))  # as the live sysfs shows it (no GPU driver here)
+        listed = timeit.timeit(lambda: machine_gpus(root), number=runs) / runs
+    print(f"  the glance on {functions} PCI functions: {scanned * 1e6:.0f} µs reading each one's vendor, "
+          f"{listed * 1e6:.0f} µs listing the GPU drivers' functions ({scanned / listed:.0f}x)")
 
 
 if __name__ == "__main__":
