@@ -5,16 +5,25 @@ machine with the other GPU's driver entry or device file left out, as container 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from test_visible_from_outside import needs_two
+from test_trust_boundary import other
+from test_visible_from_outside import NUMAPIN, needs_two
 
 import live
 from conftest import Python
+from numapin.facts.gpus import read_gpus
 from numapin.facts.rocm import KFD_NODES
+from numapin.facts.topology import read_topology
 from test_startup import _autopin
+
+__all__ = ["other"]  # the second user's fixture, used here
 
 PROC = "proc/driver/nvidia/gpus"
 
@@ -76,3 +85,40 @@ def test_the_same_container_seen_whole_leaves_a_rankless_process_alone(python: P
     # The control: both GPUs in view and no rank is a launcher, not a worker.
     report = _autopin(python, _pair(tmp_path))
     assert report["applied"] is None and _born_on(report, live.ALL), report
+
+
+# -- judged from the host: ps reads a container's process through its root --------------------------------------
+
+CHROOTED = ("import os, sys, time; os.chroot(sys.argv[1]); os.chdir('/'); os.setgid(int(sys.argv[3])); "
+            "os.setuid(int(sys.argv[2])); print('ready', flush=True); time.sleep(60)")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chroot a process and make it another user's")
+def test_ps_judges_a_containers_process_by_the_gpus_its_root_holds(tmp_path: Path, other: tuple[int, int]) -> None:
+    # A second user's process in a root of its own (a container's), which holds GPU 1's device file alone. Its
+    # owner also planted driver entries that swap the two GPUs' minors: numapin takes the minors from the host's
+    # reading and opens nothing in that root, so the swap changes nothing.
+    full = _pair(tmp_path)
+    host = read_gpus(read_topology(full), nvml=False).gpus
+    inside = tmp_path / "container"
+    shutil.copytree(full, inside, symlinks=True)
+    (inside / "dev").mkdir()
+    (inside / "dev" / f"nvidia{host[1].minor}").touch()
+    for gpu, lie in ((host[0], host[1].minor), (host[1], host[0].minor)):
+        info = inside / PROC / gpu.pci / "information"
+        info.write_text(info.read_text().replace(f"Device Minor: \t {gpu.minor}", f"Device Minor: \t {lie}"))
+        assert f"Device Minor: \t {lie}" in info.read_text()
+    os.chmod(tmp_path, 0o755)
+    env = {**live.without_inputs(dict(os.environ)), "LOCAL_RANK": "0"}
+    child = subprocess.Popen([sys.executable, "-c", CHROOTED, str(inside), *map(str, other)], env=env,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        out = subprocess.run([*NUMAPIN, "ps", str(child.pid), "--root", str(full), "--json"], capture_output=True,
+                             text=True, timeout=60, env=live.without_inputs(dict(os.environ)))
+        assert out.returncode in (0, 1), out.stderr
+        (judged,) = json.loads(out.stdout)["workers"]
+        assert (judged["gpu"], judged["pci"]) == (0, host[1].pci), judged  # its GPU 0 is the host's GPU 1
+    finally:
+        child.kill()
+        child.wait()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from numapin.base.environment import CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import machine_gpus
-from numapin.facts.gpus import Inventory, read_gpus
+from numapin.facts.gpus import Inventory, in_view, read_gpus
 from numapin.facts.machine import gather
 from numapin.facts.rocm import KFD_NODES
 from numapin.facts.topology import read_topology
@@ -186,3 +186,23 @@ def test_the_glance_counts_a_containers_gpus_as_the_full_reading(dgx: Path, unli
     listed = [i for i in held if i not in unlisted]
     present = [i for i in listed if i in files]
     assert full == (len(held) if len(unlisted) == 8 else len(present) if present else len(listed))
+
+
+def test_another_process_s_root_narrows_the_machine_s_gpus_to_those_it_holds(mi300x: Path, dgx: Path,
+                                                                              tmp_path: Path) -> None:
+    # How a process in a container is judged from the host: the machine read there, narrowed by what the
+    # other root holds (its render nodes; its NVIDIA device files, by the minors the host's reading found).
+    amd = _inventory(mi300x)
+    nvidia = _inventory(dgx)
+    other = tmp_path / "other"
+    (other / "dev" / "dri").mkdir(parents=True)
+    (other / "dev" / "dri" / f"renderD{amd.gpus[9].minor}").touch()
+    (other / "dev" / f"nvidia{nvidia.gpus[6].minor}").touch()
+    assert in_view(amd, str(other)).gpus == (amd.gpus[9],)
+    assert in_view(nvidia, str(other)).gpus == (nvidia.gpus[6],)
+    assert len(in_view(nvidia, str(other)).hidden) == len(nvidia.gpus) - 1
+    assert in_view(nvidia, str(tmp_path / "bare")) is nvidia  # a root that holds no device file tells nothing
+    machine = gather(dgx, {}).machine
+    assert machine is not None
+    seen = machine.view({}, seen_from=str(other))
+    assert [v.gpu for v in seen.visible] == [nvidia.gpus[6]] and machine.view({}).visible != seen.visible

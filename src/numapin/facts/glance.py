@@ -136,7 +136,8 @@ def _held(root: str, driver: str) -> list[str]:
     return [name for name in _listdir(os.path.join(root, _DRIVERS, driver)) if _bus(name) is not None]
 
 
-def nvidia_usable(root: str, functions: "list[str]", *, held: bool = False) -> "tuple[list[str], dict[str, str]]":
+def nvidia_usable(root: str, functions: "list[str]", *, held: bool = False,
+                  minors: "Mapping[str, int] | None" = None) -> "tuple[list[str], dict[str, str]]":
     """Of the NVIDIA GPU functions ``functions`` (sysfs names), those a process under ``root`` may use, and
     why each other one is not.
 
@@ -146,6 +147,8 @@ def nvidia_usable(root: str, functions: "list[str]", *, held: bool = False) -> "
     Where some of the GPUs' device files (``dev/nvidiaN``) exist, one whose file is missing is not in the
     process's view (a container given some of the host's GPUs). Where none exists, nothing is told (a host
     whose driver makes them on first use). ``held``: the functions are the nvidia driver's own list.
+    ``minors``: each function's device minor, known already (another process's root is then only listed and
+    its files' presence asked: nothing in it is opened, whatever its owner planted there).
     """
     drivers = not held and shows_drivers(root)
     listed = {key: name for name in _listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
@@ -161,10 +164,13 @@ def nvidia_usable(root: str, functions: "list[str]", *, held: bool = False) -> "
             usable.append(function)
     files = {}
     for function in usable:
-        key = _bus(function)
-        entry = listed.get(key) if key is not None else None
-        minor = _minor(_read(os.path.join(root, "proc/driver/nvidia/gpus", entry, "information"), size=4096)) \
-            if entry is not None else None
+        if minors is not None:
+            minor = minors.get(function)
+        else:
+            key = _bus(function)
+            entry = listed.get(key) if key is not None else None
+            minor = None if entry is None else _minor(
+                _read(os.path.join(root, "proc/driver/nvidia/gpus", entry, "information"), size=4096))
         if minor is not None:
             files[function] = f"dev/nvidia{minor}"
     present = {function for function, path in files.items() if os.path.exists(os.path.join(root, path))}

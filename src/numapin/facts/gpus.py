@@ -53,6 +53,7 @@ from .glance import (
     held_by,
     load_nvml,
     nvidia_usable,
+    render_node_absent,
     shows_drivers,
 )
 from .gpu import (
@@ -84,6 +85,7 @@ __all__ = [
     "UnknownGpu",
     "Vendor",
     "VisibleGpu",
+    "in_view",
     "read_gpus",
     "visible_gpus",
 ]
@@ -206,6 +208,25 @@ def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -
         firmware_node=firmware_node,
         devices=() if known is None else (f"/dev/nvidia{known}",),
     )
+
+
+def in_view(inventory: Inventory, root: str) -> Inventory:
+    """``inventory`` as a process whose root is ``root`` sees it (another process's: ``/proc/PID/root``, a
+    container's): the GPUs its device files and driver entries leave out move to ``hidden``, by the rules the
+    machine's own reading applies (sysfs, the drivers' links among it, is the host's in every view). The
+    other root is only listed and asked what exists, with the minors this reading found: its owner chose
+    what is in it, and a file of it opened could be any device of the host (/proc/PID/root follows links)."""
+    nvidia = inventory.of(Vendor.NVIDIA)
+    _, why = nvidia_usable(root, [g.pci for g in nvidia], held=True,
+                           minors={g.pci: g.minor for g in nvidia if g.minor is not None})
+    left = [HiddenGpu(g, why[g.pci]) for g in nvidia if g.pci in why]
+    left += [HiddenGpu(g, f"its render node {g.devices[0]} is not in this view") for g in inventory.of(Vendor.AMD)
+             if g.minor is not None and g.devices and render_node_absent(root, g.minor)]
+    if not left:
+        return inventory
+    gone = {h.gpu for h in left}
+    return replace(inventory, gpus=tuple(g for g in inventory.gpus if g not in gone),
+                   hidden=(*inventory.hidden, *left))
 
 
 # -- NVML -----------------------------------------------------------------

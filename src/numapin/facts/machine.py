@@ -22,7 +22,7 @@ from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
 from .glance import load_nvml
-from .gpus import Inventory, Vendor, VisibleGpu, read_gpus, resolve_visible, select_gpu
+from .gpus import Inventory, Vendor, VisibleGpu, in_view, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
 from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology
@@ -63,22 +63,26 @@ class Machine:
             self._network = read_network(self.topology, self.inventory.gpus)
         return self._network
 
-    def view(self, environ: Mapping[str, str], *, nvml: Any = None) -> Facts:
-        """The machine as a process with ``environ`` sees it (its visible GPUs); the machine is not read again."""
+    def view(self, environ: Mapping[str, str], *, nvml: Any = None, seen_from: str | None = None) -> Facts:
+        """The machine as a process with ``environ`` sees it (its visible GPUs); the machine is not read again.
+        ``seen_from``: that process's root, where it is not this one's (a container's): the GPUs it was given."""
         priority = priority_rule(environ)
+        inventory = self.inventory if seen_from is None else in_view(self.inventory, seen_from)
         key = (tuple(environ.get(name) for name in GPU_VISIBILITY), priority)
-        found = self.views.get(key) if nvml is None else None
+        # A view through another root is not kept: a scan would keep one for every process it met.
+        kept = nvml is None and inventory is self.inventory
+        found = self.views.get(key) if kept else None
         if found is None:
             # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
             module = nvml if nvml not in (None, False) else None
             if nvml is None and "MIG-" in environ.get(CUDA_VISIBLE_DEVICES, "").upper() \
                     and Host(self.topology.root).is_live:
                 module = load_nvml()
-            resolution = resolve_visible(self.inventory, environ, nvml=module)
-            found = Facts(self.topology, self.inventory, resolution.visible,
-                          resolution.notes + self.inventory.warnings, resolution.cut, priority, self,
+            resolution = resolve_visible(inventory, environ, nvml=module)
+            found = Facts(self.topology, inventory, resolution.visible,
+                          resolution.notes + inventory.warnings, resolution.cut, priority, self,
                           resolution.vendor)
-            if nvml is None:
+            if kept:
                 self.views[key] = found
         return found
 

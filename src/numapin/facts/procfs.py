@@ -17,8 +17,8 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "cgroup_paths", "comm", "environ", "fd_targets", "numa_maps", "own_memory", "owner",
-           "stat", "status", "tasks"]
+__all__ = ["Stat", "alive", "cgroup_paths", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
+           "own_memory", "owner", "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -184,6 +184,17 @@ def tasks(pid: int) -> list[int]:
         return [int(name) for name in os.listdir(f"/proc/{pid}/task")]
     except OSError as exc:
         raise _translated(exc, pid, "its threads") from None
+
+
+def foreign_root(pid: int) -> str | None:
+    """``/proc/PID/root`` where ``pid``'s root is not this process's (a container's, a chroot's): the path its
+    files are seen through. None where it is the same, or may not be looked into (another user's process)."""
+    path = f"/proc/{pid}/root"
+    try:
+        theirs, ours = os.stat(path), os.stat("/")
+    except OSError:
+        return None
+    return None if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino) else path
 
 
 def owner(pid: int) -> int:

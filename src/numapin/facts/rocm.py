@@ -28,6 +28,7 @@ OpenCL, and numapin follows the code (docs/gpus.md).
 from __future__ import annotations
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
+from ..base.frozen import replace
 from ..base.text import decimal
 from ..cpuset import CpuSet
 from .glance import render_node_absent
@@ -117,7 +118,8 @@ def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings:
         if counts[pci] > 1:  # partitions of one package, numbered in ROCm's order (the hidden ones too)
             partition, seen[pci] = seen[pci], seen[pci] + 1
         node = f"/dev/dri/renderD{minor}"
-        gpu = _gpu(topology, host, pci, partition, uuid, (node,) if minor > 0 else (), warnings)
+        gpu = replace(_gpu(topology, host, pci, partition, uuid, (node,) if minor > 0 else (), warnings),
+                      minor=minor if minor > 0 else None)
         if minor > 0 and render_node_absent(host.root, minor):
             hidden.append(HiddenGpu(gpu, f"its render node {node} is not in this view"))
         else:

@@ -253,6 +253,10 @@ def judge(
         except AccessDenied:
             environ, unreadable = {}, True
     facts = cached(root, environ)
+    seen_from = procfs.foreign_root(pid) if pid != os.getpid() else None
+    if seen_from is not None and facts.machine is not None:
+        # A container's process: its GPU indices count the GPUs it was given, not every one sysfs shows.
+        facts = facts.machine.view(environ, seen_from=seen_from)
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     marker = exec_marker(environ)
