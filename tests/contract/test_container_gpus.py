@@ -119,6 +119,9 @@ def test_ps_judges_a_containers_process_by_the_gpus_its_root_holds(tmp_path: Pat
         assert out.returncode in (0, 1), out.stderr
         (judged,) = json.loads(out.stdout)["workers"]
         assert (judged["gpu"], judged["pci"]) == (0, host[1].pci), judged  # its GPU 0 is the host's GPU 1
+        doctor = subprocess.run([*NUMAPIN, "doctor", "--pid", str(child.pid), "--root", str(full)],
+                                capture_output=True, text=True, timeout=60, env=live.without_inputs(dict(os.environ)))
+        assert f"GPU 0 ({host[1].pci})" in doctor.stdout, doctor.stdout + doctor.stderr
     finally:
         child.kill()
         child.wait()

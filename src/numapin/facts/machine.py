@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from .network import Network
 
-__all__ = ["Facts", "Machine", "cached", "forget", "gather", "machine", "priority_rule", "read_machine"]
+__all__ = ["Facts", "Machine", "cached", "forget", "gather", "machine", "priority_rule", "read_machine", "seen_by"]
 
 
 class Machine:
@@ -121,6 +121,17 @@ class Facts:
     def network(self) -> Network:
         """The machine's NICs and each GPU's relation to them: read on first use."""
         return self._machine().network()
+
+
+def seen_by(facts: Facts, pid: int, environ: Mapping[str, str]) -> Facts:
+    """``facts`` as process ``pid`` sees the machine: where its root is not this one's (a container's), its GPU
+    indices count the GPUs it was given, not every one sysfs shows (:func:`numapin.facts.gpus.in_view`)."""
+    from .procfs import foreign_root  # asked only of another process
+
+    seen_from = foreign_root(pid) if pid != os.getpid() else None
+    if seen_from is None or facts.machine is None:
+        return facts
+    return facts.machine.view(environ, seen_from=seen_from)
 
 
 def read_machine(root: str | os.PathLike[str] | None = None, *, nvml: Any = None) -> Machine:

@@ -28,7 +28,7 @@ from ..base.frozen import frozen, replace
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.host import Host
-from ..facts.machine import Facts, cached, this_host_cpus, this_host_nodes
+from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
@@ -252,11 +252,7 @@ def judge(
             environ = os.environ if pid == os.getpid() else procfs.environ(pid)
         except AccessDenied:
             environ, unreadable = {}, True
-    facts = cached(root, environ)
-    seen_from = procfs.foreign_root(pid) if pid != os.getpid() else None
-    if seen_from is not None and facts.machine is not None:
-        # A container's process: its GPU indices count the GPUs it was given, not every one sysfs shows.
-        facts = facts.machine.view(environ, seen_from=seen_from)
+    facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     marker = exec_marker(environ)

@@ -34,7 +34,7 @@ from ..facts.gpu import Vendor
 from ..facts.host import Host
 from ..facts.interrupts import Irq, device_irqs, running
 from ..facts.kubelet import CONFIG, STATE, read_kubelet
-from ..facts.machine import Facts, cached
+from ..facts.machine import Facts, cached, seen_by
 from ..facts.network import assign
 from ..facts.pod import pod_of
 from ..facts.podresources import SOCKET, PodResourcesUnavailable, allocatable, list_containers, match
@@ -147,6 +147,8 @@ def diagnose(
         for name, value in found.pools:  # set inside the process: its environ at start does not show them
             env.setdefault(name, value)
     facts = cached(root, env)  # the facts the judge reads too: the machine read once
+    if pid is not None:
+        facts = seen_by(facts, pid, env)  # a container's process: the GPUs it was given, as the judge sees them
     chosen = None if gpu is not None else requested_rank(rank, env)
     asked_mode = None if mode is None else parse_mode(mode)
     if chosen is not None and rank != "auto":  # --local-rank N: that rank's GPU, in the process's view
