@@ -95,7 +95,9 @@ def _folder(path: str) -> int | None:
 
 
 def _bus(name: str) -> tuple[int, str] | None:
-    """A PCI address as a key, whatever the domain's width (the NVIDIA driver may write 32-bit domains)."""
+    """A PCI address as a key, whatever the domain's width (the NVIDIA driver may write 32-bit domains). Not
+    ``pci.normalize``, the one reader of PCI addresses: its import brings ``cpuset``, which a process that is
+    no worker never loads; this key only compares two sysfs-written names."""
     domain, _, rest = name.lower().partition(":")
     try:
         return int(domain, 16), rest
@@ -228,15 +230,16 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
             nvidia_functions = [n for n in held[NVIDIA] if (_hex(f"{n}/class", devices) or 0) >> 8 in DISPLAY_CLASSES]
             amd = sum((_hex(f"{n}/class", devices) or 0) >> 8 in AMD_CLASSES for n in held[AMD])
             gaudi = len(held[GAUDI])
-        for name in os.listdir(devices) if devices is not None and not drivers else ():
-            vendor = _hex(f"{name}/vendor", devices)
-            gaudi += vendor == GAUDI
-            if vendor in (NVIDIA, AMD):
-                pci_class = _hex(f"{name}/class", devices)
-                if pci_class is not None and vendor == NVIDIA and pci_class >> 8 in DISPLAY_CLASSES:
-                    nvidia_functions.append(name)
-                elif pci_class is not None and vendor == AMD:
-                    amd += pci_class >> 8 in AMD_CLASSES
+        elif devices is not None:
+            for name in os.listdir(devices):
+                vendor = _hex(f"{name}/vendor", devices)
+                gaudi += vendor == GAUDI
+                if vendor in (NVIDIA, AMD):
+                    pci_class = _hex(f"{name}/class", devices)
+                    if pci_class is not None and vendor == NVIDIA and pci_class >> 8 in DISPLAY_CLASSES:
+                        nvidia_functions.append(name)
+                    elif pci_class is not None and vendor == AMD:
+                        amd += pci_class >> 8 in AMD_CLASSES
     finally:
         if devices is not None:
             os.close(devices)

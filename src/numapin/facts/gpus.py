@@ -170,15 +170,12 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
         is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
         if is_nvidia and pci_class is not None and pci_class >> 8 in DISPLAY_CLASSES:
             functions.append(name)
-    _, why_not = nvidia_usable(host.root, functions)
-    found = []
-    for name in functions:
-        gpu = _sysfs_gpu(topology, host, name, warnings)
-        if name in why_not:
-            hidden.append(HiddenGpu(gpu, why_not[name]))
-        else:
-            found.append(gpu)
-    return found
+    gpus = {name: _sysfs_gpu(topology, host, name, warnings) for name in functions}
+    # The minors just read (each driver entry read once, and through the host, which a snapshot records).
+    _, why_not = nvidia_usable(host.root, functions,
+                               minors={name: g.minor for name, g in gpus.items() if g.minor is not None})
+    hidden += [HiddenGpu(gpus[name], why_not[name]) for name in functions if name in why_not]
+    return [gpus[name] for name in functions if name not in why_not]
 
 
 def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -> Gpu:

@@ -28,7 +28,6 @@ OpenCL, and numapin follows the code (docs/gpus.md).
 from __future__ import annotations
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
-from ..base.frozen import replace
 from ..base.text import decimal
 from ..cpuset import CpuSet
 from .glance import render_node_absent
@@ -118,8 +117,8 @@ def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings:
         if counts[pci] > 1:  # partitions of one package, numbered in ROCm's order (the hidden ones too)
             partition, seen[pci] = seen[pci], seen[pci] + 1
         node = f"/dev/dri/renderD{minor}"
-        gpu = replace(_gpu(topology, host, pci, partition, uuid, (node,) if minor > 0 else (), warnings),
-                      minor=minor if minor > 0 else None)
+        gpu = _gpu(topology, host, pci, partition, uuid, (node,) if minor > 0 else (), warnings,
+                   minor=minor if minor > 0 else None)
         if minor > 0 and render_node_absent(host.root, minor):
             hidden.append(HiddenGpu(gpu, f"its render node {node} is not in this view"))
         else:
@@ -128,11 +127,11 @@ def read_amd(topology: Topology, host: Host, functions: Sequence[str], warnings:
 
 
 def _gpu(topology: Topology, host: Host, pci: str, partition: int | None, uuid: str | None,
-         devices: tuple[str, ...], warnings: list[str]) -> Gpu:
+         devices: tuple[str, ...], warnings: list[str], minor: int | None = None) -> Gpu:
     folder = f"sys/bus/pci/devices/{pci}"
     node, cpus, firmware_node = device_locality(topology, host, folder, warnings)
     return Gpu(pci=pci, node=node, cpus=cpus, memory_nodes=CpuSet() if node is None else CpuSet([node]),
-               model=_model(host, folder), uuid=uuid, firmware_node=firmware_node, vendor=Vendor.AMD,
+               model=_model(host, folder), uuid=uuid, minor=minor, firmware_node=firmware_node, vendor=Vendor.AMD,
                partition=partition, devices=devices)
 
 

@@ -367,7 +367,6 @@ def _write_amd(spec: MachineSpec, root: Path, irqs: _Irqs) -> None:
     for gpu in range(spec.gpus):
         node = gpu // spec.gpus_per_node
         device, _ = _pci_device(root, spec, gpu, _AMD, irqs, "amdgpu")
-        _link(root, f"{device}/driver", "sys/bus/pci/drivers/amdgpu")
         bus, dev_fn = int(_bdf(spec, gpu)[5:7], 16), 0
         for partition in range(spec.partitions):
             minor = _RENDER + gpu * spec.partitions + partition

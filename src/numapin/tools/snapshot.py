@@ -90,18 +90,15 @@ def capture(out: str | os.PathLike[str] | BinaryIO, root: str | os.PathLike[str]
     # A stream is written as one (w|gz): standard output cannot seek.
     with (tarfile.open(fileobj=stream, mode="w|gz") if stream is not None
           else tarfile.open(Path(name), "w:gz")) as archive:
-        # Folders the readers list must exist even when empty of files we keep.
-        for folder in ("sys/devices/system/cpu", "sys/devices/system/node"):
+        # Folders the readers list must exist even when empty of files we keep (dev: where it exists, a GPU
+        # whose device file is missing is not in the view).
+        for folder in ("sys/devices/system/cpu", "sys/devices/system/node", "dev"):
             if os.path.isdir(host.path(folder)):
                 info = tarfile.TarInfo(f"{TOP}/{folder}")
                 info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
                 archive.addfile(info)
-        # Which GPUs a container was given its device files say: the capture keeps the folder and, as empty
-        # files, those of the GPUs in view (their presence is all the readers ask; a device is never opened).
-        if os.path.isdir(host.path("dev")):
-            info = tarfile.TarInfo(f"{TOP}/dev")
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, stamp
-            archive.addfile(info)
+        # Which GPUs a container was given its device files say: the capture keeps those of the GPUs in view,
+        # as empty files (their presence is all the readers ask; a device is never opened).
         for path in sorted({p.lstrip("/") for gpu in inventory.gpus for p in gpu.devices}):
             if os.path.exists(host.path(path)):
                 info = tarfile.TarInfo(f"{TOP}/{path}")
