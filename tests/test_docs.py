@@ -150,6 +150,18 @@ def test_every_command_example_parses_and_synthetic_ones_run(page: str, words: l
         assert proc.returncode in ((0, 1) if words[0] == "doctor" else (0,)), proc.stderr
 
 
+@pytest.mark.parametrize(("page", "words"), [c for c in COMMANDS if c[1][0] != "numactl"],
+                         ids=[f"{p}:{' '.join(w)}" for p, w in COMMANDS if w[0] != "numactl"])
+def test_a_command_parses_alike_with_only_its_own_parser_built(page: str, words: list[str]) -> None:
+    # main() builds only the named sub-command's parser: what it makes of the words must be what the whole
+    # parser makes of them, and `numapin --help` must still list every command.
+    from numapin.cli import _COMMANDS, build_parser
+
+    whole = build_parser()
+    assert build_parser(words[0]).parse_args(words) == whole.parse_args(words)
+    assert set(next(a for a in whole._actions if a.dest == "command").choices) == set(_COMMANDS)  # type: ignore[arg-type]
+
+
 # -- the reference pages name everything ------------------------------------------------------
 
 

@@ -859,7 +859,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(command: str | None = None) -> _Parser:
-    """The whole parser; with ``command``, only that sub-command's arguments (the others are listed, empty)."""
+    """The whole parser; with ``command``, only that sub-command's.
+
+    Top-level options take no value, so the first word that is no option names the sub-command (:func:`_command`),
+    and the others' parsers are never consulted: building them (argparse asks gettext for each parser's
+    headings) would cost ``numapin exec``, which starts every rank, a millisecond and a half for nothing.
+    """
     parser = _Parser(
         prog="numapin",
         description="Put each GPU worker process, every thread and its memory, near its GPU.",
@@ -871,12 +876,13 @@ def build_parser(command: str | None = None) -> _Parser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log what numapin does")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, (helptext, fill) in _COMMANDS.items():
+        if command in _COMMANDS and name != command:
+            continue
         p = sub.add_parser(name, help=helptext, formatter_class=_Formatter)
         # -v after the sub-command too; SUPPRESS keeps an absent one from resetting `numapin -v exec`.
         p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
                        help="log what numapin does")
-        if command is None or command == name:
-            fill(p)
+        fill(p)
     if command in _COMMANDS:
         parser.command_prog = f"numapin {command}"
     return parser
