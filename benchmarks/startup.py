@@ -8,7 +8,10 @@ the machine's speed touches both alike), with the bound each must keep:
   subprocess, a helper script: no local rank, the pair machine's two GPUs visible) — bound 1.2x;
   also on the 8 x H100 machine (the glance reads each GPU's driver entry: which GPUs a container holds)
   and on the 8 x MI300X machine, whose GPUs the glance counts in the KFD topology;
-- a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x;
+- a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x. Printed
+  beside it, the floor of any layout of numapin's modules: the same worker with every module it imports
+  served from one file of their compiled code, read at once (what merging them all into one module would
+  save: a finder's search, two ``stat``s and a file per module), the code and the pin unchanged;
 - ``numapin exec --cpus 0 -- python -c pass`` — bound 3x. Printed beside it, the floor of any ``exec``
   written in Python that parses its options with argparse and sets a memory policy (ctypes, libc): a
   script that does only that and execs the same command, no numapin in it. Two interpreters start in
@@ -21,6 +24,8 @@ Run: python benchmarks/startup.py [PAIRS]
 
 from __future__ import annotations
 
+import importlib
+import marshal
 import os
 import resource
 import statistics
@@ -29,6 +34,7 @@ import sys
 import tempfile
 import time
 import timeit
+from importlib.abc import SourceLoader
 from pathlib import Path
 
 from numapin.facts import synthetic as machines
@@ -61,8 +67,40 @@ os.execv(args.command[1], args.command[1:])
 """
 
 
-def venv(home: Path, *, startup: bool) -> str:
-    """A venv whose site-packages points at this numapin, with or without the start-up file."""
+# The finder of the layout floor: numapin's modules from one marshalled dict (name -> code, package?, file),
+# put first on sys.meta_path by a .pth file that sorts before the start-up file's.
+BUNDLE = """\
+import marshal, sys
+from importlib.machinery import ModuleSpec
+
+class Bundle:
+    def __init__(self, path):
+        with open(path, "rb") as file:
+            self.modules = marshal.loads(file.read())
+
+    def find_spec(self, name, path=None, target=None):
+        found = self.modules.get(name)
+        if found is None:
+            return None
+        spec = ModuleSpec(name, self, origin=found[2], is_package=found[1])
+        spec.has_location = True
+        if found[1]:
+            spec.submodule_search_locations = [found[2].rpartition("/")[0]]
+        return spec
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(self.modules[module.__name__][0], module.__dict__)
+
+sys.meta_path.insert(0, Bundle(__file__.rpartition("/")[0] + "/numapin.bundle"))
+"""
+
+
+def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[object, bool, str]] | None = None) -> str:
+    """A venv whose site-packages points at this numapin, with or without the start-up file; with ``bundle``,
+    its modules are served from one file (the layout floor)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
     site = next((home / "lib").glob("python3*/site-packages"))
     import numapin
@@ -70,7 +108,24 @@ def venv(home: Path, *, startup: bool) -> str:
     (site / "_numapin_under_test.pth").write_text(str(Path(numapin.__file__).parents[1]) + "\n")
     if startup:
         (site / "numapin-startup.pth").write_bytes((REPO / "src" / "numapin-startup.pth").read_bytes())
+    if bundle is not None:
+        (site / "numapin.bundle").write_bytes(marshal.dumps(bundle))
+        (site / "_numapin_bundle.py").write_text(BUNDLE)
+        (site / "_numapin_bundle.pth").write_text("import _numapin_bundle\n")
     return str(home / "bin" / "python")
+
+
+def worker_bundle(python: str, env: dict[str, str]) -> dict[str, tuple[object, bool, str]]:
+    """Every numapin module a worker pinned at start imports, compiled: name -> (code, package?, file)."""
+    listing = "import sys; print(*(m for m in sys.modules if m.startswith('numapin')))"
+    names = subprocess.run([python, "-c", listing], env=env, check=True, capture_output=True, text=True).stdout.split()
+    bundle: dict[str, tuple[object, bool, str]] = {}
+    for name in names:
+        module = importlib.import_module(name)
+        spec = module.__spec__
+        assert spec is not None and spec.origin is not None and isinstance(spec.loader, SourceLoader)
+        bundle[name] = (spec.loader.get_code(name), spec.submodule_search_locations is not None, spec.origin)
+    return bundle
 
 
 def paired(a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]]) -> tuple[float, float]:
@@ -105,6 +160,15 @@ def main() -> None:
         floor = Path(tmp) / "floor.py"
         floor.write_text(FLOOR)
         on_pair = {**env, "NUMAPIN_FSROOT": pair, "NUMAPIN_RUNTIME_DIR": str(Path(tmp) / "records")}
+        worker = {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1", "NUMAPIN_MEMORY": "none"}
+        bundled = venv(Path(tmp) / "bundled", startup=True, bundle=worker_bundle(hooked, worker))
+        # The floor must pin as the worker does, from the bundle's code and from nothing else of numapin's.
+        probe = ("import os, sys; print(sorted(os.sched_getaffinity(0)), sorted({type(m.__spec__.loader).__name__ "
+                 "for n, m in sys.modules.items() if n.startswith('numapin')}))")
+        pins = [subprocess.run([python, "-c", probe], env=worker, check=True, capture_output=True,
+                               text=True).stdout.split("] ")[0] for python in (hooked, bundled)]
+        loaders = subprocess.run([bundled, "-c", probe], env=worker, check=True, capture_output=True, text=True).stdout
+        assert pins[0] == pins[1] and loaders.rstrip().endswith("['Bundle']"), (pins, loaders)
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
@@ -112,9 +176,9 @@ def main() -> None:
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_FSROOT": dgx, "NUMAPIN_AUTOPIN": "1"}), 1.2),
             "no worker, 8 x MI300X (KFD topology read), NUMAPIN_AUTOPIN=1": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_FSROOT": mi300x, "NUMAPIN_AUTOPIN": "1"}), 1.2),
-            "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (
-                ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1",
-                                          "NUMAPIN_MEMORY": "none"}), 2.0),
+            "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (([hooked, "-c", "pass"], worker), 2.0),
+            "  its floor, any layout: every module from one file": (
+                ([bundled, "-c", "pass"], worker), None),
             "numapin exec --cpus 0 -- python -c pass": (
                 ([*numapin_cmd, "exec", "--cpus", "0", "--", bare, "-c", "pass"], env), 3.0),
             "  its floor: argparse, ctypes, exec (no numapin)": (
