@@ -163,12 +163,12 @@ def main() -> None:
         worker = {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1", "NUMAPIN_MEMORY": "none"}
         bundled = venv(Path(tmp) / "bundled", startup=True, bundle=worker_bundle(hooked, worker))
         # The floor must pin as the worker does, from the bundle's code and from nothing else of numapin's.
-        probe = ("import os, sys; print(sorted(os.sched_getaffinity(0)), sorted({type(m.__spec__.loader).__name__ "
-                 "for n, m in sys.modules.items() if n.startswith('numapin')}))")
-        pins = [subprocess.run([python, "-c", probe], env=worker, check=True, capture_output=True,
-                               text=True).stdout.split("] ")[0] for python in (hooked, bundled)]
-        loaders = subprocess.run([bundled, "-c", probe], env=worker, check=True, capture_output=True, text=True).stdout
-        assert pins[0] == pins[1] and loaders.rstrip().endswith("['Bundle']"), (pins, loaders)
+        probe = ("import os, sys; print(sorted(os.sched_getaffinity(0))); print({type(m.__spec__.loader).__name__ "
+                 "for n, m in sys.modules.items() if n.startswith('numapin')})")
+        (pinned, _), (floor_pinned, loaders) = (
+            subprocess.run([python, "-c", probe], env=worker, check=True, capture_output=True,
+                           text=True).stdout.splitlines() for python in (hooked, bundled))
+        assert pinned == floor_pinned and loaders == "{'Bundle'}", (pinned, floor_pinned, loaders)
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
