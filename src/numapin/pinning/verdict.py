@@ -228,6 +228,7 @@ def judge(
     max_remote: float | None = REMOTE_BOUND,
     stat: procfs.Stat | None = None,
     small_memory: bool = True,
+    facts: Facts | None = None,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
@@ -240,6 +241,8 @@ def judge(
     memory outside the expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
     ``small_memory`` False leaves unread where the memory of a process too small to be judged by it lies
     (``ps``, judging every worker of the host, has no use for it; ``threads`` shows it).
+    ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`), when the caller has
+    it; else read (cached) under ``root`` and cut to the GPUs the process's root holds.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
@@ -252,7 +255,8 @@ def judge(
             environ = os.environ if pid == os.getpid() else procfs.environ(pid)
         except AccessDenied:
             environ, unreadable = {}, True
-    facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
+    if facts is None:
+        facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     marker = exec_marker(environ)

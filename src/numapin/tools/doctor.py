@@ -159,7 +159,7 @@ def diagnose(
     try:
         if pid is not None:
             judged = judge(pid, root=root, gpu=gpu, mode=asked_mode, reserve=reserve, environ=env,
-                           known={} if found is None else {pid: found}, stat=stat)
+                           known={} if found is None else {pid: found}, stat=stat, facts=facts)
             want, why = judged.expected, judged.note
         else:
             want, why = expected(facts, env, record=found, gpu=gpu, mode=asked_mode, reserve=reserve)
