@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, Snapshots, snapshot_names
+from conftest import FIXTURES, Snapshots, in_child, snapshot_names
 from numapin.cpuset import CpuSet
 from numapin.facts.host import Host, HostError
 from numapin.facts.synthetic import SHAPES
@@ -255,3 +256,64 @@ def test_a_node_of_a_terabyte_or_more_reads_its_memory(machine_root: Callable[[s
     topology = read_topology(machine_root("dgx-h100"))
     assert spec.memory_per_node >= 1 << 40
     assert [n.memory_bytes for n in topology.nodes] == [spec.memory_per_node] * len(topology.nodes)
+
+
+
+# What only a question about cores, packages or caches opens: a pin to a GPU's node never asks one.
+_GROUPING = ("topology/core_id", "topology/core_cpus", "topology/thread_siblings", "topology/physical_package_id",
+             "topology/package_cpus", "cache/index")
+
+
+def _grouping_opened(steps: Callable[[Callable[[], None]], None]) -> list[list[str]]:
+    """The files only the grouping reads that ``steps`` opens, step by step (it calls its argument between two
+    steps), heard by an audit hook in a child (a hook cannot be removed)."""
+    def child() -> list[list[str]]:
+        import sys
+
+        opened: list[list[str]] = [[]]
+        sys.addaudithook(lambda event, args: opened[-1].append(str(args[0])) if event == "open" else None)
+        steps(lambda: opened.append([]))
+        return [[path for path in step if any(part in path for part in _GROUPING)] for step in opened]
+    result: list[list[str]] = in_child(child)
+    return result
+
+
+def test_a_pin_to_a_node_reads_no_core_or_cache_file(pair_root: Path) -> None:
+    import numapin
+
+    def steps(next_step: Callable[[], None]) -> None:
+        result = numapin.pin(1)  # the default mode: GPU 1's node
+        assert result.placement is not None and result.placement.node == 1, result
+        next_step()
+        assert numapin.machine().topology.cores_known  # the first question about cores
+
+    pinning, asking = _grouping_opened(steps)
+    assert pinning == []
+    online = read_topology(pair_root).online
+    assert sorted(p for p in asking if p.endswith("core_id")) == sorted(f"cpu{c}/topology/core_id" for c in online)
+
+
+def test_the_grouping_is_read_once_when_asked(machine_root: Callable[[str], Path]) -> None:
+    from numapin.facts.machine import cached
+    from numapin.placement.modes import resolve
+
+    root = machine_root("dgx-h100")
+    whole = read_topology(root, journal=[])  # a journal asks for everything at once
+
+    def steps(next_step: Callable[[], None]) -> None:
+        facts = cached(root, {})
+        node = resolve(facts, {}, gpu=3)  # the default mode
+        assert node.cpus == facts.topology.node(node.node or 0).cpus
+        next_step()
+        exclusive = resolve(facts, {}, gpu=3, mode="exclusive")
+        assert exclusive.cpus < node.cpus
+        next_step()
+        # The same reading's other views (another cgroup's) and copies ask nothing again.
+        topology = facts.topology
+        assert topology.in_cgroup(topology.cgroup).cores == topology.cores == whole.cores
+        assert pickle.loads(pickle.dumps(topology)) == topology == whole
+
+    placing, splitting, again = _grouping_opened(steps)
+    assert placing == [] and again == []
+    core_ids = [p for p in splitting if p.endswith("core_id")]
+    assert sorted(core_ids) == sorted(f"cpu{c}/topology/core_id" for c in whole.online)  # each once

@@ -1,17 +1,20 @@
 """The machine as a tree of facts: CPUs, cores, caches, packages, NUMA nodes, cgroup.
 
-:func:`read_topology` reads ``sys/devices/system`` (and the cgroup files) once
-and returns a frozen :class:`Topology`; every consumer asks the Topology rather
-than re-reading files. Missing or unreadable files never raise: the reader
-falls back to the plainest grouping that is still true and records what it
-could not read in ``Topology.warnings``.
+:func:`read_topology` reads ``sys/devices/system`` (and the cgroup files) and
+returns a frozen :class:`Topology`; every consumer asks the Topology rather
+than re-reading files. How the CPUs group into cores, packages and caches
+(:class:`Grouping`) is read on the first question about it, once: a pin to a
+GPU's node (the default) never asks, and on a machine of 224 CPUs those are
+363 of the 380 files. Missing or unreadable files never raise: the reader falls
+back to the plainest grouping that is still true and records what it could
+not read in ``Topology.warnings``.
 """
 
 from __future__ import annotations
 
 import os
 
-from ..base.frozen import field, frozen, once, replace
+from ..base.frozen import frozen, once, replace
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 from .cgroup import Cgroup, read_cgroup
@@ -22,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["CacheGroup", "Core", "Node", "Package", "Topology", "read_topology"]
+__all__ = ["CacheGroup", "Core", "Grouping", "Node", "Package", "Topology", "read_topology"]
 
 _CPU = "sys/devices/system/cpu"
 _NODE = "sys/devices/system/node"
@@ -69,15 +72,60 @@ class CacheGroup:
 
 
 @frozen
+class Grouping:
+    """How the online CPUs group: packages, cores (SMT siblings together), last-level caches, and what the reader
+    could not read of them. ``*_source`` says where a grouping came from when the kernel did not say it."""
+
+    packages: tuple[Package, ...]
+    package_source: str
+    cores: tuple[Core, ...]
+    core_source: str
+    caches: tuple[CacheGroup, ...]
+    warnings: tuple[str, ...] = ()
+
+
+class _Later:
+    """A topology's :class:`Grouping`, read on first use and kept: shared by the views of one reading
+    (:meth:`Topology.in_cgroup`), so it is read once; compared, hashed and shown by what it holds."""
+
+    __slots__ = ("_read", "_value")
+
+    def __init__(self, read: Callable[[], Grouping]) -> None:
+        self._read = read
+        self._value: Grouping | None = None
+
+    def get(self) -> Grouping:
+        # Two threads asking at once may both read: the same files, equal results; no lock (one held by
+        # another thread at fork would stop a forked child that asks).
+        if self._value is None:
+            self._value = self._read()
+        return self._value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Later) and self.get() == other.get()
+
+    def __hash__(self) -> int:
+        return hash(self.get())
+
+    def __repr__(self) -> str:
+        return repr(self.get())
+
+    def __reduce__(self) -> tuple[Callable[[Grouping], _Later], tuple[Grouping]]:
+        # A pickle (a copy) carries what was read: the reading closure holds the root's reader, not a fact.
+        return _known, (self.get(),)
+
+
+def _known(grouping: Grouping) -> _Later:
+    return _Later(lambda: grouping)
+
+
+@frozen
 class Topology:
     root: str
     online: CpuSet
     possible: CpuSet
     offline: CpuSet
     nodes: tuple[Node, ...]
-    packages: tuple[Package, ...]
-    cores: tuple[Core, ...]
-    caches: tuple[CacheGroup, ...]
     cgroup: Cgroup
     allowed: CpuSet
     allowed_mems: CpuSet
@@ -85,9 +133,43 @@ class Topology:
     # time: a fact of the snapshot for `show`, never consulted by pinning (the
     # cached facts would make it stale; pinning asks the kernel each time).
     process: CpuSet | None
-    package_source: str = "physical_package_id"
-    core_source: str = "thread siblings"
-    warnings: tuple[str, ...] = field(default=())
+    _grouping: _Later
+    _warnings: tuple[str, ...] = ()
+    """What could not be read of the CPUs, nodes and cgroup (the grouping's own come with it)."""
+
+    # -- the grouping, read on first use ----------------------------------
+
+    @property
+    def grouping(self) -> Grouping:
+        """Packages, cores and caches: read on the first question about them, then kept."""
+        return self._grouping.get()
+
+    @property
+    def packages(self) -> tuple[Package, ...]:
+        return self._grouping.get().packages
+
+    @property
+    def package_source(self) -> str:
+        """``physical_package_id``, or what stood in where the kernel gave none."""
+        return self._grouping.get().package_source
+
+    @property
+    def cores(self) -> tuple[Core, ...]:
+        return self._grouping.get().cores
+
+    @property
+    def core_source(self) -> str:
+        """``thread siblings``, or ``assumed`` where the kernel said nothing about cores."""
+        return self._grouping.get().core_source
+
+    @property
+    def caches(self) -> tuple[CacheGroup, ...]:
+        return self._grouping.get().caches
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """Everything the reader could not read, the grouping's too (so asking reads the grouping)."""
+        return self._warnings + self._grouping.get().warnings
 
     # -- questions consumers ask ------------------------------------------
 
@@ -260,44 +342,31 @@ class _Reader:
         return ids
 
 
-def _read_cpus(r: _Reader, cpu_folder: Folder) -> tuple[CpuSet, CpuSet, CpuSet, list[str | None]]:
-    """Online, possible and offline CPUs, and each online CPU's ``core_id`` text.
+def _read_cpus(r: _Reader) -> tuple[CpuSet, CpuSet, CpuSet]:
+    """Online, possible and offline CPUs.
 
-    The core ids are read here because they tell which online CPUs have a
-    folder: a capture can list CPUs whose folders were trimmed away, and only
-    a CPU whose core_id cannot be read needs looking for.
+    Only a CPU with a folder counts as online: a capture can list CPUs whose
+    folders were trimmed away, and nothing can be known about those (like
+    hwloc, the reader leaves them out). One listing tells, whatever the CPUs.
     """
-    names: list[str] | None = None
-    folders: CpuSet | None = None  # the ids of every cpuN folder, worked out only where needed
-
-    def every_folder() -> CpuSet:
-        nonlocal names
-        names = r.host.listdir(_CPU) if names is None else names
-        return CpuSet.from_bits(_bits(r.numbered(_CPU, "cpu", names)))  # ids checked already
-
+    names = r.host.listdir(_CPU)
+    folders = CpuSet.from_bits(_bits(r.numbered(_CPU, "cpu", names)))  # ids checked already
     online = r.cpuset(f"{_CPU}/online")
     if online is None:
         # Old kernels and partial captures: a cpuN folder is online unless its
         # own `online` file says 0.
-        folders = every_folder()
         online = CpuSet(c for c in folders if r.integer(f"{_CPU}/cpu{c}/online") != 0)
         r.warn(f"{_CPU}/online missing: online CPUs taken from the cpuN folders")
-    read_in = r.host.read_in
-    texts = [read_in(cpu_folder, f"cpu{cpu}/topology/core_id") for cpu in online]
-    if None in texts and folders is None:
-        folders = every_folder()
-        if folders and not online <= folders:
-            # Nothing can be known about a CPU without its folder, so (like hwloc) it is left out.
-            r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
-            texts = [text for cpu, text in zip(online, texts, strict=True) if cpu in folders]
-            online &= folders
+    elif not online <= folders:
+        r.warn(f"CPUs {online - folders} are online but have no folder; ignored")
+        online &= folders
     possible = r.cpuset(f"{_CPU}/possible")
     if possible is None:
-        possible = (every_folder() if folders is None else folders) | online
+        possible = folders | online
     offline = r.cpuset(f"{_CPU}/offline")
     if offline is None:
         offline = possible - online
-    return online, possible | online, offline - online, texts
+    return online, possible | online, offline - online
 
 
 def _read_nodes(r: _Reader, online: CpuSet) -> list[Node]:
@@ -362,12 +431,14 @@ def _node_memory(r: _Reader, folder: str) -> int | None:
 
 
 def _read_cores_and_packages(
-    r: _Reader, cpu_folder: Folder, online: CpuSet, nodes: list[Node], core_texts: list[str | None]
+    r: _Reader, cpu_folder: Folder, online: CpuSet, nodes: tuple[Node, ...]
 ) -> tuple[list[Core], str, list[Package], str]:
     # On the largest machines this runs for 1024 CPUs, so each pass below does
     # per CPU only what must be done per CPU (one core_id read, dict look-ups);
     # shared files are read per group, and sibling sets are kept as integers.
     cpus = list(online)
+    read_in = r.host.read_in
+    core_texts = [read_in(cpu_folder, f"cpu{cpu}/topology/core_id") for cpu in cpus]
     package_ids, package_groups = _package_ids(r, cpus, online)
     siblings_of, sibling_sets = _core_siblings(r, cpu_folder, cpus, online.bits)
     core_ids = _core_ids(r, cpus, core_texts)
@@ -496,7 +567,7 @@ def _members(bits: int) -> list[int]:
 def _packages(
     r: _Reader,
     online: CpuSet,
-    nodes: list[Node],
+    nodes: tuple[Node, ...],
     package_ids: dict[int, int | None],
     groups: set[CpuSet],
 ) -> tuple[list[Package], str]:
@@ -578,7 +649,9 @@ def allowed_in(cgroup: Cgroup, online: CpuSet, memory_nodes: CpuSet,
 
 
 def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[str] | None = None) -> Topology:
-    """Read the machine under ``root`` (default ``$NUMAPIN_FSROOT``, else ``/``).
+    """Read the machine under ``root`` (default ``$NUMAPIN_FSROOT``, else ``/``): its CPUs, NUMA nodes and cgroup
+    now, how its CPUs group (cores, packages, caches) on the first question about that. With ``journal``, which
+    collects the files read to capture them (``numapin snapshot``), all of it now.
 
     Raises :class:`numapin.host.HostError` only when the root does not exist
     or holds no ``sys/devices/system/cpu``; any other gap becomes a warning.
@@ -586,32 +659,35 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
     host = Host.at(root, journal)
     host.check()
     r = _Reader(host)
-    # Most files read are the CPUs' own: opened relative to their folder, held open.
-    with host.folder(_CPU) as cpu_folder:
-        online, possible, offline, core_texts = _read_cpus(r, cpu_folder)
-        nodes = _read_nodes(r, online)
-        homeless = online - CpuSet.union(n.cpus for n in nodes)
-        if homeless:
-            r.warn(f"CPUs {homeless} belong to no NUMA node")
-        cores, core_source, packages, package_source = _read_cores_and_packages(r, cpu_folder, online, nodes,
-                                                                                core_texts)
-    caches = _read_caches(r, online)
+    online, possible, offline = _read_cpus(r)
+    nodes = tuple(_read_nodes(r, online))
+    homeless = online - CpuSet.union(n.cpus for n in nodes)
+    if homeless:
+        r.warn(f"CPUs {homeless} belong to no NUMA node")
     cgroup = read_cgroup(host, r.warn)
     allowed, allowed_mems = allowed_in(cgroup, online, CpuSet(n.id for n in nodes if n.has_memory), r.warn)
-    return Topology(
+    topology = Topology(
         root=host.root,
         online=online,
         possible=possible,
         offline=offline,
-        nodes=tuple(nodes),
-        packages=tuple(packages),
-        cores=tuple(cores),
-        caches=tuple(caches),
+        nodes=nodes,
         cgroup=cgroup,
         allowed=allowed,
         allowed_mems=allowed_mems,
         process=_process_mask(host, r),
-        package_source=package_source,
-        core_source=core_source,
-        warnings=tuple(r.warnings),
+        _grouping=_Later(lambda: _read_grouping(host, online, nodes)),
+        _warnings=tuple(r.warnings),
     )
+    if journal is not None:
+        topology._grouping.get()  # now, while the journal is kept: a capture holds every file a question reads
+    return topology
+
+
+def _read_grouping(host: Host, online: CpuSet, nodes: tuple[Node, ...]) -> Grouping:
+    r = _Reader(host)
+    # Most files read are the CPUs' own: opened relative to their folder, held open.
+    with host.folder(_CPU) as cpu_folder:
+        cores, core_source, packages, package_source = _read_cores_and_packages(r, cpu_folder, online, nodes)
+    caches = _read_caches(r, online)
+    return Grouping(tuple(packages), package_source, tuple(cores), core_source, tuple(caches), tuple(r.warnings))
