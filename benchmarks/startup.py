@@ -220,10 +220,13 @@ def machine_read_on_many_cpus() -> None:
 
 def glance_on_many_functions() -> None:
     """The glance on a root of many PCI functions (hwloc's capture of 137: bridges, NICs, disks, a coprocessor),
-    read as a capture is (every function's vendor) and as a live sysfs is (the GPU drivers' lists), in process."""
+    read as a capture is (every function's vendor) and as a live sysfs is (the GPU drivers' lists), in process;
+    and the full reading of its GPUs a worker makes, which reads every function's vendor either way."""
     import tarfile
 
     from numapin.facts.glance import machine_gpus
+    from numapin.facts.gpus import read_gpus
+    from numapin.facts.topology import read_topology
 
     capture = REPO / "tests/fixtures/hwloc-linux/32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2"
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,11 +235,14 @@ def glance_on_many_functions() -> None:
         (root,) = (str(p) for p in Path(tmp).iterdir() if p.is_dir())
         functions = len(os.listdir(os.path.join(root, "sys/bus/pci/devices")))
         runs = 300
+        topology = read_topology(root)
+        full = timeit.timeit(lambda: read_gpus(topology, nvml=False), number=runs) / runs
         scanned = timeit.timeit(lambda: machine_gpus(root), number=runs) / runs
         os.makedirs(os.path.join(root, "sys/bus/pci/drivers"))  # as the live sysfs shows it (no GPU driver here)
         listed = timeit.timeit(lambda: machine_gpus(root), number=runs) / runs
     print(f"  the glance on {functions} PCI functions: {scanned * 1e6:.0f} µs reading each one's vendor, "
-          f"{listed * 1e6:.0f} µs listing the GPU drivers' functions ({scanned / listed:.0f}x)")
+          f"{listed * 1e6:.0f} µs listing the GPU drivers' functions ({scanned / listed:.0f}x); "
+          f"the full reading of its GPUs {full * 1e6:.0f} µs")
 
 
 if __name__ == "__main__":

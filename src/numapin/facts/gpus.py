@@ -151,25 +151,28 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
     functions = []
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     drivers = shows_drivers(host.root)
-    for name in sorted(host.listdir("sys/bus/pci/devices")):
-        if not pci_address.split(name):
-            continue
-        bdf = pci_address.normalize(name)
-        folder = f"sys/bus/pci/devices/{name}"
-        vendor = _hex(host.read(f"{folder}/vendor"))
-        pci_class = _hex(host.read(f"{folder}/class"))
-        if vendor in (AMD, GAUDI) and drivers and held_by(host.root, name) != DRIVERS[vendor]:
-            continue  # ROCm's and Gaudi's runtimes use only the devices their drivers hold (vfio-pci holds others)
-        if vendor == AMD and pci_class is not None and pci_class >> 8 in AMD_CLASSES:
-            amd.append(bdf)
-            continue
-        if vendor == GAUDI:
-            gaudi.append(bdf)
-            continue
-        # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
-        is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
-        if is_nvidia and pci_class is not None and pci_class >> 8 in DISPLAY_CLASSES:
-            functions.append(name)
+    # Every function's vendor is read (a GPU no driver holds is still shown, with why), on a GPU host hundreds:
+    # opened inside the folder held open, and the class only of a GPU vendor's function.
+    with host.folder("sys/bus/pci/devices") as devices:
+        for name in sorted(host.listdir("sys/bus/pci/devices")):
+            if not pci_address.split(name):
+                continue
+            bdf = pci_address.normalize(name)
+            vendor = _hex(host.read_in(devices, f"{name}/vendor"))
+            if vendor in (AMD, GAUDI) and drivers and held_by(host.root, name) != DRIVERS[vendor]:
+                continue  # ROCm's and Gaudi's runtimes use only the devices their drivers hold (vfio-pci holds others)
+            if vendor == GAUDI:
+                gaudi.append(bdf)
+                continue
+            # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
+            is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
+            pci_class = _hex(host.read_in(devices, f"{name}/class")) if vendor == AMD or is_nvidia else None
+            if pci_class is None:
+                continue
+            if vendor == AMD and pci_class >> 8 in AMD_CLASSES:
+                amd.append(bdf)
+            elif is_nvidia and pci_class >> 8 in DISPLAY_CLASSES:
+                functions.append(name)
     gpus = {name: _sysfs_gpu(topology, host, name, warnings) for name in functions}
     # The minors just read (each driver entry read once, and through the host, which a snapshot records).
     _, why_not = nvidia_usable(host.root, functions,
