@@ -201,6 +201,7 @@ def main() -> None:
     print(f"  the start-up line itself, inactive: {seconds / runs * 1e6:.1f} µs per interpreter start")
     machine_read_on_many_cpus()
     glance_on_many_functions()
+    nvml_import(env)
 
 
 def machine_read_on_many_cpus() -> None:
@@ -216,6 +217,19 @@ def machine_read_on_many_cpus() -> None:
         whole = timeit.timeit(lambda: read_machine(root).topology.grouping, number=runs) / runs
     print(f"  a worker's machine read on 8 x H100 (224 CPUs): {pin * 1e6:.0f} µs; {whole * 1e6:.0f} µs with the "
           f"cores and caches, which a pin to a node never asks for")
+
+
+def nvml_import(env: dict[str, str]) -> None:
+    """What loading NVML's bindings (the ``nvml`` extra) costs an interpreter, where they are installed: a pin asks
+    NVML only for what sysfs left untold, and ``numapin show`` to check sysfs."""
+    import importlib.util
+
+    if importlib.util.find_spec("pynvml") is None:
+        print("  NVML's bindings: not installed here (pip install nvidia-ml-py to time their import)")
+        return
+    wall, cpu = paired(([sys.executable, "-c", "import pynvml"], env), ([sys.executable, "-c", "pass"], env))
+    print(f"  importing NVML's bindings (pynvml), where installed: {wall:.2f}x wall {cpu:.2f}x cpu of python -c pass, "
+          "before the driver starts; a pin asks NVML only for what sysfs left untold")
 
 
 def glance_on_many_functions() -> None:

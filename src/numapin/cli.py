@@ -323,7 +323,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     quiet = _picture_to_stdout(args)
     with _root(args) as root:
-        facts = gather(root)
+        facts = gather(root, nvml=True)  # NVML, where installed, checks what sysfs says (a pin asks it only of gaps)
         if quiet:
             pass
         elif args.json:

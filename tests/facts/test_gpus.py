@@ -10,11 +10,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numapin
-from conftest import Snapshots, use_root
+from conftest import Snapshots, in_child, use_root
 from numapin.base.environment import LOCAL_RANK_VARIABLES
 from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
-from numapin.facts.gpus import Inventory, NoGpuVisible, UnknownGpu, read_gpus, resolve_visible, select_gpu
+from numapin.facts.gpu import Vendor
+from numapin.facts.gpus import (
+    Inventory,
+    NoGpuVisible,
+    UnknownGpu,
+    read_gpus,
+    resolve_visible,
+    select_gpu,
+    sysfs_gaps,
+)
 from numapin.facts.synthetic import SHAPES
 from numapin.facts.topology import read_topology
 from numapin.placement.ranks import gpu_for_rank, local_rank
@@ -191,6 +200,63 @@ def test_nvml_fills_in_when_sysfs_shows_nothing(tmp_path: Path) -> None:
     inv = read_gpus(topo, nvml=fake)
     assert [(g.pci, g.node, str(g.cpus), g.source) for g in inv.gpus] == [
         ("0000:18:00.0", 0, "0", "nvml"), ("0000:28:00.0", 1, "1", "nvml")]
+
+
+def test_nvml_is_asked_only_what_sysfs_left_untold(machine_root: Callable[[str], Path], tmp_path: Path) -> None:
+    import shutil
+
+    from numapin.facts import synthetic as machines
+
+    root = machine_root("dgx-h100")
+    gpus = list(read_gpus(read_topology(root), nvml=False).gpus)
+    assert sysfs_gaps(str(root), gpus) == []
+    # A GPU whose driver entry gives no UUID (a capture that left the file out): NVML can tell it.
+    (tmp_path / "dgx").mkdir()
+    copy = Path(shutil.copytree(root, tmp_path / "dgx" / "root", symlinks=True))
+    first = gpus[0].pci
+    (copy / "proc/driver/nvidia/gpus" / first / "information").unlink()
+    untold = list(read_gpus(read_topology(copy), nvml=False).gpus)
+    assert sysfs_gaps(str(copy), untold) == [f"{first}: no UUID"]
+    # A bare container: sysfs shows no GPU, the driver's entries show it loaded; without them, nothing to ask.
+    bare = machines.write("pair", tmp_path / "bare")
+    shutil.rmtree(bare / "sys/bus")
+    assert sysfs_gaps(str(bare), []) == ["no GPU in sysfs, but the NVIDIA driver is loaded"]
+    shutil.rmtree(bare / "proc/driver")
+    assert sysfs_gaps(str(bare), []) == []
+
+
+def test_a_reading_of_the_live_machine_loads_nvml_only_for_gaps_or_a_check(tmp_path: Path) -> None:
+    # A stand-in for nvidia-ml-py, whose import alone costs a worker three interpreter starts: it notes its import
+    # and refuses to start, as without a driver.
+    (tmp_path / "pynvml.py").write_text(
+        "class NVMLError(Exception):\n    pass\n"
+        "def nvmlInit():\n    raise NVMLError('no driver here')\n")
+
+    def child() -> tuple[list[str], bool, str, bool, str, str]:
+        import contextlib
+        import io
+        import json
+        import sys
+
+        from numapin.cli import main
+
+        sys.path.insert(0, str(tmp_path))
+        topology = read_topology("/")
+        gaps = sysfs_gaps("/", list(read_gpus(topology, nvml=False).of(Vendor.NVIDIA)))
+        default = read_gpus(topology)
+        loaded = "pynvml" in sys.modules
+        checked = read_gpus(topology, nvml=True)
+        shown = io.StringIO()
+        with contextlib.redirect_stdout(shown):
+            main(["show", "--json"])
+        return gaps, loaded, default.nvml, "pynvml" in sys.modules, checked.nvml, json.loads(shown.getvalue())["nvml"]
+
+    gaps, loaded, status, loaded_to_check, checked, show = in_child(child)
+    # Where sysfs told everything (this host, and any whose GPUs the driver describes), a reading never loads it.
+    assert loaded == bool(gaps)
+    assert status == ("unavailable (no driver here)" if gaps else "not needed: sysfs told everything")
+    # Asked to check (numapin show asks), it is loaded and started.
+    assert loaded_to_check and checked == show == "unavailable (no driver here)"
 
 
 def test_nvml_without_driver_is_silent(machine_root: Callable[[str], Path]) -> None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "DRIVERS", "GAUDI", "NVIDIA", "held_by", "load_nvml",
-           "machine_gpus", "no_worker", "nvidia_usable", "render_node_absent", "shows_drivers"]
+           "machine_gpus", "no_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -247,10 +247,16 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
         kfd = _kfd_gpus(root)
         amd = amd if kfd is None else kfd  # ROCm's GPUs are the KFD topology's (partitions each count)
-    if nvidia + amd + gaudi == 0 and (_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
-                                      or _listdir(os.path.join(root, "sys/module/nvidia"))):
+    if nvidia + amd + gaudi == 0 and nvidia_driver_loaded(root):
         return None
     return nvidia, amd, gaudi
+
+
+def nvidia_driver_loaded(root: str) -> bool:
+    """Whether the NVIDIA driver is loaded under ``root`` (its GPU entries or its module show): where sysfs shows
+    no GPU of its, NVML then lists the GPUs of a bare container."""
+    return bool(_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
+                or _listdir(os.path.join(root, "sys/module/nvidia")))
 
 
 def machine_gpus(root: str) -> int | None:

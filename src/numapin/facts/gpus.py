@@ -52,6 +52,7 @@ from .glance import (
     NVIDIA,
     held_by,
     load_nvml,
+    nvidia_driver_loaded,
     nvidia_usable,
     render_node_absent,
     shows_drivers,
@@ -295,11 +296,28 @@ def _nvml_enrich(nvml: Any, topology: Topology, gpus: list[Gpu], warnings: list[
             pass
 
 
+def sysfs_gaps(root: str, gpus: list[Gpu]) -> list[str]:
+    """What sysfs and the driver's entries left untold of the NVIDIA GPUs ``gpus`` found under ``root``, which NVML
+    could tell: a GPU's UUID, its CPUs or node; every GPU, where none was found but the driver is loaded."""
+    if not gpus:
+        return ["no GPU in sysfs, but the NVIDIA driver is loaded"] if nvidia_driver_loaded(root) else []
+    gaps = []
+    for gpu in gpus:
+        untold = [name for name, missing in (("UUID", gpu.uuid is None), ("CPUs", not gpu.cpus),
+                                             ("node", gpu.node is None)) if missing]
+        if untold:
+            gaps.append(f"{gpu.pci}: no {' or '.join(untold)}")
+    return gaps
+
+
 def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None = None) -> Inventory:
     """The GPUs of the machine that ``topology`` was read from.
 
-    ``nvml``: None = use NVML on the live machine when installed; False = never;
-    an object = that module (or a stand-in implementing the calls used).
+    ``nvml``: None = NVML, on the live machine when installed, only to fill what sysfs left untold
+    (:func:`sysfs_gaps`): a pin where sysfs told everything never loads it (its import alone costs three
+    interpreter starts, and the driver's initialisation more); True = NVML there, to check sysfs's answer too
+    (``numapin show``); False = never; an object = that module (or a stand-in implementing the calls used),
+    always.
     """
     host = Host(topology.root, journal)
     warnings: list[str] = []
@@ -317,11 +335,13 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
 
         others += read_gaudi(topology, host, gaudi_functions, warnings)
     module = None
-    if nvml is None:
+    status = "not installed"
+    if nvml is None and not sysfs_gaps(host.root, gpus):
+        status = "not needed: sysfs told everything"
+    elif nvml in (None, True):
         module = load_nvml() if host.is_live else None
     elif nvml is not False:
         module = nvml
-    status = "not installed" if module is None else "not used"
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
     return Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings), tuple(hidden))

@@ -74,8 +74,8 @@ class Machine:
         found = self.views.get(key) if kept else None
         if found is None:
             # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
-            module = nvml if nvml not in (None, False) else None
-            if nvml is None and "MIG-" in environ.get(CUDA_VISIBLE_DEVICES, "").upper() \
+            module = nvml if nvml not in (None, False, True) else None
+            if nvml in (None, True) and "MIG-" in environ.get(CUDA_VISIBLE_DEVICES, "").upper() \
                     and Host(self.topology.root).is_live:
                 module = load_nvml()
             resolution = resolve_visible(inventory, environ, nvml=module)
@@ -146,7 +146,8 @@ def gather(
     *,
     nvml: Any = None,
 ) -> Facts:
-    """Read the machine under ``root`` afresh and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``."""
+    """Read the machine under ``root`` afresh and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``; ``nvml`` as
+    :func:`numapin.facts.gpus.read_gpus` takes it (True: NVML checks sysfs's answer, as ``numapin show`` asks)."""
     env = os.environ if environ is None else environ
     priority_rule(env)  # a bad value is the caller's to hear before anything is read
     return read_machine(root, nvml=nvml).view(env, nvml=nvml)
