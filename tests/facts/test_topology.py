@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import FIXTURES, Snapshots, in_child, snapshot_names
 from numapin.cpuset import CpuSet
@@ -188,6 +190,32 @@ def test_cgroup_namespace_root_in_mountinfo(tmp_path: Path) -> None:
     })
     topo = read_topology(root)
     assert topo.cgroup.version == 1 and topo.allowed == CpuSet("0-1")
+
+
+_OTHER_TYPES = st.sampled_from(["overlay", "tmpfs", "proc", "sysfs", "ext4", "nfs4", "fuse.sshfs", "squashfs", "nsfs"])
+
+
+@given(others=st.lists(st.tuples(_OTHER_TYPES, st.from_regex(r"/[a-z0-9/._-]{0,30}", fullmatch=True)), max_size=40),
+       at=st.integers(min_value=0, max_value=40))
+def test_the_cgroup_mount_is_found_among_any_others(others: list[tuple[str, str]], at: int) -> None:
+    # A host running containers has thousands of mounts; only the cgroup ones are parsed, and always found.
+    import tempfile
+
+    from numapin.facts.cgroup import read_cgroup
+
+    lines = [f"{40 + i} 20 0:{50 + i} / {point} rw,relatime - {kind} {kind} rw"
+             for i, (kind, point) in enumerate(others)]
+    lines.insert(min(at, len(lines)), "30 20 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate")
+    with tempfile.TemporaryDirectory() as folder:
+        root = _write(Path(folder), {
+            "proc/self/cgroup": "0::/job/step\n",
+            "proc/self/mountinfo": "\n".join(lines) + "\n",
+            "sys/fs/cgroup/job/cpuset.cpus.effective": "2-5\n",
+            "sys/fs/cgroup/job/cpuset.mems.effective": "0\n",
+        })
+        cgroup = read_cgroup(Host(str(root)))
+    assert (cgroup.version, cgroup.folder, cgroup.cpus, cgroup.mems) == (
+        2, "/sys/fs/cgroup/job/step", CpuSet("2-5"), CpuSet("0"))
 
 
 def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path], tmp_path: Path) -> None:

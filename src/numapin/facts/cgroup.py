@@ -51,12 +51,19 @@ def _unescape(field: str) -> str:
     return field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
 
 
+# The filesystem types of cpuset mounts (cgroup, cgroup2, the legacy cpuset), as each line starts them.
+_TYPES = ("cgroup", "cpuset")
+
+
 def _mounts(host: Host) -> list[_Mount]:
+    """The cgroup mounts: the others, thousands on a host running containers, are passed over unparsed."""
     found: list[_Mount] = []
     info = host.read("proc/self/mountinfo")
     if info:
         for line in info.splitlines():
             left, sep, right = line.partition(" - ")
+            if not right.startswith(_TYPES):
+                continue
             fields, tail = left.split(), right.split()
             if not sep or len(fields) < 6 or len(tail) < 3:
                 continue
@@ -65,7 +72,7 @@ def _mounts(host: Host) -> list[_Mount]:
         return found
     for line in (host.read("proc/mounts") or "").splitlines():
         fields = line.split()
-        if len(fields) >= 4:
+        if len(fields) >= 4 and fields[2].startswith(_TYPES):
             found.append(_Mount(_unescape(fields[1]), "/", fields[2], frozenset(fields[3].split(","))))
     return found
 
