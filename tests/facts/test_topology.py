@@ -345,3 +345,15 @@ def test_the_grouping_is_read_once_when_asked(machine_root: Callable[[str], Path
     assert placing == [] and again == []
     core_ids = [p for p in splitting if p.endswith("core_id")]
     assert sorted(core_ids) == sorted(f"cpu{c}/topology/core_id" for c in whole.online)  # each once
+
+
+def test_the_grouping_of_a_removed_root_is_an_error_not_a_machine_without_cores(tmp_path: Path) -> None:
+    import shutil
+
+    from numapin.facts import synthetic as machines
+
+    topology = read_topology(machines.write("pair", tmp_path / "root"))
+    shutil.rmtree(tmp_path / "root")
+    assert topology.online  # what was read stays
+    with pytest.raises(HostError, match="does not exist"):
+        topology.cores  # noqa: B018 -- the question that would read them

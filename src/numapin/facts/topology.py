@@ -685,6 +685,8 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
 
 
 def _read_grouping(host: Host, online: CpuSet, nodes: tuple[Node, ...]) -> Grouping:
+    # A root removed since (a synthetic machine's folder) is an error, not a machine without cores.
+    host.check()
     r = _Reader(host)
     # Most files read are the CPUs' own: opened relative to their folder, held open.
     with host.folder(_CPU) as cpu_folder:
