@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import in_child
 from numapin.base.environment import CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import machine_gpus
@@ -134,6 +135,32 @@ def test_a_gpu_another_driver_holds_shifts_the_indices_after_it(dgx: Path, how: 
         assert machine_gpus(str(dgx)) == len(everything) - 1
         if how == "rebound":
             assert [h.why for h in inventory.hidden] == ["vfio-pci holds it, not the nvidia driver"]
+
+
+def test_where_sysfs_names_drivers_a_reading_reads_only_the_gpu_drivers_functions(dgx: Path) -> None:
+    # A GPU host has hundreds of PCI functions, and the runtimes use only those the GPU drivers hold: a pin reads
+    # no other. A GPU another driver holds (vfio-pci, for a virtual machine) is found on the first question
+    # about the GPUs the process may not use, which reads every function.
+    everything = _inventory(dgx).gpus
+    functions = sorted(p.name for p in (dgx / "sys/bus/pci/devices").iterdir())
+    assert len(functions) > len(everything)  # bridges, NICs, switches: the functions a pin never reads
+
+    def child() -> tuple[list[str], list[tuple[str, str]], list[list[str]]]:
+        import sys
+
+        opened: list[list[str]] = [[]]
+        sys.addaudithook(lambda event, args: opened[-1].append(str(args[0])) if event == "open" else None)
+        inventory = _inventory(dgx)
+        opened.append([])
+        hidden = [(h.gpu.pci, h.why) for h in inventory.hidden]
+        return [g.pci for g in inventory.gpus], hidden, [[p for p in step if p.endswith("/vendor")] for step in opened]
+
+    with cut(dgx, rebound=[everything[1].pci]):
+        gpus, hidden, (reading, asking) = in_child(child)
+    assert gpus == [g.pci for g in everything if g != everything[1]]
+    assert hidden == [(everything[1].pci, "vfio-pci holds it, not the nvidia driver")]
+    assert sorted(path.split("/")[0] for path in reading) == gpus  # the nvidia driver's functions, no other
+    assert sorted({path.split("/")[0] for path in asking}) == functions  # every function, once asked
 
 
 @pytest.fixture(scope="module")

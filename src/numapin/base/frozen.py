@@ -10,6 +10,8 @@ assignment refused. Type checkers see a frozen dataclass (PEP 681).
 
 Fields are the class's annotations, in order, after those of a record base.
 A method the class defines itself (``__repr__``, ``__eq__``...) is kept.
+A fact that costs a reading most questions never ask for is a :class:`Later`
+field: read on first use, and compared, hashed and pickled by its value.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy kno
 if TYPE_CHECKING:
     from collections.abc import Callable
     from functools import cached_property as once
-    from typing import Any, TypeVar
+    from typing import Any, Generic, TypeVar
 
     from typing_extensions import dataclass_transform
 
     T = TypeVar("T")
+
+    class Later(Generic[T]):
+        def __init__(self, read: Callable[[], T]) -> None: ...
+        def get(self) -> T: ...
 else:
     def dataclass_transform(**_: object) -> object:
         return lambda function: function
@@ -46,7 +52,43 @@ else:
             value = instance.__dict__[self.name] = self.method(instance)
             return value
 
-__all__ = ["field", "fields", "frozen", "once", "replace"]
+    class Later:
+        """A record's value read on first use and kept (``get()``); compared, hashed, shown and pickled by that
+        value, which asking for reads. Views of one record (``replace``) share it, so it is read once.
+        (``typing.Generic`` would cost a start-up its import: type checkers see a generic class.)"""
+
+        __slots__ = ("_known", "_read", "_value")
+
+        def __init__(self, read):
+            self._read = read
+            self._value = None
+            self._known = False
+
+        def get(self):
+            # Two threads asking at once may both read: the same value; no lock (one held by another thread
+            # at fork would stop a forked child that asks).
+            if not self._known:
+                self._value = self._read()
+                self._known = True
+            return self._value
+
+        def __eq__(self, other):
+            return isinstance(other, Later) and self.get() == other.get()
+
+        def __hash__(self):
+            return hash(self.get())
+
+        def __repr__(self):
+            return repr(self.get())
+
+        def __reduce__(self):
+            # A pickle (a copy) carries the value: the reading closure holds a reader, not a fact.
+            return _given, (self.get(),)
+
+    def _given(value):
+        return Later(lambda: value)
+
+__all__ = ["Later", "field", "fields", "frozen", "once", "replace"]
 
 _MISSING = object()
 

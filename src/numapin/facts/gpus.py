@@ -38,7 +38,7 @@ from ..base.environment import (
     ROCR_VISIBLE_DEVICES,
 )
 from ..base.errors import UsageError, quoted
-from ..base.frozen import field, frozen, replace
+from ..base.frozen import Later, field, frozen, replace
 from ..base.logger import log
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
@@ -50,7 +50,6 @@ from .glance import (
     DRIVERS,
     GAUDI,
     NVIDIA,
-    held_by,
     load_nvml,
     nvidia_driver_loaded,
     nvidia_usable,
@@ -75,7 +74,7 @@ from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Any
 
 __all__ = [
@@ -101,7 +100,14 @@ class Inventory:
     gpus: tuple[Gpu, ...]
     nvml: str = "not used"
     warnings: tuple[str, ...] = ()
-    hidden: tuple[HiddenGpu, ...] = ()
+    _hidden: Later[tuple[HiddenGpu, ...]] = field(default_factory=lambda: Later(tuple))
+
+    @property
+    def hidden(self) -> tuple[HiddenGpu, ...]:
+        """The GPUs of the machine the process may not use, and why. Where another driver holds one (vfio-pci,
+        for a virtual machine), finding it means reading every PCI function: done on this first question,
+        which a pin never asks."""
+        return self._hidden.get()
 
     def by_pci(self, bus_id: str, partition: int | None = None) -> Gpu | None:
         wanted = pci_address.normalize(bus_id)
@@ -145,41 +151,69 @@ def _hex(text: str | None) -> int | None:
         return None
 
 
-def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str],
-                hidden: list[HiddenGpu]) -> list[Gpu]:
-    """NVIDIA's GPUs on the PCI bus that the process may use (the others to ``hidden``); the AMD GPU functions
-    and Gaudis met on the way are added to ``amd`` and ``gaudi``."""
-    functions = []
-    driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
-    drivers = shows_drivers(host.root)
-    # Every function's vendor is read (a GPU no driver holds is still shown, with why), on a GPU host hundreds:
-    # opened inside the folder held open, and the class only of a GPU vendor's function.
-    with host.folder("sys/bus/pci/devices") as devices:
-        for name in sorted(host.listdir("sys/bus/pci/devices")):
+_DEVICES = "sys/bus/pci/devices"
+
+
+def _scan(host: Host, driver_bdfs: set[str]) -> tuple[list[str], list[str], list[str]]:
+    """The PCI functions (sysfs names) of NVIDIA GPUs, AMD GPUs and Gaudis, from every function's vendor (a capture
+    must be read so: it names no driver), on a GPU host hundreds: opened inside the folder held open, the class
+    read only of a GPU vendor's function. A capture may omit ``vendor``; the NVIDIA driver's entry then tells."""
+    nvidia, amd, gaudi = [], [], []
+    with host.folder(_DEVICES) as devices:
+        for name in sorted(host.listdir(_DEVICES)):
             if not pci_address.split(name):
                 continue
-            bdf = pci_address.normalize(name)
             vendor = _hex(host.read_in(devices, f"{name}/vendor"))
-            if vendor in (AMD, GAUDI) and drivers and held_by(host.root, name) != DRIVERS[vendor]:
-                continue  # ROCm's and Gaudi's runtimes use only the devices their drivers hold (vfio-pci holds others)
             if vendor == GAUDI:
-                gaudi.append(bdf)
+                gaudi.append(name)
                 continue
-            # A capture may omit `vendor`; the NVIDIA driver's own entry then tells.
-            is_nvidia = vendor == NVIDIA or (vendor is None and bdf in driver_bdfs)
-            pci_class = _hex(host.read_in(devices, f"{name}/class")) if vendor == AMD or is_nvidia else None
-            if pci_class is None:
+            is_nvidia = vendor == NVIDIA or (vendor is None and pci_address.normalize(name) in driver_bdfs)
+            if vendor != AMD and not is_nvidia:
                 continue
-            if vendor == AMD and pci_class >> 8 in AMD_CLASSES:
-                amd.append(bdf)
-            elif is_nvidia and pci_class >> 8 in DISPLAY_CLASSES:
-                functions.append(name)
+            pci_class = _hex(host.read_in(devices, f"{name}/class"))
+            if pci_class is not None and vendor == AMD and pci_class >> 8 in AMD_CLASSES:
+                amd.append(name)
+            elif pci_class is not None and is_nvidia and pci_class >> 8 in DISPLAY_CLASSES:
+                nvidia.append(name)
+    return nvidia, amd, gaudi
+
+
+def _held(host: Host) -> tuple[list[str], list[str], list[str]]:
+    """The same where sysfs names each function's driver: the functions the GPU drivers hold (the runtimes use
+    no other), from their own lists, their vendor and class read and no other function's."""
+    found: list[list[str]] = []
+    with host.folder(_DEVICES) as devices:
+        for vendor, classes in ((NVIDIA, DISPLAY_CLASSES), (AMD, AMD_CLASSES), (GAUDI, None)):
+            names = sorted(n for n in host.listdir(f"sys/bus/pci/drivers/{DRIVERS[vendor]}") if pci_address.split(n))
+            found.append([name for name in names if _hex(host.read_in(devices, f"{name}/vendor")) == vendor and (
+                classes is None or (_hex(host.read_in(devices, f"{name}/class")) or 0) >> 8 in classes)])
+    return found[0], found[1], found[2]
+
+
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str],
+                hidden: list[HiddenGpu]) -> tuple[list[Gpu], Callable[[], list[HiddenGpu]]]:
+    """NVIDIA's GPUs on the PCI bus that the process may use (those the driver holds but the process may not, to
+    ``hidden``), and how to find the others, which another driver or none holds (read only when asked: it
+    reads every PCI function); the AMD GPU and Gaudi functions are added to ``amd`` and ``gaudi``."""
+    driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
+    drivers = shows_drivers(host.root)
+    functions, amd_functions, gaudi_functions = _held(host) if drivers else _scan(host, driver_bdfs)
+    amd += [pci_address.normalize(name) for name in amd_functions]
+    gaudi += [pci_address.normalize(name) for name in gaudi_functions]
     gpus = {name: _sysfs_gpu(topology, host, name, warnings) for name in functions}
     # The minors just read (each driver entry read once, and through the host, which a snapshot records).
-    _, why_not = nvidia_usable(host.root, functions,
+    _, why_not = nvidia_usable(host.root, functions, held=drivers,
                                minors={name: g.minor for name, g in gpus.items() if g.minor is not None})
     hidden += [HiddenGpu(gpus[name], why_not[name]) for name in functions if name in why_not]
-    return [gpus[name] for name in functions if name not in why_not]
+
+    def held_elsewhere() -> list[HiddenGpu]:
+        if not drivers:
+            return []  # every NVIDIA GPU function was read above
+        others = [name for name in _scan(host, driver_bdfs)[0] if name not in gpus]
+        _, why = nvidia_usable(host.root, others)
+        return [HiddenGpu(_sysfs_gpu(topology, host, name, []), why[name]) for name in others if name in why]
+
+    return [gpus[name] for name in functions if name not in why_not], held_elsewhere
 
 
 def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -> Gpu:
@@ -227,7 +261,7 @@ def in_view(inventory: Inventory, root: str) -> Inventory:
         return inventory
     gone = {h.gpu for h in left}
     return replace(inventory, gpus=tuple(g for g in inventory.gpus if g not in gone),
-                   hidden=(*inventory.hidden, *left))
+                   _hidden=Later(lambda: (*inventory.hidden, *left)))
 
 
 # -- NVML -----------------------------------------------------------------
@@ -324,12 +358,13 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     amd_functions: list[str] = []
     gaudi_functions: list[str] = []
     hidden: list[HiddenGpu] = []
-    gpus = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions, hidden)
+    gpus, held_elsewhere = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions, hidden)
+    amd_hidden: list[HiddenGpu] = []
     others: list[Gpu] = []
     if amd_functions or host.listdir("sys/class/kfd"):
         from .rocm import read_amd  # imported only where an AMD GPU may be: most hosts have none
 
-        others += read_amd(topology, host, amd_functions, warnings, hidden)
+        others += read_amd(topology, host, amd_functions, warnings, amd_hidden)
     if gaudi_functions:
         from .gaudi import read_gaudi
 
@@ -344,7 +379,11 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
         module = nvml
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
-    return Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings), tuple(hidden))
+    inventory = Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings), Later(
+        lambda: (*sorted(hidden + held_elsewhere(), key=lambda h: h.gpu.pci), *amd_hidden)))
+    if journal is not None:
+        inventory._hidden.get()  # now, while the journal is kept: a capture holds every file a question reads
+    return inventory
 
 
 # -- CUDA_VISIBLE_DEVICES -------------------------------------------------

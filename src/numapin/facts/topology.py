@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from ..base.frozen import frozen, once, replace
+from ..base.frozen import Later, frozen, once, replace
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 from .cgroup import Cgroup, read_cgroup
@@ -84,41 +84,6 @@ class Grouping:
     warnings: tuple[str, ...] = ()
 
 
-class _Later:
-    """A topology's :class:`Grouping`, read on first use and kept: shared by the views of one reading
-    (:meth:`Topology.in_cgroup`), so it is read once; compared, hashed and shown by what it holds."""
-
-    __slots__ = ("_read", "_value")
-
-    def __init__(self, read: Callable[[], Grouping]) -> None:
-        self._read = read
-        self._value: Grouping | None = None
-
-    def get(self) -> Grouping:
-        # Two threads asking at once may both read: the same files, equal results; no lock (one held by
-        # another thread at fork would stop a forked child that asks).
-        if self._value is None:
-            self._value = self._read()
-        return self._value
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Later) and self.get() == other.get()
-
-    def __hash__(self) -> int:
-        return hash(self.get())
-
-    def __repr__(self) -> str:
-        return repr(self.get())
-
-    def __reduce__(self) -> tuple[Callable[[Grouping], _Later], tuple[Grouping]]:
-        # A pickle (a copy) carries what was read: the reading closure holds the root's reader, not a fact.
-        return _known, (self.get(),)
-
-
-def _known(grouping: Grouping) -> _Later:
-    return _Later(lambda: grouping)
-
-
 @frozen
 class Topology:
     root: str
@@ -133,7 +98,7 @@ class Topology:
     # time: a fact of the snapshot for `show`, never consulted by pinning (the
     # cached facts would make it stale; pinning asks the kernel each time).
     process: CpuSet | None
-    _grouping: _Later
+    _grouping: Later[Grouping]
     _warnings: tuple[str, ...] = ()
     """What could not be read of the CPUs, nodes and cgroup (the grouping's own come with it)."""
 
@@ -676,7 +641,7 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
         allowed=allowed,
         allowed_mems=allowed_mems,
         process=_process_mask(host, r),
-        _grouping=_Later(lambda: _read_grouping(host, online, nodes)),
+        _grouping=Later(lambda: _read_grouping(host, online, nodes)),
         _warnings=tuple(r.warnings),
     )
     if journal is not None:
