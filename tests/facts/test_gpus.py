@@ -483,3 +483,17 @@ def test_a_gpu_index_of_another_type_is_a_usage_error_saying_so(gpu: object, mac
         with pytest.raises(numapin.UsageError, match="an int") as caught:
             call()
         assert "not visible" not in str(caught.value) and caught.value.value == gpu
+
+
+def test_the_hidden_gpus_of_a_removed_root_are_an_error_not_none(tmp_path: Path) -> None:
+    import shutil
+
+    from numapin.facts import synthetic as machines
+    from numapin.facts.host import HostError
+
+    root = machines.write("dgx-h100", tmp_path / "root")  # its sysfs names drivers: hidden GPUs are read when asked
+    inventory = read_gpus(read_topology(root), nvml=False)
+    shutil.rmtree(root)
+    assert len(inventory.gpus) == SHAPES["dgx-h100"].gpus  # what was read stays
+    with pytest.raises(HostError, match="does not exist"):
+        inventory.hidden  # noqa: B018 -- the question that would read them

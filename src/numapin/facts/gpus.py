@@ -209,8 +209,10 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
     def held_elsewhere() -> list[HiddenGpu]:
         if not drivers:
             return []  # every NVIDIA GPU function was read above
+        host.check()  # a root removed since (a synthetic machine's folder) is an error, not a machine without them
         others = [name for name in _scan(host, driver_bdfs)[0] if name not in gpus]
         _, why = nvidia_usable(host.root, others)
+        # What their files lack is no warning about the GPUs the process uses: those were read before.
         return [HiddenGpu(_sysfs_gpu(topology, host, name, []), why[name]) for name in others if name in why]
 
     return [gpus[name] for name in functions if name not in why_not], held_elsewhere
