@@ -190,11 +190,11 @@ def _held(host: Host) -> tuple[list[str], list[str], list[str]]:
     return found[0], found[1], found[2]
 
 
-def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str], gaudi: list[str],
-                hidden: list[HiddenGpu]) -> tuple[list[Gpu], Callable[[], list[HiddenGpu]]]:
-    """NVIDIA's GPUs on the PCI bus that the process may use (those the driver holds but the process may not, to
-    ``hidden``), and how to find the others, which another driver or none holds (read only when asked: it
-    reads every PCI function); the AMD GPU and Gaudi functions are added to ``amd`` and ``gaudi``."""
+def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str],
+                gaudi: list[str]) -> tuple[list[Gpu], Callable[[], list[HiddenGpu]]]:
+    """NVIDIA's GPUs on the PCI bus that the process may use, and how to find those it may not, in PCI order (the
+    ones another driver or none holds are read only when asked: that reads every PCI function); the AMD GPU and
+    Gaudi functions are added to ``amd`` and ``gaudi``."""
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     drivers = shows_drivers(host.root)
     functions, amd_functions, gaudi_functions = _held(host) if drivers else _scan(host, driver_bdfs)
@@ -204,18 +204,19 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
     # The minors just read (each driver entry read once, and through the host, which a snapshot records).
     _, why_not = nvidia_usable(host.root, functions, held=drivers,
                                minors={name: g.minor for name, g in gpus.items() if g.minor is not None})
-    hidden += [HiddenGpu(gpus[name], why_not[name]) for name in functions if name in why_not]
+    hidden = [HiddenGpu(gpus[name], why_not[name]) for name in functions if name in why_not]
 
-    def held_elsewhere() -> list[HiddenGpu]:
+    def all_hidden() -> list[HiddenGpu]:
         if not drivers:
-            return []  # every NVIDIA GPU function was read above
+            return hidden  # every NVIDIA GPU function was read above
         host.check()  # a root removed since (a synthetic machine's folder) is an error, not a machine without them
         others = [name for name in _scan(host, driver_bdfs)[0] if name not in gpus]
         _, why = nvidia_usable(host.root, others)
         # What their files lack is no warning about the GPUs the process uses: those were read before.
-        return [HiddenGpu(_sysfs_gpu(topology, host, name, []), why[name]) for name in others if name in why]
+        elsewhere = [HiddenGpu(_sysfs_gpu(topology, host, name, []), why[name]) for name in others if name in why]
+        return sorted(hidden + elsewhere, key=lambda h: h.gpu.pci)
 
-    return [gpus[name] for name in functions if name not in why_not], held_elsewhere
+    return [gpus[name] for name in functions if name not in why_not], all_hidden
 
 
 def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -> Gpu:
@@ -359,8 +360,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
     warnings: list[str] = []
     amd_functions: list[str] = []
     gaudi_functions: list[str] = []
-    hidden: list[HiddenGpu] = []
-    gpus, held_elsewhere = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions, hidden)
+    gpus, nvidia_hidden = _sysfs_gpus(topology, host, warnings, amd_functions, gaudi_functions)
     amd_hidden: list[HiddenGpu] = []
     others: list[Gpu] = []
     if amd_functions or host.listdir("sys/class/kfd"):
@@ -381,8 +381,8 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
         module = nvml
     if module is not None:
         gpus, status = _nvml_enrich(module, topology, gpus, warnings)
-    inventory = Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings), Later(
-        lambda: (*sorted(hidden + held_elsewhere(), key=lambda h: h.gpu.pci), *amd_hidden)))
+    inventory = Inventory((*sorted(gpus, key=lambda g: g.pci), *others), status, tuple(warnings),
+                          Later(lambda: (*nvidia_hidden(), *amd_hidden)))
     if journal is not None:
         inventory._hidden.get()  # now, while the journal is kept: a capture holds every file a question reads
     return inventory
