@@ -11,11 +11,15 @@ the machine's speed touches both alike), with the bound each must keep:
 - a worker (``LOCAL_RANK=1`` on the pair machine, memory policy none): pinned at start — bound 2x. Printed
   beside it, the floor of any layout of numapin's modules: the same worker with every module it imports
   served from one file of their compiled code, read at once (what merging them all into one module would
-  save: a finder's search, two ``stat``s and a file per module), the code and the pin unchanged;
+  save: a finder's search, two ``stat``s and a file per module), the code and the pin unchanged; and under
+  that, the floor of the code itself: the same file with every function the worker never runs (a profile
+  of it in a child says which) replaced by a stub that raises, what a perfect split of hot and cold code
+  could leave;
 - ``numapin exec --cpus 0 -- python -c pass`` — bound 3x. Printed beside it, the floor of any ``exec``
   written in Python that parses its options with argparse and sets a memory policy (ctypes, libc): a
   script that does only that and execs the same command, no numapin in it. Two interpreters start in
-  either; what the floor adds to them is argparse (with ``re`` and ``enum``) and ctypes.
+  either; what the floor adds to them is argparse (with ``re`` and ``enum``) and ctypes. Under it, the
+  same without argparse (the arguments taken as they come): what the bound leaves numapin's code.
 
 The pair machine is this host's CPUs 0 and 1 as two nodes with a GPU each (``numapin machine pair``).
 Also printed: the start-up file inactive (no variable set), and its one line timed in process.
@@ -24,6 +28,7 @@ Run: python benchmarks/startup.py [PAIRS]
 
 from __future__ import annotations
 
+import ast
 import importlib
 import marshal
 import os
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import time
 import timeit
+import types
 from importlib.abc import SourceLoader
 from pathlib import Path
 
@@ -64,6 +70,30 @@ args = parser.parse_args()
 os.sched_setaffinity(0, {args.cpus})
 ctypes.CDLL(None, use_errno=True)
 os.execv(args.command[1], args.command[1:])
+"""
+
+# The same without a parser: the arguments taken as they come.
+FLOOR_UNPARSED = """\
+import ctypes, os, sys
+os.sched_setaffinity(0, {int(sys.argv[2])})
+ctypes.CDLL(None, use_errno=True)
+os.execv(sys.argv[4], sys.argv[4:])
+"""
+
+# The functions a worker's start runs (its exit's included), heard by a profile in a child that imports numapin
+# without the start-up file: (file name, first line, name) of each.
+RAN = """\
+import atexit, os, sys
+ran = set()
+def hear(frame, event, arg):
+    if event == "call":
+        ran.add((os.path.basename(frame.f_code.co_filename), frame.f_code.co_firstlineno, frame.f_code.co_name))
+sys.setprofile(hear)
+import numapin.startup
+numapin.startup.at_start()
+atexit._run_exitfuncs()
+sys.setprofile(None)
+print(repr(sorted(ran)))
 """
 
 
@@ -98,7 +128,7 @@ sys.meta_path.insert(0, Bundle(__file__.rpartition("/")[0] + "/numapin.bundle"))
 """
 
 
-def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[object, bool, str]] | None = None) -> str:
+def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[types.CodeType, bool, str]] | None = None) -> str:
     """A venv whose site-packages points at this numapin, with or without the start-up file; with ``bundle``,
     its modules are served from one file (the layout floor)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
@@ -115,17 +145,45 @@ def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[object, bool, str
     return str(home / "bin" / "python")
 
 
-def worker_bundle(python: str, env: dict[str, str]) -> dict[str, tuple[object, bool, str]]:
+def worker_bundle(python: str, env: dict[str, str]) -> dict[str, tuple[types.CodeType, bool, str]]:
     """Every numapin module a worker pinned at start imports, compiled: name -> (code, package?, file)."""
     listing = "import sys; print(*(m for m in sys.modules if m.startswith('numapin')))"
     names = subprocess.run([python, "-c", listing], env=env, check=True, capture_output=True, text=True).stdout.split()
-    bundle: dict[str, tuple[object, bool, str]] = {}
+    bundle: dict[str, tuple[types.CodeType, bool, str]] = {}
     for name in names:
         module = importlib.import_module(name)
         spec = module.__spec__
         assert spec is not None and spec.origin is not None and isinstance(spec.loader, SourceLoader)
-        bundle[name] = (spec.loader.get_code(name), spec.submodule_search_locations is not None, spec.origin)
+        code = spec.loader.get_code(name)
+        assert code is not None
+        bundle[name] = (code, spec.submodule_search_locations is not None, spec.origin)
     return bundle
+
+
+def runs_only(code: types.CodeType, ran: set[tuple[str, int, str]]) -> types.CodeType:
+    """``code`` with each function (or method) it defines that the worker never ran replaced by a stub that
+    raises: the code a worker runs and the definitions it makes, nothing more."""
+    consts: list[object] = []
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            key = (os.path.basename(const.co_filename), const.co_firstlineno, const.co_name)
+            const = runs_only(const, ran) if key in ran else _stub(const)  # a class body ran: its methods are seen
+        consts.append(const)
+    return code.replace(co_consts=tuple(consts))
+
+
+def _stub(code: types.CodeType) -> types.CodeType:
+    """A function's code that raises, with ``code``'s name and its free variables (a closure's cells)."""
+    free = code.co_freevars
+    source = (f"def outer():\n    {'; '.join(f'{name} = None' for name in free) or 'pass'}\n"
+              f"    def stub(*args, **kwargs):\n        {''.join(f'{name}; ' for name in free)}"
+              "raise RuntimeError('not run by a worker')\n    return stub\n")
+    outer = next(c for c in compile(source, code.co_filename, "exec").co_consts if isinstance(c, types.CodeType))
+    stub = next(c for c in outer.co_consts if isinstance(c, types.CodeType))
+    assert stub.co_freevars == free, (stub.co_freevars, free)
+    if sys.version_info >= (3, 11):  # where a function takes its qualified name from its code
+        return stub.replace(co_name=code.co_name, co_qualname=code.co_qualname, co_firstlineno=code.co_firstlineno)
+    return stub.replace(co_name=code.co_name, co_firstlineno=code.co_firstlineno)
 
 
 def paired(a: tuple[list[str], dict[str, str]], b: tuple[list[str], dict[str, str]]) -> tuple[float, float]:
@@ -161,14 +219,24 @@ def main() -> None:
         floor.write_text(FLOOR)
         on_pair = {**env, "NUMAPIN_FSROOT": pair, "NUMAPIN_RUNTIME_DIR": str(Path(tmp) / "records")}
         worker = {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1", "NUMAPIN_MEMORY": "none"}
-        bundled = venv(Path(tmp) / "bundled", startup=True, bundle=worker_bundle(hooked, worker))
-        # The floor must pin as the worker does, from the bundle's code and from nothing else of numapin's.
+        bundle = worker_bundle(hooked, worker)
+        bundled = venv(Path(tmp) / "bundled", startup=True, bundle=bundle)
+        ran = set(ast.literal_eval(
+            subprocess.run([bare, "-c", RAN], env=worker, check=True, capture_output=True, text=True).stdout))
+        hot = {name: (runs_only(code, ran), package, file) for name, (code, package, file) in bundle.items()}
+        only_run = venv(Path(tmp) / "hot", startup=True, bundle=hot)
+        sizes = [sum(len(marshal.dumps(code)) for code, _, _ in each.values()) // 1000 for each in (bundle, hot)]
+        # Each floor must pin as the worker does, saying nothing (a stub run would leave it unpinned, with a
+        # warning), from the bundle's code and from nothing else of numapin's.
         probe = ("import os, sys; print(sorted(os.sched_getaffinity(0))); print({type(m.__spec__.loader).__name__ "
                  "for n, m in sys.modules.items() if n.startswith('numapin')})")
-        (pinned, _), (floor_pinned, loaders) = (
-            subprocess.run([python, "-c", probe], env=worker, check=True, capture_output=True,
-                           text=True).stdout.splitlines() for python in (hooked, bundled))
-        assert pinned == floor_pinned and loaders == "{'Bundle'}", (pinned, floor_pinned, loaders)
+        (pinned, _, said), *floors = (
+            [*run.stdout.splitlines(), run.stderr] for run in (
+                subprocess.run([python, "-c", probe], env=worker, check=True, capture_output=True, text=True)
+                for python in (hooked, bundled, only_run)))
+        assert not said and all(floor == [pinned, "{'Bundle'}", ""] for floor in floors), (pinned, said, floors)
+        unparsed = Path(tmp) / "unparsed.py"
+        unparsed.write_text(FLOOR_UNPARSED)
         cases = {
             "no worker, NUMAPIN_AUTOPIN=1 (no rank, 2 GPUs visible)": (
                 ([hooked, "-c", "pass"], {**on_pair, "NUMAPIN_AUTOPIN": "1"}), 1.2),
@@ -179,10 +247,14 @@ def main() -> None:
             "worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1 (pinned at start)": (([hooked, "-c", "pass"], worker), 2.0),
             "  its floor, any layout: every module from one file": (
                 ([bundled, "-c", "pass"], worker), None),
+            f"  its floor, the code it runs: the rest stubbed ({sizes[0]} -> {sizes[1]} KB)": (
+                ([only_run, "-c", "pass"], worker), None),
             "numapin exec --cpus 0 -- python -c pass": (
                 ([*numapin_cmd, "exec", "--cpus", "0", "--", bare, "-c", "pass"], env), 3.0),
             "  its floor: argparse, ctypes, exec (no numapin)": (
                 ([bare, str(floor), "--cpus", "0", "--", bare, "-c", "pass"], env), None),
+            "  the same without argparse": (
+                ([bare, str(unparsed), "--cpus", "0", "--", bare, "-c", "pass"], env), None),
             "start-up file, no variable set": (([hooked, "-c", "pass"], env), None),
         }
         print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios to python -c pass")
