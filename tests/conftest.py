@@ -18,6 +18,7 @@ import pytest
 
 import live
 import numapin
+import other_user
 from live import INPUTS
 from numapin.base import environment
 from numapin.facts import synthetic as machines
@@ -105,6 +106,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         own = config.stash.get(key, None)
         if own:
             shutil.rmtree(own, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def other() -> Iterator[other_user.Other]:
+    """A second, unprivileged user of this host (root only), made for the session and removed after it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create and become another user")
+    made = other_user.make()
+    yield made
+    other_user.remove(made)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_trust_boundary import other
 from test_visible_from_outside import NUMAPIN, needs_two
 
 import live
@@ -21,9 +20,8 @@ from conftest import Python
 from numapin.facts.gpus import read_gpus
 from numapin.facts.rocm import KFD_NODES
 from numapin.facts.topology import read_topology
+from other_user import Other
 from test_startup import _autopin
-
-__all__ = ["other"]  # the second user's fixture, used here
 
 PROC = "proc/driver/nvidia/gpus"
 
@@ -94,7 +92,7 @@ CHROOTED = ("import os, sys, time; os.chroot(sys.argv[1]); os.chdir('/'); os.set
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chroot a process and make it another user's")
-def test_ps_judges_a_containers_process_by_the_gpus_its_root_holds(tmp_path: Path, other: tuple[int, int]) -> None:
+def test_ps_judges_a_containers_process_by_the_gpus_its_root_holds(tmp_path: Path, other: Other) -> None:
     # A second user's process in a root of its own (a container's), which holds GPU 1's device file alone. Its
     # owner also planted driver entries that swap the two GPUs' minors: numapin takes the minors from the host's
     # reading and opens nothing in that root, so the swap changes nothing.

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -18,31 +17,15 @@ import pytest
 
 from numapin.base.environment import RUNTIME_DIR
 from numapin.pinning import record
+from other_user import Other
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create and become another user")
 
-OTHER = "numapin-test-other"
 READY = "import time; print('ready', flush=True); time.sleep(60)"
 
 
-@pytest.fixture(scope="module")
-def other() -> tuple[int, int]:
-    """A second, unprivileged user of this host, made for these tests."""
-    try:
-        entry = pwd.getpwnam(OTHER)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", OTHER],
-                       check=True)
-        entry = pwd.getpwnam(OTHER)
-    assert entry.pw_uid != 0
-    return entry.pw_uid, entry.pw_gid
-
-
-def as_other(other: tuple[int, int], script: str, *args: str) -> None:
-    """Run the shell ``script`` (with ``args`` as $1...) as the other user: what it plants is its own doing.
-    (Shell, not Python: this test's interpreter may live where that user may not read.)"""
-    subprocess.run(["/bin/sh", "-c", script, "sh", *args], user=other[0], group=other[1], check=True, timeout=60,
-                   cwd="/")
+def as_other(other: Other, script: str, *args: str) -> None:
+    other.sh(script, *args)
 
 
 @pytest.fixture
@@ -56,7 +39,7 @@ def worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
 
 
 @pytest.fixture
-def shared(other: tuple[int, int]) -> Iterator[Path]:
+def shared(other: Other) -> Iterator[Path]:
     """A folder the other user owns (as its /tmp/numapin-UID would be), inside one that is root's."""
     top = Path(tempfile.mkdtemp(prefix="numapin-trust-"))
     top.chmod(0o755)
@@ -77,7 +60,7 @@ def _forged(pid: int) -> str:
 
 
 def test_a_record_another_user_writes_for_roots_process_is_not_believed(
-        other: tuple[int, int], shared: Path, worker: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        other: Other, shared: Path, worker: int, monkeypatch: pytest.MonkeyPatch) -> None:
     name = record.file_name(worker, record.start_time(worker) or 0)
     as_other(other, 'printf %s "$2" > "$1"', str(shared / name), _forged(worker))
     assert (shared / name).stat().st_uid == other[0]
@@ -93,7 +76,7 @@ def test_a_record_another_user_writes_for_roots_process_is_not_believed(
 
 
 def test_roots_files_are_never_deleted_through_another_users_symlink(
-        other: tuple[int, int], shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        other: Other, shared: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     victim = Path(tempfile.mkdtemp(prefix="numapin-victim-"))  # root's, 0700
     try:
         planted = [record.file_name(1, 1), record.file_name(2**22 + 77, 5),
@@ -146,7 +129,7 @@ def test_a_damaged_record_is_passed_over(name: str, content: str, worker: int,
 
 
 def test_the_numactl_stand_in_never_imports_from_the_working_directory(
-        other: tuple[int, int], shared: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        other: Other, shared: Path, private_tmp: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from numapin.compat import numactl_front
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(private_tmp))
@@ -175,7 +158,7 @@ def _front(**env: str) -> str:
     return done.stdout.strip()
 
 
-def _planted_numactl(other: tuple[int, int], folder: str) -> bool:
+def _planted_numactl(other: Other, folder: str) -> bool:
     """Whether the other user can put a numactl of its own at ``folder``."""
     try:
         as_other(other, 'mkdir -p "$1" && printf "#!/bin/sh\\necho planted\\n" > "$1/numactl" && '
@@ -186,7 +169,7 @@ def _planted_numactl(other: tuple[int, int], folder: str) -> bool:
 
 
 def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
-        other: tuple[int, int], private_tmp: Path) -> None:
+        other: Other, private_tmp: Path) -> None:
     """Issue 37, item 2: the stand-in stayed first on PATH at a predictable name in /tmp; once a cleaner
     removed it, another user could make it again with their own numactl, which root's next worker ran."""
     import hashlib
@@ -210,7 +193,7 @@ def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
         shutil.rmtree(guess, ignore_errors=True)
 
 
-def test_a_place_another_user_took_gives_way_to_the_next(other: tuple[int, int], private_tmp: Path) -> None:
+def test_a_place_another_user_took_gives_way_to_the_next(other: Other, private_tmp: Path) -> None:
     """Issue 37, item 6: another user making the stand-in's folder first left root with no numactl."""
     runtime, home = private_tmp / "run", private_tmp / "home"
     (runtime / "numapin").mkdir(parents=True)
@@ -225,7 +208,7 @@ def test_a_place_another_user_took_gives_way_to_the_next(other: tuple[int, int],
     assert run.returncode == 0 and run.stdout.startswith("policy: "), run.stderr
 
 
-def test_a_folder_another_user_owns_is_not_only_roots(other: tuple[int, int], private_tmp: Path) -> None:
+def test_a_folder_another_user_owns_is_not_only_roots(other: Other, private_tmp: Path) -> None:
     from numapin.base.files import only_theirs
 
     theirs = private_tmp / "theirs"
@@ -276,7 +259,7 @@ def test_a_pid_namespace_never_judges_nor_removes_anothers_records(private_tmp: 
             child.wait()
 
 
-def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: tuple[int, int],
+def test_a_front_on_path_that_is_no_longer_its_users_alone_is_dropped(other: Other,
                                                                        private_tmp: Path) -> None:
     # An earlier interpreter of the job put the front first on PATH; its folder has since passed to another
     # user: the next interpreter takes it off PATH and uses the next place, never running it unchecked.
@@ -318,7 +301,7 @@ sys.exit(numapin.cli.main(sys.argv[3:]))
 
 
 def test_a_user_sees_roots_workers_by_their_records_and_says_what_it_could_not_read(
-        other: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+        other: Other, monkeypatch: pytest.MonkeyPatch) -> None:
     # Issue 39, item 6: a user's ps judged root's workers `unreadable`, though their masks and records are
     # readable by anyone; and said nothing of the processes it could not look into.
     top = Path(tempfile.mkdtemp(prefix="numapin-view-"))
@@ -356,7 +339,7 @@ def test_a_user_sees_roots_workers_by_their_records_and_says_what_it_could_not_r
 
 
 def test_another_users_keeper_can_neither_move_roots_worker_nor_speak_for_it(
-        other: tuple[int, int], monkeypatch: pytest.MonkeyPatch) -> None:
+        other: Other, monkeypatch: pytest.MonkeyPatch) -> None:
     # numapin keep run by another user on root's worker (policy override: the keeper would put a moved thread
     # back): it may watch and say what it saw, but the kernel refuses its mask, and nothing it writes is taken
     # for root's record.
@@ -391,7 +374,7 @@ def test_another_users_keeper_can_neither_move_roots_worker_nor_speak_for_it(
         shutil.rmtree(top)
 
 
-def test_the_textfile_is_never_written_through_another_users_symlink(other: tuple[int, int]) -> None:
+def test_the_textfile_is_never_written_through_another_users_symlink(other: Other) -> None:
     # A textfile folder every user may write (sticky, as /tmp): the other user plants numapin.prom, and the
     # temporary name the writer will use, as links to a file of root's. Root's ps replaces the link; the
     # file it pointed to is untouched.

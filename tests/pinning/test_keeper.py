@@ -299,7 +299,12 @@ def test_the_record_carries_the_drift_and_refuses_a_damaged_one() -> None:
     assert "drift" not in records.Record(1, 2, "pin", CpuSet([0]), CpuSet([0]), placement).as_dict()
     for damaged in ({"moved": -1}, {"moved": "2"}, {"moved": True}, ["moved"]):
         assert records.Record.from_dict({**kept.as_dict(), "drift": damaged}) is None, damaged
-    assert records.Record.from_dict({**kept.as_dict(), "last_drift": "\ud800"}) is None
+    # Its words are another process's writing: read as text a terminal shows, never acts on (nor cannot write).
+    escaped = records.Record.from_dict({**kept.as_dict(), "last_drift": "\ud800\x1b[2J\nx"})
+    assert escaped is not None and escaped.last_drift == "\\ud800\\x1b[2J\\nx"
+    # A cause outside the closed set is counted as unknown (a label of the node's metrics).
+    odd = records.Record.from_dict({**kept.as_dict(), "drift": {"cpu\nset": 2, "moved": 1, "x": 1}})
+    assert odd is not None and odd.drift == (("moved", 1), ("unknown", 3))
     # As its file gives it back (keys sorted: the pools in another order), a record is still the same placement.
     pooled = records.Record(1, 2, "exec", CpuSet([0]), CpuSet([0]), placement,
                             pools=(("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")))

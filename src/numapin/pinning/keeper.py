@@ -45,7 +45,7 @@ from ..facts.machine import forget as forget_facts
 from ..kernel.affinity import LinuxThreads, walk_calls
 from . import record as records
 from .decision import ExternalMaskPolicy
-from .record import Record
+from .record import DriftCause, Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -62,19 +62,6 @@ __all__ = ["DEFAULT_PERIOD", "Drift", "DriftCause", "Keeper", "Response", "envir
 #: Seconds between two looks: a drift is seen within one. A look at a 1,000-thread worker costs a few
 #: milliseconds (benchmarks/keeper.py), so this period keeps the keeper under 0.5% of one CPU.
 DEFAULT_PERIOD = 1.0
-
-
-class DriftCause(Choice):
-    """What moved a placement."""
-
-    CPUSET = "cpuset"
-    """The cgroup's allowed CPUs changed."""
-    MEMS = "mems"
-    """The cgroup's allowed memory nodes changed."""
-    MOVED = "moved"
-    """Someone else changed a thread's mask."""
-    INHERITED = "inherited"
-    """A thread was born with a mask that is not the placement (from a thread that was moved)."""
 
 
 class Response(Choice):

@@ -34,12 +34,13 @@ from __future__ import annotations
 import os
 import time
 
+from ..base.choices import Choice
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
 from ..base.files import Folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
-from ..base.text import decimal, json_text
+from ..base.text import decimal, json_text, printable
 from ..cpuset import CpuSet
 from ..facts import procfs
 
@@ -52,7 +53,8 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name", "folders", "lookup", "namespace",
+__all__ = ["HOW", "UNKNOWN_CAUSE", "VERSION", "DriftCause", "Record", "drift_words", "entries", "file_name",
+           "folders", "lookup", "namespace",
            "publish", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
@@ -60,6 +62,24 @@ VERSION = 3
 
 #: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function.
 HOW = ("exec", "autopin", "pin", "lease", "compat")
+
+
+class DriftCause(Choice):
+    """What moved a placement (the keeper's word for it, counted in the record)."""
+
+    CPUSET = "cpuset"
+    """The cgroup's allowed CPUs changed."""
+    MEMS = "mems"
+    """The cgroup's allowed memory nodes changed."""
+    MOVED = "moved"
+    """Someone else changed a thread's mask."""
+    INHERITED = "inherited"
+    """A thread was born with a mask that is not the placement (from a thread that was moved)."""
+
+
+#: A drift cause a record holds that is none of :class:`DriftCause`'s: counted under this word, never repeated
+#: (the causes are labels of the node's metrics, and a record may be another user's writing).
+UNKNOWN_CAUSE = "unknown"
 
 
 @frozen
@@ -127,10 +147,10 @@ class Record:
                 placement=Placement.from_dict(data["placement"]),
                 memory=None if memory is None else MemoryMode(memory),
                 policy=None if policy is None else ExternalMaskPolicy(policy),
-                pools=tuple((str(k), str(v)) for k, v in dict(pools).items()),
+                pools=tuple((printable(str(k)), printable(str(v))) for k, v in dict(pools).items()),
                 written=float(data.get("written") or 0.0),
-                drift=tuple((_said(cause), _count(n)) for cause, n in dict(drift).items()),
-                last_drift=None if last_drift is None else _said(last_drift),
+                drift=_causes(dict(drift)),
+                last_drift=None if last_drift is None else printable(str(last_drift)),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -168,11 +188,15 @@ def _count(value: object) -> int:
     return found
 
 
-def _said(value: object) -> str:
-    """Text a record holds, when it can be written out again (a lone surrogate from JSON cannot)."""
-    text = str(value)
-    text.encode()
-    return text
+def _causes(drift: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
+    """A record's drift counts, each cause one of :class:`DriftCause` or counted as :data:`UNKNOWN_CAUSE`; the
+    order kept (the cause seen last ends it)."""
+    known = {cause.value for cause in DriftCause}
+    counts: dict[str, int] = {}
+    for cause, n in drift.items():
+        word = cause if cause in known else UNKNOWN_CAUSE
+        counts[word] = counts.pop(word, 0) + _count(n)
+    return tuple(counts.items())
 
 
 def _int(value: object) -> int:

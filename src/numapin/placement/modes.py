@@ -14,11 +14,12 @@ from ..base.choices import Choice, parse_choice
 from ..base.environment import RANK_MAP
 from ..base.errors import EnvironmentProblem, UsageError
 from ..base.frozen import frozen, replace
-from ..base.text import counted, plural
+from ..base.text import counted, plural, printable
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.gpus import Gpu, Inventory, VisibleGpu
 from ..facts.kinds import CpuKinds
 from ..facts.machine import Facts
+from ..facts.pci import is_function
 from ..facts.topology import Core, Topology
 from .ranks import LocalRank, gpu_for_rank, local_rank
 
@@ -145,9 +146,11 @@ class Placement:
             return value
 
         pci = data.get("pci")
-        reason = str(data["reason"])
-        for text in (reason, pci or ""):  # text that cannot be written out (a lone surrogate) is no placement's
-            str(text).encode()
+        if pci is not None and not is_function(str(pci)):  # a record's label in the node's metrics: a PCI address
+            raise ValueError(f"pci: not a PCI address: {pci!r}")
+        # Words that reach a terminal and a log, read from a file another user may have written: escaped here,
+        # once, so that no reader of a record prints a control character it holds.
+        reason = printable(str(data["reason"]))
         return cls(CpuSet.parse(str(data["cpus"])), CpuSet.parse(str(data["mems"])), reason,
                    PlacementMode(data["mode"]), number("gpu"), None if pci is None else str(pci), number("node"),
                    number("rank"), CpuSet.parse(str(data.get("reserved") or "")), Cores(data.get("cores", "all")),

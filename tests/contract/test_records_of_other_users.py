@@ -1,0 +1,166 @@
+"""Records and processes of another user, read by root's tools: whatever they hold, nothing reaches root's
+terminal or the node's metrics but text and the documented labels. The other user is real (made by the
+tests), and so are its processes, its record folder and what it writes there."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from numapin.cpuset import CpuSet
+from numapin.pinning import record
+from other_user import Other
+
+NUMAPIN = [sys.executable, "-m", "numapin"]
+#: What a terminal acts on (the title, a clear screen, colours), and the start of a line that was never written.
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[31m\nFAKE line"
+#: A process name of the same kind: the kernel keeps 15 bytes of it.
+HOSTILE_NAME = "\x1b]0;t\x07\nFAKE"
+ALLOWED = CpuSet(os.sched_getaffinity(0))
+
+
+def _record(pid: int, **changes: object) -> str:
+    placement = {"cpus": str(ALLOWED), "mems": "", "reason": HOSTILE, "mode": "explicit", "gpu": None, "pci": None,
+                 "node": None, "rank": None}
+    data: dict[str, object] = {
+        "version": record.VERSION, "pid": pid, "start": record.start_time(pid), "how": "exec",
+        "mask": str(ALLOWED), "target": str(ALLOWED), "placement": placement, "memory": None, "policy": "respect",
+        "pools": {f"OMP{HOSTILE}": HOSTILE}, "written": time.time(),
+        "drift": {f"cpu{HOSTILE}set": 2, "moved": 1}, "last_drift": HOSTILE}
+    for key, value in changes.items():
+        if key in placement:
+            placement[key] = value
+        else:
+            data[key] = value
+    return json.dumps(data)
+
+
+@pytest.fixture
+def folder(other: Other) -> Iterator[Path]:
+    """The other user's own record folder, where root's readers look for its processes' records."""
+    path = Path(f"/tmp/numapin-{other.uid}")
+    shutil.rmtree(path, ignore_errors=True)
+    other.sh('mkdir -m 755 "$1"', str(path))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def hostile(other: Other, folder: Path) -> Iterator[int]:
+    """A process of the other user named to act on a terminal, with a record of its own that says the same."""
+    proc = other.start('d=$(mktemp -d) && echo "$d" && ln -s /bin/sleep "$d/$1" && exec "$d/$1" 300', HOSTILE_NAME)
+    assert proc.stdout is not None
+    links = proc.stdout.readline().strip()
+    try:
+        name = ""
+        for _ in range(500):  # until the shell has become the hostile sleep
+            try:
+                name = Path(f"/proc/{proc.pid}/comm").read_text()
+            except OSError:
+                pass
+            if name.startswith("\x1b"):
+                break
+            time.sleep(0.01)
+        assert name.startswith("\x1b"), name
+        planted = folder / record.file_name(proc.pid, record.start_time(proc.pid) or 0)
+        other.sh('printf %s "$2" > "$1"', str(planted), _record(proc.pid))
+        found = record.lookup(proc.pid)
+        assert found is not None, "the other user's record of its own process is believed"
+        yield proc.pid
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def _clean(text: str, what: str) -> None:
+    assert "\x1b" not in text and "\x07" not in text, f"{what}: a control character reached the terminal"
+    assert not [line for line in text.splitlines() if line.startswith("FAKE")], f"{what}: a line was forged"
+    assert "Traceback" not in text, what
+
+
+@pytest.mark.parametrize("command", [
+    ["threads", "{pid}"], ["threads", "{pid}", "--check"], ["doctor", "--pid", "{pid}"], ["ps"], ["ps", "{pid}"],
+    ["ps", "--all"], ["ps", "--prometheus"], ["keep", "{pid}", "--looks", "3", "--period", "0.05"],
+], ids=lambda c: " ".join(c))
+def test_no_command_prints_what_another_users_record_or_process_would_have_a_terminal_do(
+        hostile: int, other: Other, command: list[str]) -> None:
+    args = [word.format(pid=hostile) for word in command]
+    if command[0] == "keep":  # a drift to report: the other user moves its own thread
+        proc = subprocess.Popen([*NUMAPIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr is not None and proc.stderr.readline().startswith("numapin keep: keeping")
+        other.sh(f'taskset -p -c {ALLOWED.first()} "$1" >/dev/null', str(hostile))
+        out, err = proc.communicate(timeout=60)
+        assert "moved" in out, (out, err)
+    else:
+        done = subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, 1), done.stderr
+        out, err = done.stdout, done.stderr
+    assert str(hostile) in out + err
+    _clean(out, "stdout")
+    _clean(err, "stderr")
+
+
+#: Each label of the node's metrics, and what its values may be (a record's or a process's own words are
+#: escaped, never a new series of numapin's vocabulary).
+LABELS = {
+    "cause": re.compile(r"cpuset|mems|moved|inherited|unknown"),
+    "pci": re.compile(r"|unknown|[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"),
+    "gpu": re.compile(r"|[0-9]+"), "rank": re.compile(r"|[0-9]+"), "pid": re.compile(r"[0-9]+"),
+    "verdict": re.compile(r"ok|misplaced|unknown|unreadable"),
+    "placed_by": re.compile(r"exec|autopin|pin|lease|compat|nobody|someone else|unknown"
+                            r"|inherited from [0-9]+ \((exec|autopin|pin|lease|compat)\)"),
+    "name": re.compile(r"[^\x00-\x1f\x7f]*"),
+}
+_SAMPLE = re.compile(r'([a-z_]+)(?:\{(.*)\})? (\S+)')
+_LABEL = re.compile(r'([a-z_]+)="((?:[^"\\]|\\.)*)"')
+
+
+def labels_of(exposition: str) -> list[dict[str, str]]:
+    """Every sample's labels, as a Prometheus scraper would parse them."""
+    found = []
+    for line in exposition.splitlines():
+        if line.startswith("#") or not line:
+            continue
+        sample = _SAMPLE.fullmatch(line)
+        assert sample is not None, f"not one sample: {line!r}"
+        body = sample.group(2) or ""
+        pairs = _LABEL.findall(body)
+        assert ",".join(f'{k}="{v}"' for k, v in pairs) == body, f"labels that do not parse back: {line!r}"
+        found.append(dict(pairs))
+    return found
+
+
+def test_label_values_from_a_record_are_its_documented_words_or_unknown(hostile: int, other: Other,
+                                                                         folder: Path) -> None:
+    # A second process of the other user whose record gives a PCI address that is none: not believed.
+    forged = other.start("exec sleep 300")
+    try:
+        time.sleep(0.2)
+        planted = folder / record.file_name(forged.pid, record.start_time(forged.pid) or 0)
+        other.sh('printf %s "$2" > "$1"', str(planted),
+                 _record(forged.pid, pci="0000:00:00.0\x1b[31m\n", gpu=0, drift={"moved": 1}))
+        assert record.lookup(forged.pid) is None, "a record whose PCI address is none is damaged"
+        done = subprocess.run([*NUMAPIN, "ps", "--prometheus"], capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, 1), done.stderr
+        samples = labels_of(done.stdout)
+        assert any(s.get("pid") == str(hostile) for s in samples)
+        assert not any(s.get("pid") == str(forged.pid) for s in samples), "no series from a damaged record"
+        causes = sorted(s["cause"] for s in samples if s.get("pid") == str(hostile) and "cause" in s)
+        assert causes == ["moved", "unknown"], causes
+        for sample in samples:
+            for label, value in sample.items():
+                if label in LABELS:
+                    assert LABELS[label].fullmatch(value), (label, value)
+    finally:
+        forged.kill()
+        forged.wait()

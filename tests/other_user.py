@@ -1,0 +1,55 @@
+"""A second, unprivileged user of this host, for the trust-boundary tests: what it plants is its own doing.
+
+Made by the tests when root runs them (``useradd --system``, no home, no login shell) and removed at the
+end of the session that made it; a user of that name that was there before is used and left as it was.
+"""
+
+from __future__ import annotations
+
+import pwd
+import subprocess
+from dataclasses import dataclass
+
+NAME = "numapin-test-other"
+
+
+@dataclass(frozen=True)
+class Other:
+    uid: int
+    gid: int
+    made: bool
+    """Whether this session made the user (and so removes it)."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]  # (uid, gid), as the tests unpack it
+        return iter((self.uid, self.gid))
+
+    def __getitem__(self, index: int) -> int:
+        return (self.uid, self.gid)[index]
+
+    def sh(self, script: str, *args: str) -> None:
+        """Run the shell ``script`` (``args`` as $1...) as this user. (Shell, not Python: the tests'
+        interpreter may live where this user may not read.)"""
+        subprocess.run(["/bin/sh", "-c", script, "sh", *args], user=self.uid, group=self.gid, check=True,
+                       timeout=60, cwd="/")
+
+
+    def start(self, script: str, *args: str) -> subprocess.Popen[str]:
+        """Start the shell ``script`` as this user, its output piped; the caller ends it."""
+        return subprocess.Popen(["/bin/sh", "-c", script, "sh", *args], user=self.uid, group=self.gid, cwd="/",
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def make() -> Other:
+    try:
+        entry, made = pwd.getpwnam(NAME), False
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+                       check=True)
+        entry, made = pwd.getpwnam(NAME), True
+    assert entry.pw_uid != 0
+    return Other(entry.pw_uid, entry.pw_gid, made)
+
+
+def remove(other: Other) -> None:
+    if other.made:
+        subprocess.run(["userdel", NAME], check=False, capture_output=True)
