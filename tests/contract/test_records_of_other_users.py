@@ -164,3 +164,78 @@ def test_label_values_from_a_record_are_its_documented_words_or_unknown(hostile:
     finally:
         forged.kill()
         forged.wait()
+
+
+#: A worker of the other user that pins itself (every CPU, policy override), and pins again (the first CPU) on a
+#: line of input. Its modules are imported before it becomes that user: this interpreter may live where the
+#: user may not read.
+SELF_PINNING = """
+import importlib, os, pkgutil, sys, threading, time
+import numapin
+for module in pkgutil.walk_packages(numapin.__path__, "numapin."):
+    if not module.name.endswith("__main__"):
+        try:
+            importlib.import_module(module.name)
+        except ImportError:
+            pass
+uid, gid, every, first = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+os.setgroups([]); os.setresgid(gid, gid, gid); os.setresuid(uid, uid, uid)
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+numapin.pin(cpus=every, memory="none", policy="override")
+print("pinned", flush=True)
+sys.stdin.readline()
+numapin.pin(cpus=first, memory="none", policy="override")
+print("again", flush=True)
+time.sleep(120)
+"""
+
+
+def _until(condition, seconds: float = 30) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs")
+def test_roots_keeper_writes_as_the_owner_and_follows_the_owners_later_pin(other: Other, folder: Path) -> None:
+    every, first = str(ALLOWED), str(ALLOWED.first())
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMAPIN_RUNTIME_DIR", "XDG_RUNTIME_DIR")}
+    worker = subprocess.Popen([sys.executable, "-c", SELF_PINNING, *map(str, other), every, first], env=env,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    keeper = None
+    try:
+        assert worker.stdout is not None and worker.stdin is not None
+        assert worker.stdout.readline() == "pinned\n"
+        own = folder / record.file_name(worker.pid, record.start_time(worker.pid) or 0)
+        assert own.stat().st_uid == other.uid, "the worker's own record, in its own folder"
+        keeper = subprocess.Popen([*NUMAPIN, "keep", str(worker.pid), "--period", "0.02", "--looks", "250",
+                                   "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert keeper.stderr is not None and keeper.stderr.readline().startswith("numapin keep: keeping")
+        # Someone moves the worker's main thread: root's keeper puts it back (override) and counts it...
+        other.sh(f'taskset -p -c {first} "$1" >/dev/null', str(worker.pid))
+        assert _until(lambda: (r := record.lookup(worker.pid)) is not None and dict(r.drift).get("moved") == 1)
+        assert os.sched_getaffinity(worker.pid) == set(ALLOWED), "put back"
+        # ...in the owner's folder, as the owner's file: root's own folder holds no copy to shadow the owner's.
+        assert own.stat().st_uid == other.uid
+        roots = Path(os.environ["NUMAPIN_RUNTIME_DIR"])
+        assert not [p for p in roots.iterdir() if p.name.startswith(f"{worker.pid}-")]
+        # The owner pins again: root's keeper follows the new placement, never puts the old one back.
+        worker.stdin.write("again\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline() == "again\n"
+        out, _ = keeper.communicate(timeout=60)
+        masks = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir(f"/proc/{worker.pid}/task")}
+        assert all(mask == {ALLOWED.first()} for mask in masks.values()), (masks, out)
+        events = [json.loads(line) for line in out.splitlines()]
+        assert [e["cause"] for e in events] == ["moved"], events
+        found = record.lookup(worker.pid)
+        assert found is not None and found.target == CpuSet([ALLOWED.first()]), "judged by the owner's new pin"
+        assert own.stat().st_uid == other.uid
+    finally:
+        for child in (worker, keeper):
+            if child is not None:
+                child.kill()
+                child.wait()

@@ -20,7 +20,7 @@ import pytest
 
 import numapin
 from conftest import in_child
-from live import NODE0, NODE1, masks
+from live import ALL, NODE0, NODE1, masks
 from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
 from numapin.pinning import record as records
@@ -357,6 +357,38 @@ def test_a_thread_moved_again_as_it_is_put_back_is_drift_again(pair_root: Path) 
         (again,) = keeper.check()
         assert (again.cause, again.before, again.after) == (DriftCause.MOVED, CpuSet(NODE0), CpuSet(NODE1))
         assert os.sched_getaffinity(worker.tid) == NODE0
+
+    in_child(run)
+
+
+def test_a_thread_id_that_names_another_process_by_now_is_never_moved(pair_root: Path) -> None:
+    # Thread ids are reused: between the keeper's listing and its call, an id may come to name a thread of another
+    # process. The listing is made to hold such an id (the race made certain); the keeper, under override, would
+    # put a "new thread" back on the placement: it moves nothing that is not the process's.
+    from numapin.kernel.affinity import LinuxThreads
+
+    def run() -> None:
+        stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        try:
+            reused: list[str] = []  # the ids of this process's threads that name another's by now
+
+            class Listing(LinuxThreads):
+                def walk_calls(self, target: CpuSet):  # type: ignore[no-untyped-def]
+                    get, cpuset, put, arg, names = super().walk_calls(target)
+                    return get, cpuset, put, arg, lambda: [*names(), *reused]
+
+            numapin.pin(0, policy="override")
+            written = records.lookup(os.getpid())
+            assert written is not None
+            from numapin.facts.machine import cached
+
+            keeper = Keeper(os.getpid(), written, cached(None, os.environ), kernel=Listing())
+            reused.append(str(stranger.pid))
+            assert keeper.check() == [], "another process's thread is no drift of this one"
+            assert os.sched_getaffinity(stranger.pid) == ALL, "and it is never moved"
+        finally:
+            stranger.kill()
+            stranger.wait()
 
     in_child(run)
 

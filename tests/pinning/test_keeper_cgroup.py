@@ -59,3 +59,36 @@ def test_a_cpuset_shrunk_and_widened_under_a_worker(pair_root: Path) -> None:
     else:
         assert found["response"] == Response.REPLACED.value
         assert ("kernel had reset" in note) == (set(found["kernel"]) == ALL), note  # type: ignore[call-overload]
+
+
+def test_explicit_cpus_narrowed_by_a_cpuset_come_back_when_it_widens(pair_root: Path) -> None:
+    # A placement of explicit CPUs (all of them) whose cpuset shrinks to GPU 0's half is placed on that half;
+    # when the cpuset widens again, the request comes back, not the narrowing. A keeper made afresh in between
+    # (numapin keep started again) knows the request from the record.
+    top = kube.cgroups_or_skip(cpuset=True)
+    path = f"numapin-keeper-{uuid.uuid4().hex[:8]}"
+    with kube.placed_in(top, [path], cpus=cpus(ALL)) as groups:
+        group = groups[path]
+
+        def run() -> None:
+            (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+            numapin.pin(cpus=cpus(ALL))
+            keeper = this_process()
+            assert keeper is not None
+            (group / "cpuset.cpus").write_text(cpus(NODE0) + "\n")
+            (shrunk,) = keeper.check()
+            assert shrunk.cause is DriftCause.CPUSET and shrunk.after == CpuSet(NODE0)
+            assert all(mask == NODE0 for mask in masks().values())
+            written = records.lookup(os.getpid())
+            assert written is not None and written.target == CpuSet(NODE0)
+            assert written.asked()[1] == CpuSet(ALL), "the request is in the record"
+            again = this_process()
+            assert again is not None
+            (group / "cpuset.cpus").write_text(cpus(ALL) + "\n")
+            (widened,) = again.check()
+            assert widened.cause is DriftCause.CPUSET and widened.after == CpuSet(ALL)
+            assert all(mask == ALL for mask in masks().values()), "the request is back on every thread"
+            back = records.lookup(os.getpid())
+            assert back is not None and back.target == CpuSet(ALL) and back.asked() == written.asked()
+
+        in_child(run)

@@ -104,9 +104,10 @@ class Folder:
         finally:
             os.close(fd)
 
-    def replace(self, name: str, data: bytes, mode: int) -> None:
+    def replace(self, name: str, data: bytes, mode: int, owner: int | None = None) -> None:
         """Write ``name`` through a new temporary file renamed over it: a reader sees the old content or the
-        new, never half of one; nothing of another user's is written through. OSError as the kernel says it."""
+        new, never half of one; nothing of another user's is written through. ``owner``: the user the file is
+        given to before it takes the name (root writing for that user). OSError as the kernel says it."""
         temporary = f"{name}.{os.getpid()}.tmp"
         try:
             os.unlink(temporary, dir_fd=self.fd)  # one this process left by a failed write before
@@ -117,6 +118,8 @@ class Folder:
         try:
             try:
                 written = os.write(fd, data)
+                if owner is not None and owner != os.geteuid():
+                    os.fchown(fd, owner, -1)
             finally:
                 os.close(fd)
             if written != len(data):

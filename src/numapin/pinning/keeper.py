@@ -30,6 +30,7 @@ The keeper runs inside a Python worker as a daemon thread (:func:`keep`,
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
@@ -169,6 +170,10 @@ class Keeper:
         #: it carried numapin's placement then.
         self._seen: dict[int, tuple[Any, bool]] = {}
         self._put: dict[int, CpuSet] = {}
+        #: Each thread's start time when first seen: a mask is set only on a thread that still has it, in this
+        #: process (thread ids are reused, and from outside an id may name another process's thread by now).
+        self._born: dict[int, int | None] = {}
+        self._asked = record.asked()
         #: The masks the kernel gave numapin's threads when a new cpuset left no room for the placement: theirs
         #: are still numapin's threads, and so are the threads they start.
         self._kernel_masks: set[CpuSet] = set()
@@ -203,11 +208,22 @@ class Keeper:
             except OSError:
                 continue
             seen[tid] = raw, self._cpuset(raw) in ours
+            self._born.setdefault(tid, self.ops.start_time(tid))
         self._seen = seen
+        self._born = {tid: born for tid, born in self._born.items() if tid in seen}
 
     def adopt(self, tid: int) -> None:
         """Count thread ``tid`` as one of numapin's, on the mask it has now."""
         self._seen[tid] = self._get(tid), True
+        self._born[tid] = self.ops.start_time(tid)
+
+    def _set(self, tid: int, mask: CpuSet) -> None:
+        """Set thread ``tid``'s mask, when it is still the thread the keeper saw: the process's (its
+        ``/proc/PID/task/TID``), started when it was first seen. ProcessLookupError (ESRCH) for any other."""
+        born = self._born.get(tid)
+        if born is None or self.ops.start_time(tid) != born:
+            raise ProcessLookupError(errno.ESRCH, f"thread {tid} is no longer process {self.pid}'s")
+        self.ops.set_affinity(tid, mask)
 
     def _follow(self) -> None:
         """Take up the record the process wrote since the last look (it pinned again): its new placement is the
@@ -218,6 +234,7 @@ class Keeper:
         self._taken = found
         if not found.placed_alike(self.record):
             self.record = replace(found, drift=self.record.drift, last_drift=self.record.last_drift)
+            self._asked = found.asked()
             self.rebase()
 
     def check(self) -> list[Drift]:
@@ -265,6 +282,11 @@ class Keeper:
             if last is not None and raw == last[0]:
                 seen[tid] = last
                 continue
+            if last is None:
+                born = self.ops.start_time(tid)
+                if born is None:
+                    continue  # ended since the listing, or its id is another process's thread by now
+                self._born[tid] = born
             if ours is None:
                 ours = self.ours()
             mask = self._cpuset(raw)
@@ -278,6 +300,7 @@ class Keeper:
             seen[tid] = (_PUT, True) if event.response is Response.RESTORED else (raw, False)
         self._seen = seen
         self._put = {tid: mask for tid, mask in self._put.items() if seen.get(tid, (None,))[0] is _PUT}
+        self._born = {tid: born for tid, born in self._born.items() if tid in seen}
         return events
 
     def _mask_of(self, tid: int, raw: Any) -> CpuSet:
@@ -290,7 +313,7 @@ class Keeper:
         if response is Response.RESTORED:
             back = before if before is not None and before in ours else self.record.target
             try:
-                self.ops.set_affinity(tid, back)
+                self._set(tid, back)
                 self._put[tid] = back
                 note = f"policy override: back on {back}"
             except OSError as exc:
@@ -331,16 +354,17 @@ class Keeper:
         from ..placement.modes import within
 
         record, allowed = self.record, topology.allowed
+        asked, asked_target = self._asked  # decided again from the request, never from an earlier narrowing
         try:
-            placement = within(record.placement, topology, self.facts.inventory,
-                               self.facts.kinds() if record.placement.reserved else None)
+            placement = within(asked, topology, self.facts.inventory,
+                               self.facts.kinds() if asked.reserved else None)
         except (EnvironmentProblem, UsageError) as exc:
             self._refresh_seen()
             return Drift(now, DriftCause.CPUSET, Response.LEFT, was, allowed,
                          note=f"nothing of the placement fits it ({exc}); the kernel's masks stay until it does")
         # Under policy respect inside a launcher's mask, the target was the placement's part inside that mask.
-        inside_launcher = record.target != record.placement.workers
-        target = placement.workers & record.target if inside_launcher else placement.workers
+        inside_launcher = asked_target != asked.workers
+        target = placement.workers & asked_target if inside_launcher else placement.workers
         if not target:
             self._refresh_seen()
             return Drift(now, DriftCause.CPUSET, Response.LEFT, was, allowed,
@@ -359,12 +383,16 @@ class Keeper:
                     kept += 1
                 else:
                     reset += mask == allowed
-                    self.ops.set_affinity(tid, want)
+                    self._set(tid, want)
                     moved += 1
                 placed[tid] = want
+            except ProcessLookupError:
+                continue  # ended meanwhile (or no longer this process's): nothing to place
             except OSError as exc:
                 refused.append(f"{tid} {errno_name(exc.errno)}")
-        self.record = replace(record, placement=placement, target=target, mask=target)
+        narrowed = (placement.workers, placement.mems, target) != (asked.workers, asked.mems, asked_target)
+        self.record = replace(record, placement=placement, target=target, mask=target,
+                              requested=(asked, asked_target) if narrowed else None)
         self._refresh_seen()  # the others' masks as the kernel left them: theirs, not drift
         self._kernel_masks = set()
         for tid, want in placed.items():

@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from .memory import MemoryMode
 
 __all__ = ["HOW", "UNKNOWN_CAUSE", "VERSION", "DriftCause", "Record", "drift_words", "entries", "file_name",
-           "folders", "lookup", "namespace",
-           "publish", "stamp", "start_time", "withdraw"]
+           "folders", "locate", "lookup", "namespace",
+           "publish", "rewrite", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
 VERSION = 3
@@ -111,6 +111,13 @@ class Record:
     with its count, the cause seen last at the end."""
     last_drift: str | None = None
     """The keeper's words for the last of those, with its time."""
+    requested: tuple[Placement, CpuSet] | None = None
+    """The placement and target asked for, where a keeper decided them again inside a narrower cpuset: a
+    cpuset that widens again gets the request back, never the narrowing kept for good."""
+
+    def asked(self) -> tuple[Placement, CpuSet]:
+        """The placement and target asked for: :attr:`requested`, or what was applied when nothing narrowed it."""
+        return self.requested or (self.placement, self.target)
 
     def as_dict(self) -> dict[str, Any]:
         out = {
@@ -123,6 +130,8 @@ class Record:
         if self.drift:  # only a kept process has them: a reader of the same format without a keeper skips them
             out["drift"] = dict(self.drift)
             out["last_drift"] = self.last_drift
+        if self.requested is not None:
+            out["requested"] = {"placement": self.requested[0].as_dict(), "target": str(self.requested[1])}
         return out
 
 
@@ -140,6 +149,7 @@ class Record:
             pools = data.get("pools") or {}
             drift = data.get("drift") or {}
             last_drift = data.get("last_drift")
+            requested = data.get("requested")
             memory, policy = data.get("memory"), data.get("policy")
             return cls(
                 pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
@@ -151,6 +161,8 @@ class Record:
                 written=float(data.get("written") or 0.0),
                 drift=_causes(dict(drift)),
                 last_drift=None if last_drift is None else printable(str(last_drift)),
+                requested=None if requested is None else (Placement.from_dict(requested["placement"]),
+                                                          CpuSet.parse(str(requested["target"]))),
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
@@ -230,11 +242,17 @@ def folders(uid: int | None = None, environ: Mapping[str, str] | None = None) ->
 
 
 def _reading_folders(uids: Iterable[int]) -> list[str]:
-    """Every folder a record of these users may lie in (the reader's explicit folder first)."""
-    seen: dict[str, None] = dict.fromkeys(folders())
+    """Every folder a record of these users may lie in: each other user's own first, then the reader's (its
+    explicit folder first). A process's own record comes before any copy another user made of it: root's
+    keeper of a user's worker writes into that user's folder, and a copy left in root's folder by an older
+    keeper never shadows the worker's later pins."""
+    me = os.geteuid()
+    seen: dict[str, None] = {}
     for uid in uids:
-        for folder in folders(uid, environ={}):
-            seen.setdefault(folder, None)
+        if uid != me:
+            seen.update(dict.fromkeys(folders(uid, environ={})))
+    for folder in folders():
+        seen.setdefault(folder, None)
     return list(seen)
 
 
@@ -388,19 +406,42 @@ _CAP = 1 << 16
 def lookup(pid: int) -> Record | None:
     """The record of the live process ``pid``, or None (none written, none to believe, or left by a process
     now gone)."""
+    found = locate(pid)
+    return None if found is None else found[0]
+
+
+def locate(pid: int) -> tuple[Record, str] | None:
+    """The record of the live process ``pid`` and the folder it lies in (where a keeper writes it again)."""
     start, uid = start_time(pid), owner(pid)
     if start is None or uid is None:
         return None
     name = file_name(pid, start)
-    for path in _reading_folders({uid, os.geteuid()}):
+    for path in _reading_folders({uid}):
         try:
             with Folder.open(path, {uid, 0}) as folder:
                 found = _read(folder, name, uid)
         except OSError:
             continue
         if found is not None:
-            return found
+            return found, path
     return None
+
+
+def rewrite(record: Record, path: str) -> bool:
+    """Write ``record`` again in the folder ``path`` it was read from, as its process's owner's file (root
+    keeping a user's worker writes in that user's folder, never in its own); whether it was written. Never
+    raises: one debug line."""
+    uid = owner(record.pid)
+    if uid is None:
+        return False
+    try:
+        with Folder.open(path, {uid, 0}) as folder:
+            folder.replace(file_name(record.pid, record.start), json_text(record.as_dict()).encode(), 0o644,
+                           owner=uid if folder.owner == uid else None)
+    except OSError as exc:
+        log.debug("pin record of process %d not written in %s: %s", record.pid, path, exc)
+        return False
+    return True
 
 
 def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = start_time,
@@ -416,6 +457,7 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
     owner_of_pid = owner_of or owner
     ns = namespace()
     found: dict[int, Record] = {}
+    by_owner: set[int] = set()  # the processes whose record came from their owner's own folder
     for path in _reading_folders(owners):
         try:
             with Folder.open(path, owners | {0}) as folder:
@@ -424,10 +466,17 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
                     if _stale(name, ns, start_of, named):
                         folder.remove(name)
                         continue
-                    if named is not None and named[2] == ns and named[0] not in found:
-                        record = _read(folder, name, owner_of_pid(named[0]), named)
-                        if record is not None:
-                            found[named[0]] = record
+                    if named is None or named[2] != ns or named[0] in by_owner:
+                        continue
+                    uid = owner_of_pid(named[0])
+                    # A record in a folder of root's yields to one in the owner's own (as lookup reads them).
+                    if named[0] in found and folder.owner != uid:
+                        continue
+                    record = _read(folder, name, uid, named)
+                    if record is not None:
+                        found[named[0]] = record
+                        if folder.owner == uid:
+                            by_owner.add(named[0])
         except OSError:
             continue
     return found

@@ -34,20 +34,37 @@ if TYPE_CHECKING:
 __all__ = ["keep_processes", "keeper_of", "start_watcher"]
 
 
-def _publish(record: Record) -> None:
-    records.publish(records.stamp(record))
-
-
 def keeper_of(pid: int, facts: Facts, record: Record | None = None) -> Keeper:
     """A keeper for process ``pid`` from outside it: :class:`UsageError` when there is no such process or
-    numapin placed nothing there."""
+    numapin placed nothing there.
+
+    The record is read, and written again, where the process's own pins keep it: its owner's folder, as
+    its owner's file (root keeping a user's worker), so that the worker's next pin replaces the keeper's
+    copy and the keeper follows it, never the other way round.
+    """
     if records.start_time(pid) is None:
         raise UsageError(f"no process {pid}", value=pid)
-    found = record or records.lookup(pid)
+    located = records.locate(pid)
+    found = record or (None if located is None else located[0])
     if found is None:
         raise UsageError(f"process {pid}: numapin placed nothing there (no record of it): nothing to keep; place it "
                          "with numapin exec, NUMAPIN_AUTOPIN=1 or numapin.pin()", value=pid)
-    return Keeper(pid, found, facts, publish=_publish, source=lambda: records.lookup(pid))
+    where = [None if located is None else located[1]]
+
+    def source() -> Record | None:
+        again = records.locate(pid)
+        if again is None:
+            return None
+        where[0] = again[1]
+        return again[0]
+
+    def publish(kept: Record) -> None:
+        if where[0] is None:  # a record handed in, found nowhere: this user's own folder
+            records.publish(records.stamp(kept))
+        else:  # never a copy elsewhere, where it would outlive the owner's next pin
+            records.rewrite(records.stamp(kept), where[0])
+
+    return Keeper(pid, found, facts, publish=publish, source=source)
 
 
 def keep_processes(pids: Sequence[int], facts: Facts, period: float, *, looks: int | None = None,
