@@ -1,4 +1,4 @@
-"""Issue 39: ``numapin exporter``, the host's GPU workers over HTTP, scanned at each scrape within a time bound.
+"""``numapin exporter``, the host's GPU workers over HTTP, scanned at each scrape within a time bound.
 (Prometheus itself scrapes it in tests/exporters, a tier of its own.)"""
 
 from __future__ import annotations
@@ -6,13 +6,15 @@ from __future__ import annotations
 import gzip
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -186,3 +188,131 @@ def test_a_taken_or_bad_address_is_one_line_and_exit_2(served: tuple[subprocess.
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert proc.stderr.startswith(f"numapin exporter: --listen {listen!r}" if listen == "nowhere" else
                                       f"numapin exporter: --listen {listen}: ")
+
+
+# -- any client that connects ---------------------------------------------------------------------
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _connect(url: str) -> socket.socket:
+    host, port = url.split("/")[2].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _ask(url: str, request: bytes) -> bytes:
+    with _connect(url) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_idle_connections_past_its_descriptors_neither_starve_a_scrape_nor_spin(records: Path) -> None:
+    # The exporter with 64 descriptors, and 150 connections that never send a byte: before, one thread each
+    # held them 30 s, accept() then failed with EMFILE and the serve loop spun at 100% CPU answering nothing.
+    import resource
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    proc = subprocess.Popen([*NUMAPIN, "exporter", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, RUNTIME_DIR: str(records)}, preexec_fn=few_files)
+    idle: list[socket.socket] = []
+    try:
+        assert proc.stderr is not None
+        url = proc.stderr.readline().split()[-1]
+        for _ in range(150):
+            idle.append(_connect(url))
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            assert _series(answer.read().decode())["numapin_up"] == "1", "a scrape among them is answered"
+        before = _cpu_seconds(proc.pid)
+        time.sleep(2)
+        assert _cpu_seconds(proc.pid) - before < 0.5, "no loop spins while idle connections are held"
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            assert answer.status == 200
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert proc.stderr.read() == "", "nothing said of any of it but at debug level"
+
+
+def test_clients_that_reset_mid_scrape_cost_no_traceback(served: tuple[subprocess.Popen[str], str]) -> None:
+    proc, url = served
+    for _ in range(20):  # what a scraper does when its own timeout passes: a reset, not a close
+        sock = _connect(url)
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+    assert live_until(lambda: _ask(url, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 ")), \
+        "answered again (503 and Retry-After while the answers under way end)"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert proc.stderr is not None and "Traceback" not in proc.stderr.read()
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), [
+    (b"POST /metrics HTTP/1.1\r\n\r\n", b"501"), (b"DELETE / HTTP/1.0\r\n\r\n", b"501"),
+    (b"GET /../../etc/passwd HTTP/1.0\r\n\r\n", b"404"), (b"GET /metrics/../x HTTP/1.0\r\n\r\n", b"404"),
+    (b"GET /" + b"a" * 20000 + b" HTTP/1.0\r\n\r\n", b"414"),
+    (b"GET / HTTP/1.0\r\n" + b"X-Pad: " + b"b" * 4000 + b"\r\n" * 1 + b"X-Pad2: " + b"c" * 40000 + b"\r\n\r\n",
+     b"431"),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", b"400"), (b"GET\r\n\r\n", b"400"),
+    (b"HEAD /metrics HTTP/1.0\r\n\r\n", b"200"), (b"GET /?x=1 HTTP/1.1\r\nHost: a\r\n\r\n", b"200"),
+])
+def test_any_request_gets_one_status_line(served: tuple[subprocess.Popen[str], str], request_bytes: bytes,
+                                          status: bytes) -> None:
+    answer = _ask(served[1], request_bytes)
+    assert answer.split(b" ", 2)[1] == status, answer[:200]
+    if request_bytes.startswith(b"HEAD"):
+        assert answer.endswith(b"\r\n\r\n"), "HEAD: the headers alone"
+
+
+def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A client that sends a byte now and then (each within any per-read timeout) never holds a connection
+    # past the bound for its whole request; a scrape meanwhile is answered.
+    from numapin.tools import metrics_server
+
+    monkeypatch.setattr(metrics_server, "REQUEST_SECONDS", 0.5)
+    exporter = Exporter(scan=lambda deadline: Survey(()))
+    stopped = threading.Event()
+    urls: list[str] = []
+    thread = threading.Thread(target=exporter.serve, args=("127.0.0.1:0", urls.append, stopped), daemon=True)
+    thread.start()
+    try:
+        assert live_until(lambda: bool(urls))
+        slow = _connect(urls[0])
+        started = time.monotonic()
+        closed = False
+        for byte in b"GET /metrics HTTP/1.0\r\n":
+            try:
+                slow.sendall(bytes([byte]))
+                slow.settimeout(0.2)
+                if slow.recv(1) == b"":
+                    closed = True
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed = True
+                break
+        assert closed and time.monotonic() - started < 30, "cut before the request was whole"
+        assert _ask(urls[0], b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 ")
+    finally:
+        stopped.set()
+        thread.join(timeout=30)
+
+
+def live_until(condition: Callable[[], bool], seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False

@@ -17,8 +17,6 @@ longer); a scrape that cannot start its own within its bound fails the same way.
 
 from __future__ import annotations
 
-import gzip
-import http.server
 import threading
 import time
 
@@ -30,7 +28,7 @@ from .ps import ScanTimeout, survey
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     import os
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from .ps import Survey
 
@@ -61,51 +59,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     if host.startswith("[") != host.endswith("]") or (":" in host and not host.startswith("[")):
         raise UsageError(f"--listen {text!r}: write an IPv6 address in brackets, as [::1]:9877", value=text)
     return host.strip("[]"), int(port)
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True  # a scrape in flight does not hold the exporter up when it stops
-    block_on_close = False
-
-    def __init__(self, address: tuple[str, int], exporter: Exporter) -> None:
-        import socket
-
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        self.exporter = exporter
-        super().__init__(address, _Handler)
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    timeout = 30  # a client that opens a connection and sends nothing does not keep a thread forever
-    server_version = "numapin-exporter"
-
-    def do_GET(self) -> None:  # the name http.server calls
-        path = self.path.partition("?")[0]
-        if path == "/metrics":
-            waits = self.headers.get("X-Prometheus-Scrape-Timeout-Seconds")
-            body = self.server.exporter.scrape(_seconds(waits))
-            self._answer(200, body.encode(), CONTENT_TYPE)
-        elif path == "/":
-            self._answer(200, b"numapin exporter: the host's GPU workers at /metrics\n", "text/plain; charset=utf-8")
-        else:
-            self._answer(404, b"not found: the metrics are at /metrics\n", "text/plain; charset=utf-8")
-
-    def _answer(self, code: int, body: bytes, kind: str) -> None:
-        zipped = "gzip" in self.headers.get("Accept-Encoding", "") and len(body) > 1024
-        if zipped:
-            body = gzip.compress(body, compresslevel=1)  # Prometheus asks for it; level 1 is cheap and ample
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        if zipped:
-            self.send_header("Content-Encoding", "gzip")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        log.debug("exporter: %s " + format, self.address_string(), *args)  # one line per scrape is noise
 
 
 def _seconds(text: str | None) -> float | None:
@@ -158,17 +111,38 @@ class Exporter:
             lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}", f"{name} {own[name]}"]
         return "\n".join(lines) + "\n"
 
-    def serve(self, listen: str, ready: Callable[[str], None] | None = None) -> None:
-        """Serve ``/metrics`` on ``listen`` (``ADDR:PORT``) until interrupted; ``ready`` hears the URL served."""
+    def serve(self, listen: str, ready: Callable[[str], None] | None = None,
+              stopped: threading.Event | None = None) -> None:
+        """Serve ``/metrics`` on ``listen`` (``ADDR:PORT``) until interrupted (or ``stopped`` is set); ``ready``
+        hears the URL served. Any client may connect: :mod:`numapin.tools.metrics_server` bounds what each costs."""
+        import socket
+
+        from .metrics_server import serve
+
         host, port = parse_listen(listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM)
         try:
-            server = _Server((host, port), self)
-        except OSError as exc:
-            raise UsageError(f"--listen {listen}: {exc.strerror or exc}", value=listen) from None
-        with server:
-            bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                listener.bind((host, port))
+                listener.listen(128)
+            except OSError as exc:
+                raise UsageError(f"--listen {listen}: {exc.strerror or exc}", value=listen) from None
+            bound_host, bound_port = str(listener.getsockname()[0]), int(listener.getsockname()[1])
             shown = f"[{bound_host}]" if ":" in bound_host else bound_host
             url = f"http://{shown}:{bound_port}/metrics"
             if ready is not None:
                 ready(url)
-            server.serve_forever()
+            serve(listener, self.route, stopped)
+        finally:
+            listener.close()
+
+    def route(self, path: str, headers: Mapping[str, str]) -> tuple[int, str, bytes]:
+        """The answer to a GET of ``path``: the metrics, a line saying where they are, or 404."""
+        if path == "/metrics":
+            body = self.scrape(_seconds(headers.get("x-prometheus-scrape-timeout-seconds")))
+            return 200, CONTENT_TYPE, body.encode()
+        if path == "/":
+            return 200, "text/plain; charset=utf-8", b"numapin exporter: the host's GPU workers at /metrics\n"
+        return 404, "text/plain; charset=utf-8", b"not found: the metrics are at /metrics\n"
