@@ -15,17 +15,10 @@ import pytest
 from live import without_inputs
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
-#: Two threads busy at once (hashing releases the GIL): on one CPU they take about twice as long as on two.
-TWO_BUSY_THREADS = """
-import hashlib, threading
-data = b"x" * (8 << 20)
-def busy():
-    for _ in range(30):
-        hashlib.sha256(data).digest()
-threads = [threading.Thread(target=busy) for _ in range(2)]
-for t in threads: t.start()
-for t in threads: t.join()
-"""
+#: A program whose figure is its placement itself: the CPUs it may run on. No scheduler noise can hide the
+#: difference between two variants that place it on one CPU and on two (a timing effect could: a loaded CI
+#: machine made two busy threads on two CPUs no faster than on one).
+CPUS_IT_MAY_USE = "import os; print(f'cpus: {len(os.sched_getaffinity(0))}')"
 
 
 @pytest.fixture
@@ -48,16 +41,65 @@ def _variant(report: dict[str, object], name: str) -> dict[str, object]:
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
-def test_two_busy_threads_are_found_slower_on_one_cpu(env: dict[str, str], tmp_path: Path) -> None:
+def test_a_variant_that_gives_the_program_more_cpus_is_found_better(env: dict[str, str], tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))[:2]
     report = _json(ab(env, "--variant", f"one=--cpus {cpus[0]}", "--variant", f"two=--cpus {cpus[0]},{cpus[1]}",
-                      "--rounds", "7", "--seed", "1", "--json", "--", sys.executable, "-c", TWO_BUSY_THREADS))
+                      "--rounds", "7", "--seed", "1", "--metric", r"regex:cpus: ([0-9]+)", "--higher-is-better",
+                      "--json", "--", sys.executable, "-c", CPUS_IT_MAY_USE))
+    assert [r["value"] for r in _variant(report, "one")["runs"] if r["round"] >= 0] == [1] * 7  # type: ignore[attr-defined]
     two = _variant(report, "two")["vs_baseline"]
     assert isinstance(two, dict)
-    assert two["finding"] == "better" and two["p"] < 0.01, two
-    assert 0.4 < two["ratio"] < 0.8, "about half the time on two CPUs"
+    assert two["finding"] == "better" and two["p"] < 0.01 and two["ratio"] == 2, two
     assert str(report["recommendation"]).startswith(f"deploy two: numapin exec --cpus {cpus[0]},{cpus[1]} -- ...")
     assert not os.listdir(tmp_path / "records"), "the runs' records swept: the host as it was"
+
+
+def test_a_program_that_prints_without_end_is_kept_to_its_last_mebibyte(env: dict[str, str]) -> None:
+    # 200 MB of output in each run; ab keeps the end (the figure is printed last) in about a mebibyte, never
+    # the whole: measured as ab's own peak memory, from a parent that runs nothing else.
+    program = "head -c 200000000 /dev/zero; echo; echo 'tok/s: 42.5'"
+    peak = subprocess.run([sys.executable, "-c", RUSAGE_OF_AB, *NUMAPIN, "ab", "--variant", "a=", "--variant", "b=",
+                           "--rounds", "1", "--warmup", "0", "--metric", r"regex:tok/s: ([0-9.]+)",
+                           "--higher-is-better", "--json", "--", "sh", "-c", program],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert peak.returncode == 0, peak.stderr
+    report, _, kib = peak.stdout.rpartition("\n")
+    assert _variant(json.loads(report), "a")["median"] == 42.5
+    assert int(kib) < 150 * 1024, f"ab's peak memory {int(kib) >> 10} MiB: it held the output whole"
+
+
+#: Runs the command given and prints the peak resident size (KiB) of the largest process waited for: ab itself
+#: (its runs exec into head and sh, which are small).
+RUSAGE_OF_AB = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)
+sys.stdout.write(done.stdout.decode() + "\\n" + str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(done.returncode)
+"""
+
+
+def test_a_run_whose_child_holds_its_output_ends_at_its_timeout_or_exit(env: dict[str, str]) -> None:
+    # A child that leaves the run's session (setsid) keeps the run's output open: ab stops reading it at the
+    # timeout (the run killed by its process group and session), or a moment after the run itself exits.
+    try:
+        started = time.monotonic()
+        late = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--timeout",
+                        "2", "--json", "--", "sh", "-c", "setsid sleep 61.25 & sleep 61.5"))
+        assert {r["status"] for v in late["variants"] for r in v["runs"]} == {"timeout"}  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 40, "each run ended at its timeout, not with its child"
+        assert not _running("sleep 61.5"), "the run's own process group and session ended with it"
+        started = time.monotonic()
+        done = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--metric",
+                        r"regex:v: ([0-9]+)", "--higher-is-better", "--json", "--", "sh", "-c",
+                        "setsid sleep 61.75 & echo 'v: 3'"))
+        assert [r["status"] for r in _variant(done, "a")["runs"]] == ["ok"]  # type: ignore[attr-defined]
+        assert time.monotonic() - started < 40, "the run ended when it exited, not when its child did"
+    finally:
+        subprocess.run(["pkill", "-f", "sleep 61[.]"], check=False)
+
+
+def _running(command: str) -> bool:
+    return subprocess.run(["pgrep", "-f", command.replace(".", "[.]")], capture_output=True).returncode == 0
 
 
 def test_a_number_the_program_prints_and_one_it_writes(env: dict[str, str], tmp_path: Path) -> None:

@@ -38,6 +38,8 @@ class Stat:
     last_cpu: int | None
     flags: int = 0
     """The kernel's ``PF_*`` flags of the task."""
+    session: int = 0
+    """The session it belongs to (the id of the session's leader)."""
 
     @property
     def kernel_thread(self) -> bool:
@@ -93,7 +95,8 @@ def stat(pid: int, tid: int | None = None) -> Stat:
     try:
         last = int(fields[36]) if len(fields) > 36 else None
         return Stat(pid if tid is None else tid, text[text.find(b"(") + 1:close].decode(errors="replace"),
-                    fields[0].decode(errors="replace"), int(fields[1]), int(fields[19]), last, int(fields[6]))
+                    fields[0].decode(errors="replace"), int(fields[1]), int(fields[19]), last, int(fields[6]),
+                    int(fields[3]))
     except (IndexError, ValueError):
         raise NoSuchProcess(pid, f"process {pid}: its stat cannot be read ({text[:80]!r})") from None
 

@@ -243,59 +243,141 @@ def _environment(environ: Mapping[str, str]) -> dict[str, str]:
 def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *, timeout: float | None,
              sample: Callable[[int], tuple[int | None, float | None]] | None = None) -> Run:
     """Run ``argv`` once (its variant and round left blank for the caller). KeyboardInterrupt stops the run (its
-    whole process group) and is raised again."""
+    whole process group and session) and is raised again.
+
+    The run is a program ``ab`` does not trust: its output is read as it comes and only the last
+    :data:`_KEPT_OUTPUT` bytes of each stream kept (a program may print without end); at ``timeout`` its
+    process group and session are killed and its pipes closed, whoever still holds them (a child that
+    called ``setsid``, a daemon); once it has exited, what holds its pipes gets :data:`_AFTER_EXIT` seconds
+    more to finish writing, then is no part of the run.
+    """
     started = time.time()
     clock = time.perf_counter()
     proc = subprocess.Popen(list(argv), env=dict(environ), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     samples: list[tuple[int | None, float | None]] = []
+    out, err = _Tail(), _Tail()
     try:
-        out, err = _wait(proc, clock, timeout, sample, samples)
-    except subprocess.TimeoutExpired:
-        _stop(proc)
-        return Run("", 0, Status.TIMEOUT, None, time.perf_counter() - clock, f"still running after {timeout:g} s")
+        finished = _collect(proc, clock, timeout, sample, samples, out, err)
     except BaseException:
         _stop(proc)
         raise
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    if not finished:
+        _stop(proc)
+        return Run("", 0, Status.TIMEOUT, None, time.perf_counter() - clock, f"still running after {timeout:g} s")
     wall = time.perf_counter() - clock
+    _stop(proc)  # what the run left in its process group and session ends with it
     outside, remote = samples[-1] if samples else (None, None)
     if proc.returncode != 0:
-        last = (err.decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        last = (err.kept().decode(errors="replace").strip().splitlines() or [""])[-1][:200]
         code = proc.returncode
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         return Run("", 0, Status.FAILED, None, wall, how + (f": {last}" if last else ""), outside, remote)
-    value = metric.read(out, started, wall)
+    value = metric.read(out.kept(), started, wall)
     if value is None:
         return Run("", 0, Status.NO_VALUE, None, wall, f"no value for {metric.words}", outside, remote)
     return Run("", 0, Status.OK, value, wall, None, outside, remote)
 
 
-def _wait(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
-          sample: Callable[[int], tuple[int | None, float | None]] | None,
-          samples: list[tuple[int | None, float | None]]) -> tuple[bytes, bytes]:
-    """The run's output, once it ends; every second past the first, a sample of where it runs."""
-    while True:
-        left = None if timeout is None else timeout - (time.perf_counter() - clock)
-        if left is not None and left <= 0:
-            raise subprocess.TimeoutExpired(proc.args, timeout or 0)
-        try:
-            out, err = proc.communicate(timeout=1.0 if left is None else min(1.0, left))
-            return out[-_KEPT_OUTPUT:], err[-_KEPT_OUTPUT:]
-        except subprocess.TimeoutExpired:
-            if sample is not None:
+#: Seconds the pipes of a run that has exited are still read (its last writes, a child finishing its own).
+_AFTER_EXIT = 1.0
+
+
+class _Tail:
+    """The last :data:`_KEPT_OUTPUT` bytes of a stream, however much of it comes."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+
+    def add(self, chunk: bytes) -> None:
+        self._data += chunk
+        if len(self._data) > 2 * _KEPT_OUTPUT:  # trimmed now and then, not at every chunk
+            del self._data[:-_KEPT_OUTPUT]
+
+    def kept(self) -> bytes:
+        return bytes(self._data[-_KEPT_OUTPUT:])
+
+
+def _collect(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
+             sample: Callable[[int], tuple[int | None, float | None]] | None,
+             samples: list[tuple[int | None, float | None]], out: _Tail, err: _Tail) -> bool:
+    """Read the run's output into ``out`` and ``err`` until it has exited and its pipes closed (or
+    :data:`_AFTER_EXIT` after it exited); every second past the first, a sample of where it runs. False when
+    ``timeout`` came first."""
+    import selectors
+
+    assert proc.stdout is not None and proc.stderr is not None
+    reading = selectors.DefaultSelector()
+    reading.register(proc.stdout, selectors.EVENT_READ, out)
+    reading.register(proc.stderr, selectors.EVENT_READ, err)
+    next_sample = clock + 1.0
+    exited_at: float | None = None
+    try:
+        while True:
+            now = time.perf_counter()
+            if timeout is not None and now - clock >= timeout:
+                return False
+            if exited_at is None and proc.poll() is not None:
+                exited_at = now
+            if exited_at is not None and (not reading.get_map() or now - exited_at >= _AFTER_EXIT):
+                proc.wait()
+                return True
+            if sample is not None and now >= next_sample and exited_at is None:
+                next_sample = now + 1.0
                 try:
                     samples.append(sample(proc.pid))
                 except Exception:  # a process that ended meanwhile, or one the judge cannot read: no sample
                     pass
+            wait = 0.1 if exited_at is None and reading.get_map() else 0.02
+            if timeout is not None:
+                wait = min(wait, max(0.0, timeout - (time.perf_counter() - clock)))
+            for key, _ in reading.select(wait) if reading.get_map() else ():
+                chunk = os.read(key.fd, 1 << 16)
+                if chunk:
+                    key.data.add(chunk)
+                else:
+                    reading.unregister(key.fileobj)
+            if not reading.get_map() and exited_at is None:
+                time.sleep(wait)  # both pipes closed, the process not yet reaped: poll it again shortly
+    finally:
+        reading.close()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a run and everything it started (its own session)."""
+    """End a run and everything it started: its process group and its session (both the run's own: it was
+    started in a new session), then reap it."""
+    for pid in _session(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
-    proc.communicate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # a process the kernel has not let go of yet: reaped on the next run's end
+        pass
+
+
+def _session(sid: int) -> list[int]:
+    """The processes of session ``sid`` (its members that left its process group too)."""
+    from ...facts import procfs
+
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if procfs.stat(int(name)).session == sid:
+                    found.append(int(name))
+            except Exception:  # ended meanwhile, or unreadable: not ours to end
+                continue
+    return found
 
 
 def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metric, design: Design, *,
