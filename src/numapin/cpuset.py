@@ -31,6 +31,7 @@ _MASK_WORD_BITS = 32
 #: 1024 nodes; the cap keeps a typo such as "0-4000000000" from allocating a
 #: bitmap of gigabytes.
 MAX_ID = (1 << 16) - 1
+_ID_DIGITS = len(str(MAX_ID))
 
 
 
@@ -97,6 +98,8 @@ class CpuSet:
             first, dash, last = token.partition("-")
             if not _number(first) or (dash and not _number(last)):
                 raise ValueError(f"bad cpulist token {quoted(token)} in {quoted(text)}")
+            if len(first.lstrip("0")) > _ID_DIGITS or len(last.lstrip("0")) > _ID_DIGITS:  # before int() meets them
+                raise ValueError(f"bad cpulist token {quoted(token)} in {quoted(text)}: ids stop at {MAX_ID}")
             lo = int(first)
             hi = int(last) if dash else lo
             if hi > MAX_ID:

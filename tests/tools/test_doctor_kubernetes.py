@@ -87,6 +87,20 @@ def test_the_kubelets_files_are_read_in_their_real_formats(pair_root: Path) -> N
     assert not read_kubelet(pair_root).found
 
 
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_a_checkpoint_nested_past_any_parser_is_read_as_none(pair_root: Path, depth: int) -> None:
+    # json raises RecursionError (no ValueError) past its nesting limit: the reader reads no checkpoint, and
+    # doctor says what it read of the kubelet, never a traceback.
+    _kubelet(pair_root, {"cpuManagerPolicy": "static"}, None)
+    state = pair_root / "var/lib/kubelet/cpu_manager_state"
+    state.write_text('{"policyName": "static", "entries": ' + "[" * depth + "]" * depth + "}")
+    found = read_kubelet(pair_root)
+    assert found.cpu_manager == "static" and found.exclusive == {} and found.by_container_id == {}
+    done = subprocess.run([sys.executable, "-m", "numapin", "doctor", "--json"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "NUMAPIN_FSROOT": str(pair_root)})
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr
+
+
 def test_cpu_manager_none_with_a_guaranteed_gpu_pod(in_pod: tuple[int, kube.Layout], pair_root: Path) -> None:
     pid, _ = in_pod
     _kubelet(pair_root, {"cpuManagerPolicy": "none", "topologyManagerPolicy": "single-numa-node"},

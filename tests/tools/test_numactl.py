@@ -253,3 +253,35 @@ def test_numactls_list_forms_are_read_as_libnuma_reads_them() -> None:
     beyond = max(allowed) + 1
     with pytest.raises(UsageError, match=f"CPU {beyond} is not available"):
         cpus(f"0{beyond:o}")  # octal, as C reads it: 010 is CPU 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["-N", "-m", "-C", "-p", "--physcpubind", "--cpunodebind", "--membind", "--preferred"]),
+       st.sampled_from(["", "0x", "0", "0-", "1,", "-"]), st.integers(min_value=25, max_value=20000))
+def test_a_number_of_any_length_is_refused_in_one_line(option: str, prefix: str, digits: int) -> None:
+    # Past 4,300 digits Python's int() refuses, and slows long before: the reader saturates as strtoul does.
+    value = prefix + "7" * digits
+    with pytest.raises(UsageError) as refused:
+        _carried(option, value)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 400
+
+
+def _carried(option: str, value: str) -> None:
+    """What numapin numactl does with one option: read it and check it against this machine's CPUs and nodes."""
+    from numapin.facts.machine import cached
+    from numapin.tools.numactl import _list
+
+    facts = cached(None, os.environ)
+    parse_numactl([option, value, "true"])
+    nodes = option in ("-N", "-m", "-p", "--cpunodebind", "--membind", "--preferred")
+    what = ("node", "nodes") if nodes else ("CPU", "CPUs")
+    allowed = CpuSet(n.id for n in facts.topology.nodes) if nodes else facts.topology.allowed
+    _list(value, allowed, *what, devices=nodes)
+
+
+def test_numactl_with_five_thousand_digits_is_one_line_and_exit_1() -> None:
+    for option in ("-N", "-C", "-m", "-p", "--physcpubind"):
+        done = subprocess.run([sys.executable, "-m", "numapin", "numactl", option, "5" * 5000, "--", "true"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "is not available here" in done.stderr, done.stderr

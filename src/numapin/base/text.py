@@ -6,7 +6,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["counted", "decimal", "format_size", "json_text", "plural", "table"]
+__all__ = ["counted", "decimal", "format_size", "json_text", "json_value", "plural", "printable", "table"]
 
 
 _DIGITS = frozenset("0123456789")
@@ -24,6 +24,18 @@ def decimal(text: str | None) -> int | None:
     text = text.strip()
     digits = text[1:] if text.startswith("-") else text
     return int(text) if 0 < len(digits) <= 20 and _DIGITS.issuperset(digits) else None
+
+
+def json_value(data: str | bytes) -> object:
+    """The value a JSON document holds, or None when it holds none: damaged, or nested deep enough to exhaust
+    the parser (RecursionError, which is no ValueError). The one reader of JSON from files others write."""
+    import json  # imported here: its decoder imports re, which a worker pinned at start-up would pay for
+
+    try:
+        found: object = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return found
 
 
 def plural(count: int, word: str, words: str | None = None) -> str:

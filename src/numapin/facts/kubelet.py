@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from ..base.frozen import field, frozen
+from ..base.text import json_value
 from ..cpuset import CpuSet
 from .host import Host
 
@@ -79,16 +80,11 @@ def _config(text: str) -> dict[str, str]:
 
 def read_kubelet(root: str | os.PathLike[str] | None = None) -> Kubelet:
     """The kubelet's files under ``root`` (default ``/``)."""
-    import json
-
     host = Host.at(root)
     text = host.read(CONFIG)
     config = None if text is None else _config(text)
     raw = host.read(STATE)
-    try:
-        state = json.loads(raw) if raw else None
-    except ValueError:
-        state = None
+    state = json_value(raw) if raw else None
     if not isinstance(state, dict) or not isinstance(state.get("policyName"), str):
         return Kubelet(config)
     exclusive: dict[str, dict[str, CpuSet]] = {}

@@ -40,7 +40,7 @@ from ..base.errors import ProcessError
 from ..base.files import Folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
-from ..base.text import decimal, json_text, printable
+from ..base.text import decimal, json_text, json_value, printable
 from ..cpuset import CpuSet
 from ..facts import procfs
 
@@ -383,18 +383,13 @@ def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int
     """The record in ``name``, when it can be believed: the folder and the file belong to the process's
     owner (or root), the file is of this namespace, and the content names the process the file's name does.
     ``named``: what :func:`_named` makes of ``name``, when the caller has it."""
-    import json
-
     named = named or _named(name)
     if named is None or named[2] != namespace() or uid is None or folder.owner not in (uid, 0):
         return None
     found = folder.read(name, _CAP)
     if found is None or found[1] not in (uid, 0):
         return None
-    try:
-        data = json.loads(found[0])
-    except (ValueError, RecursionError):  # damaged, or nested deep enough to exhaust the parser
-        return None
+    data = json_value(found[0])
     record = Record.from_dict(data) if isinstance(data, dict) else None
     return record if record is not None and (record.pid, record.start) == named[:2] else None
 

@@ -202,8 +202,15 @@ def _number(text: str, at: int) -> tuple[int | None, int]:
         i += 1
     if i == first:
         return None, at
-    value = int(text[first:i], base)
+    # Past 64 bits strtoul saturates at ULONG_MAX (ERANGE): so does this, before int() meets digits by the
+    # thousand (Python refuses 4,300 and more, and slows long before).
+    digits = text[first:i].lstrip("0")
+    value = _ULONG_MAX if len(digits) > 22 else min(int(digits or "0", base), _ULONG_MAX)
     return (-value if negative else value), i
+
+
+#: What C's strtoul gives for any number past it.
+_ULONG_MAX = (1 << 64) - 1
 
 
 def _list(text: str, allowed: CpuSet, what: str, plural_what: str, *, devices: bool) -> CpuSet:

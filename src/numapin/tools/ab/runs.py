@@ -11,7 +11,6 @@ outside its placement, the share of its own memory on other nodes): the last sam
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import re
@@ -25,6 +24,7 @@ from ...base.choices import Choice
 from ...base.environment import AUTOPIN, AUTOPIN_OPTIONS, KEEP
 from ...base.errors import UsageError, quoted
 from ...base.frozen import frozen, replace
+from ...base.text import json_value
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -142,8 +142,8 @@ class Metric:
             if os.stat(self.path).st_mtime < started:
                 return None  # not written by this run: an older run's file says nothing of this one
             with open(self.path, "rb") as file:
-                data: Any = json.loads(file.read(_KEPT_OUTPUT))
-        except (OSError, ValueError, RecursionError):
+                data: Any = json_value(file.read(_KEPT_OUTPUT))
+        except OSError:
             return None
         for part in self.key.split("."):
             data = data.get(part) if isinstance(data, dict) else None
