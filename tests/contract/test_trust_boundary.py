@@ -395,3 +395,35 @@ def test_the_textfile_is_never_written_through_another_users_symlink(other: Othe
         assert not written.is_symlink() and written.stat().st_uid == 0 and "numapin_workers" in written.read_text()
     finally:
         shutil.rmtree(top)
+
+
+def test_the_textfile_goes_only_into_a_folder_no_other_user_can_replace(other: Other) -> None:
+    # node_exporter serves what the folder holds as the node's series: a folder another user could rename away
+    # and make again, or fill after root wrote it, is refused in one line and nothing is written.
+    top = Path(tempfile.mkdtemp(prefix="numapin-textfile-"))
+    try:
+        top.chmod(0o755)
+        theirs = top / "theirs"
+        theirs.mkdir(mode=0o755)
+        os.chown(theirs, *other)
+        inside_theirs = theirs / "textfile"  # root's folder, in one the other user may rename things in
+        as_other(other, 'mkdir -m 755 "$1"', str(inside_theirs))
+        os.chown(inside_theirs, 0, 0)
+        open_to_all = top / "open"  # root's, writable by all without the sticky bit
+        open_to_all.mkdir()
+        open_to_all.chmod(0o777)
+        sticky = top / "sticky"
+        sticky.mkdir()
+        sticky.chmod(0o1777)
+        as_other(other, 'mkdir -m 755 "$1/mine" && ln -s "$1/mine" "$1/link"', str(sticky))  # a link to theirs
+        for folder in (inside_theirs, open_to_all, sticky / "link", sticky / "mine"):
+            done = subprocess.run([sys.executable, "-m", "numapin", "ps", "--textfile", str(folder)],
+                                  capture_output=True, text=True, timeout=60)
+            assert done.returncode == 2 and done.stderr.count("\n") == 1, (folder, done.stderr)
+            assert "another user could replace" in done.stderr
+            assert not (folder / "numapin.prom").exists()
+        done = subprocess.run([sys.executable, "-m", "numapin", "ps", "--textfile", str(sticky)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and (sticky / "numapin.prom").stat().st_uid == 0, done.stderr
+    finally:
+        shutil.rmtree(top)

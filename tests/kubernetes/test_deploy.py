@@ -75,6 +75,13 @@ def test_the_daemonset_does_what_the_docs_say() -> None:
     docs = (REPO / "docs" / "kubernetes.md").read_text()
     for capability in security["capabilities"]["add"]:
         assert capability in docs, f"docs/kubernetes.md does not say what {capability} is for"
+    # What the comments say is read is mounted: every folder a record of another user's worker may lie in.
+    from numapin.pinning.record import folders
+
+    mounted = [m["mountPath"] for m in container["volumeMounts"]]
+    for path in folders(1000, environ={}):
+        assert any(path == m or path.startswith(m + "/") for m in mounted), f"{path} is not mounted"
+        assert f"`{path.replace('1000', 'UID')}`" in docs or path.replace("1000", "UID") in docs, path
 
 
 def test_the_service_monitor_finds_the_service_and_its_port() -> None:

@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["Folder", "only_theirs"]
+__all__ = ["Folder", "only_theirs", "settled"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -46,6 +46,25 @@ def only_theirs(path: str, owners: Collection[int]) -> bool:
     return True
 
 
+def settled(path: str, owners: Collection[int]) -> bool:
+    """Whether no user but ``owners`` can replace the folder ``path`` names, or what it holds of theirs: it and
+    every folder above it (links resolved) belong to one of them, and each is writable by no one else, or
+    sticky (others may add names there, never rename or remove one of ``owners``'). Unlike
+    :func:`only_theirs`, for a folder that exists and whose files are written by name through :class:`Folder`."""
+    real = os.path.realpath(path)
+    current = "/"
+    for part in real.split("/"):
+        current = os.path.join(current, part)
+        try:
+            info = os.lstat(current)
+        except OSError:
+            return False
+        shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in owners or shared:
+            return False
+    return True
+
+
 class Folder:
     """A folder held by its descriptor, checked once: whoever renames or replaces its path afterwards
     changes nothing numapin reads, writes or removes."""
@@ -64,11 +83,12 @@ class Folder:
         os.close(self.fd)
 
     @classmethod
-    def open(cls, path: str, owners: Collection[int], *, create: bool = False) -> Folder:
+    def open(cls, path: str, owners: Collection[int], *, create: bool = False, shared: bool = False) -> Folder:
         """``path`` as a folder owned by one of ``owners`` that neither its group nor others may write, held
         open until the ``with`` block that takes it ends; PermissionError for anything else (a symlink, a
         file, another user's folder, a shared one). ``create``: make it first (mode 0755, parents as needed)
-        when it does not exist."""
+        when it does not exist. ``shared``: others may write it when it is sticky (they add names, never
+        replace one of ``owners``')."""
         if create:
             try:
                 os.makedirs(path, mode=0o755, exist_ok=True)
@@ -77,7 +97,8 @@ class Folder:
         fd = os.open(path, _DIR_FLAGS)
         try:
             info = os.fstat(fd)
-            if info.st_uid not in owners or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+            if info.st_uid not in owners or (others_write and not (shared and info.st_mode & stat.S_ISVTX)):
                 raise PermissionError(f"{path} is not a folder of user {sorted(owners)[0]} that only it may write")
         except BaseException:
             os.close(fd)

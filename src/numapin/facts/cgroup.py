@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Cgroup", "read_cgroup"]
+__all__ = ["Cgroup", "made_by_root", "read_cgroup"]
 
 
 @frozen
@@ -152,3 +152,40 @@ def read_cgroup(host: Host, warn: Callable[[str], None] | None = None, *, pid: i
                 mems = _read_set(host, folder, ("cpuset.mems.effective", "cpuset.mems"), mount.point, say)
                 return Cgroup(2, v2_path, folder, cpus, mems)
     return Cgroup(None, v1_path or v2_path, None, None, None)
+
+
+def made_by_root(controllers: str, path: str, host: Host | None = None) -> bool | None:
+    """Whether the cgroup ``path`` of the hierarchy with ``controllers`` (``/proc/PID/cgroup``'s second field:
+    empty for v2) and every cgroup above it is a folder of root's; None when it cannot be told here (that
+    hierarchy is not mounted, the path lies outside this cgroup namespace's view, the folder is gone).
+
+    A user given a subtree of its own (systemd's ``user@UID.service`` on v2, a folder chowned to it) makes
+    folders that are its own: whatever they are named, they were not made by root's kubelet or runtime.
+    """
+    import os
+    import stat
+
+    where = host or Host.at("/")
+    wanted = frozenset(c for c in controllers.split(",") if c)
+    for mount in _mounts(where):
+        if not (mount.fstype == "cgroup2" if not wanted else mount.fstype == "cgroup" and wanted <= mount.options):
+            continue
+        relative = path
+        if mount.root not in ("", "/"):
+            if not (path == mount.root or path.startswith(mount.root + "/")):
+                return None
+            relative = path[len(mount.root):]
+        parts = [p for p in relative.split("/") if p]
+        if ".." in parts or "." in parts:
+            return None  # another cgroup namespace's view: not a folder of this mount
+        folder = where.path(mount.point)
+        for part in ["", *parts]:
+            folder = os.path.join(folder, part) if part else folder
+            try:
+                info = os.lstat(folder)
+            except OSError:
+                return None
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0:
+                return False
+        return True
+    return None

@@ -123,9 +123,51 @@ def _container(part: str | None, driver: str) -> tuple[str | None, str | None]:
 
 
 def pod_of(pid: int) -> Pod | None:
-    """The pod process ``pid`` runs in, from ``/proc/PID/cgroup``; None outside a pod, or when it is gone."""
+    """The pod process ``pid`` runs in, from ``/proc/PID/cgroup``; None outside a pod, or when it is gone.
+
+    Only a pod the kubelet made names one: a path that follows the layout (:func:`pod_in_path`) counts when its
+    pod's and container's cgroups, and every cgroup above them, are root's folders (a user with a subtree of its
+    own could lay the same names out in it). Where this reader cannot see those folders (it runs in a cgroup
+    namespace of its own, as a DaemonSet's container does, and sees other pods' paths as ``/../..``), the path
+    must start at the kubelet's own root (``kubepods``, under the kubelet's ``cgroupRoot`` where it has one),
+    which no user's subtree is.
+    """
     try:
-        paths = procfs.cgroup_paths(pid)
+        lines = procfs.cgroups(pid)
     except ProcessError:
         return None
-    return next((found for found in map(pod_in_path, paths) if found is not None), None)
+    for controllers, path in lines:
+        found = pod_in_path(path)
+        if found is not None and _kubelets(controllers, path, found):
+            return found
+    return None
+
+
+def _kubelets(controllers: str, path: str, pod: Pod) -> bool:
+    """Whether the pod's cgroups in ``path`` are the kubelet's (root's folders, or a path from the kubelet's root)."""
+    from .cgroup import made_by_root
+
+    parts = [p for p in path.split("/") if p]
+    at = next(i for i, part in enumerate(parts) if _names_pod(part, pod.uid))
+    made = made_by_root(controllers, "/" + "/".join(parts[:at + 2]))  # the pod, and its container when named
+    if made is not None:
+        return made
+    while parts[:1] == [".."]:
+        parts.pop(0)
+    start = next(i for i, part in enumerate(parts) if part == "kubepods" or part.endswith("kubepods.slice"))
+    return start == 0 or parts[:start] in _cgroup_roots()
+
+
+def _names_pod(part: str, uid: str) -> bool:
+    return part == f"pod{uid}" or (part.endswith(".slice") and f"pod{uid.replace('-', '_')}." in part)
+
+
+def _cgroup_roots() -> list[list[str]]:
+    """The kubelet's ``cgroupRoot`` (its config file), as the cgroupfs and the systemd drivers lay it out."""
+    from .kubelet import read_kubelet
+
+    root = read_kubelet().setting("cgroupRoot", "")
+    names = [p for p in root.split("/") if p]
+    if not names:
+        return []
+    return [names, ["-".join(names[:i + 1]) + ".slice" for i in range(len(names))]]

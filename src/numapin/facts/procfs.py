@@ -17,7 +17,7 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "cgroup_paths", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
+__all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
            "own_memory", "owner", "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
@@ -151,8 +151,14 @@ def own_memory(pid: int) -> int | None:
 
 def cgroup_paths(pid: int) -> list[str]:
     """The cgroup path of each hierarchy ``pid`` is in (``/proc/PID/cgroup``: one for v2, one per v1 hierarchy)."""
+    return [path for _, path in cgroups(pid)]
+
+
+def cgroups(pid: int) -> list[tuple[str, str]]:
+    """``(controllers, path)`` of each hierarchy ``pid`` is in: the controllers as ``/proc/PID/cgroup`` names
+    them (``cpu,cpuacct``, ``name=systemd``; empty for v2), the path as this reader's cgroup namespace sees it."""
     lines = _read(pid, None, "cgroup").decode(errors="replace").splitlines()
-    return [line.split(":", 2)[2] for line in lines if line.count(":") >= 2]
+    return [(parts[1], parts[2]) for parts in (line.split(":", 2) for line in lines) if len(parts) == 3]
 
 
 def numa_maps(pid: int) -> str:

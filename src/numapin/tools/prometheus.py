@@ -97,14 +97,17 @@ def exposition(found: Survey) -> str:
 def write_textfile(folder: str, text: str) -> str:
     """Write ``text`` as ``folder/numapin.prom``, replaced whole: a new temporary file (``.tmp``, which the
     textfile collector skips) renamed over the old, in the folder held open, so a reader racing the writer
-    reads the old file or the new one, never half of one. The path written; OSError as the kernel says it."""
+    reads the old file or the new one, never half of one. The path written; OSError as the kernel says it,
+    PermissionError for a folder another user could replace (or swap the file in: node_exporter would serve
+    their series as the node's)."""
     import os
 
-    from ..base.files import Folder
+    from ..base.files import Folder, settled
 
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        Folder(fd, folder, os.fstat(fd).st_uid).replace(TEXTFILE, text.encode(), 0o644)
-    finally:
-        os.close(fd)
+    mine = {os.geteuid(), 0}
+    if not settled(folder, mine):
+        raise PermissionError(f"--textfile {folder}: another user could replace this folder or what it holds (it, "
+                              "or a folder above it, is theirs or writable by others without the sticky bit)")
+    with Folder.open(os.path.realpath(folder), mine, shared=True) as held:
+        held.replace(TEXTFILE, text.encode(), 0o644)
     return os.path.join(folder, TEXTFILE)
