@@ -33,10 +33,11 @@ class Other:
                        timeout=60, cwd="/")
 
 
-    def start(self, script: str, *args: str) -> subprocess.Popen[str]:
-        """Start the shell ``script`` as this user, its output piped; the caller ends it."""
+    def start(self, script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start the shell ``script`` as this user (in ``env``, default this one's), its output piped; the
+        caller ends it."""
         return subprocess.Popen(["/bin/sh", "-c", script, "sh", *args], user=self.uid, group=self.gid, cwd="/",
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def make() -> Other:

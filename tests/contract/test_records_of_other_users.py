@@ -55,11 +55,19 @@ def folder(other: Other) -> Iterator[Path]:
 
 
 @pytest.fixture
-def hostile(other: Other, folder: Path) -> Iterator[int]:
-    """A process of the other user named to act on a terminal, with a record of its own that says the same."""
-    proc = other.start('d=$(mktemp -d) && echo "$d" && ln -s /bin/sleep "$d/$1" && exec "$d/$1" 300', HOSTILE_NAME)
+def hostile(other: Other, folder: Path) -> Iterator[dict[str, int]]:
+    """A process of the other user named to act on a terminal, with a record of its own that says the same;
+    and a second, with no record, known only from the same environment (``candidate``)."""
+    # Its environment says the same in every variable numapin reads of a process (a launcher's rank, the GPUs
+    # it sees, numapin's own), as any process may.
+    env = {"PATH": "/usr/bin:/bin", "LOCAL_RANK": HOSTILE, "CUDA_VISIBLE_DEVICES": HOSTILE,
+           "NUMAPIN_AUTOPIN": HOSTILE, "NUMAPIN_APPLIED": HOSTILE, "NUMAPIN_MODE": HOSTILE,
+           "SLURM_LOCALID": HOSTILE, "OMP_NUM_THREADS": HOSTILE}
+    proc = other.start('d=$(mktemp -d) && echo "$d" && ln -s /bin/sleep "$d/$1" && exec "$d/$1" 300', HOSTILE_NAME,
+                       env=env)
     assert proc.stdout is not None
     links = proc.stdout.readline().strip()
+    candidate = other.start('exec "$1/$2" 300', links, HOSTILE_NAME, env=env)
     try:
         name = ""
         for _ in range(500):  # until the shell has become the hostile sleep
@@ -75,10 +83,11 @@ def hostile(other: Other, folder: Path) -> Iterator[int]:
         other.sh('printf %s "$2" > "$1"', str(planted), _record(proc.pid))
         found = record.lookup(proc.pid)
         assert found is not None, "the other user's record of its own process is believed"
-        yield proc.pid
+        yield {"pid": proc.pid, "candidate": candidate.pid}
     finally:
-        proc.kill()
-        proc.wait()
+        for child in (proc, candidate):
+            child.kill()
+            child.wait()
         shutil.rmtree(links, ignore_errors=True)
 
 
@@ -91,21 +100,24 @@ def _clean(text: str, what: str) -> None:
 @pytest.mark.parametrize("command", [
     ["threads", "{pid}"], ["threads", "{pid}", "--check"], ["doctor", "--pid", "{pid}"], ["ps"], ["ps", "{pid}"],
     ["ps", "--all"], ["ps", "--prometheus"], ["keep", "{pid}", "--looks", "3", "--period", "0.05"],
+    ["threads", "{candidate}"], ["doctor", "--pid", "{candidate}"], ["ps", "{candidate}"],
+    ["ps", "--all", "--prometheus"],
 ], ids=lambda c: " ".join(c))
 def test_no_command_prints_what_another_users_record_or_process_would_have_a_terminal_do(
-        hostile: int, other: Other, command: list[str]) -> None:
-    args = [word.format(pid=hostile) for word in command]
+        hostile: dict[str, int], other: Other, command: list[str]) -> None:
+    args = [word.format(**hostile) for word in command]
+    target = hostile["candidate" if "{candidate}" in command else "pid"]
     if command[0] == "keep":  # a drift to report: the other user moves its own thread
         proc = subprocess.Popen([*NUMAPIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None and proc.stderr.readline().startswith("numapin keep: keeping")
-        other.sh(f'taskset -p -c {ALLOWED.first()} "$1" >/dev/null', str(hostile))
+        other.sh(f'taskset -p -c {ALLOWED.first()} "$1" >/dev/null', str(target))
         out, err = proc.communicate(timeout=60)
         assert "moved" in out, (out, err)
     else:
         done = subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=60)
         assert done.returncode in (0, 1), done.stderr
         out, err = done.stdout, done.stderr
-    assert str(hostile) in out + err
+    assert str(target) in out + err
     _clean(out, "stdout")
     _clean(err, "stderr")
 
@@ -140,8 +152,9 @@ def labels_of(exposition: str) -> list[dict[str, str]]:
     return found
 
 
-def test_label_values_from_a_record_are_its_documented_words_or_unknown(hostile: int, other: Other,
+def test_label_values_from_a_record_are_its_documented_words_or_unknown(hostile: dict[str, int], other: Other,
                                                                          folder: Path) -> None:
+    pid = hostile["pid"]
     # A second process of the other user whose record gives a PCI address that is none: not believed.
     forged = other.start("exec sleep 300")
     try:
@@ -153,9 +166,9 @@ def test_label_values_from_a_record_are_its_documented_words_or_unknown(hostile:
         done = subprocess.run([*NUMAPIN, "ps", "--prometheus"], capture_output=True, text=True, timeout=60)
         assert done.returncode in (0, 1), done.stderr
         samples = labels_of(done.stdout)
-        assert any(s.get("pid") == str(hostile) for s in samples)
+        assert any(s.get("pid") == str(pid) for s in samples)
         assert not any(s.get("pid") == str(forged.pid) for s in samples), "no series from a damaged record"
-        causes = sorted(s["cause"] for s in samples if s.get("pid") == str(hostile) and "cause" in s)
+        causes = sorted(s["cause"] for s in samples if s.get("pid") == str(pid) and "cause" in s)
         assert causes == ["moved", "unknown"], causes
         for sample in samples:
             for label, value in sample.items():

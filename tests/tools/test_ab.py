@@ -132,6 +132,10 @@ def test_runs_that_fail_time_out_or_print_nothing_are_reported_not_averaged(env:
     text = ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--",
               "sh", "-c", "exit 3")
     assert "lost: a, round 1: failed (exit 3)" in text.stdout, text.stdout
+    # What the program says last on stderr is shown as text: nothing in it acts on the terminal.
+    loud = ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--",
+              "sh", "-c", r"printf '\033]0;owned\007\033[2J\n' >&2; exit 3")
+    assert "\x1b" not in loud.stdout + loud.stderr and "\\x1b]0;owned\\x07" in loud.stdout, loud.stdout
 
 
 def test_ctrl_c_stops_the_run_and_reports_what_was_measured(env: dict[str, str]) -> None:

@@ -24,7 +24,7 @@ from ...base.choices import Choice
 from ...base.environment import AUTOPIN, AUTOPIN_OPTIONS, KEEP
 from ...base.errors import UsageError, quoted
 from ...base.frozen import frozen, replace
-from ...base.text import json_value
+from ...base.text import json_value, printable
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -273,7 +273,8 @@ def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *,
     _stop(proc)  # what the run left in its process group and session ends with it
     outside, remote = samples[-1] if samples else (None, None)
     if proc.returncode != 0:
-        last = (err.kept().decode(errors="replace").strip().splitlines() or [""])[-1][:200]
+        # The program's own words, shown on a terminal: escaped as a table's cells are.
+        last = printable((err.kept().decode(errors="replace").strip().splitlines() or [""])[-1][:200])
         code = proc.returncode
         how = f"killed by signal {-code}" if code < 0 else f"exit {code}"
         return Run("", 0, Status.FAILED, None, wall, how + (f": {last}" if last else ""), outside, remote)
