@@ -24,7 +24,7 @@ from ..base.environment import (
     RESERVED,
     THREAD_POOLS,
 )
-from ..base.errors import EnvironmentProblem, ProcessError
+from ..base.errors import EnvironmentProblem, ProcessError, UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet, hex_word
@@ -149,11 +149,20 @@ def diagnose(
     facts = cached(root, env)  # the facts the judge reads too: the machine read once
     if pid is not None:
         facts = seen_by(facts, pid, env)  # a container's process: the GPUs it was given, as the judge sees them
-    chosen = None if gpu is not None else requested_rank(rank, env)
+    findings: list[Finding] = []
+    try:
+        chosen = None if gpu is not None else requested_rank(rank, env)
+    except UsageError as exc:
+        if pid is None or rank != "auto":
+            raise  # the caller's own environment, or its --local-rank: the caller's mistake
+        # Another process's environment is a fact about that process, not a mistake of the caller's.
+        chosen = None
+        findings.append(Finding("launcher-rank", "error", f"its environment: {exc}",
+                                "numapin cannot tell which GPU its launcher meant for it",
+                                "fix the launcher's local-rank variable, or name the GPU with --gpu"))
     asked_mode = None if mode is None else parse_mode(mode)
     if chosen is not None and rank != "auto":  # --local-rank N: that rank's GPU, in the process's view
         gpu = gpu_for_rank(chosen.rank, len(facts.visible), env.get(RANK_MAP)) if facts.visible else 0
-    findings: list[Finding] = []
     judged: Judgement | None = None
     placement: Placement | None = None
     try:
