@@ -693,8 +693,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
         print(f"numapin ab: {stage}: {run.variant}: {shown}", file=sys.stderr, flush=True)
 
     allowed = str(CpuSet(os.sched_getaffinity(0)))
+    import signal
+    import threading
+
+    # ^C sets a flag the runs look at between steps: a run is never left half started (a KeyboardInterrupt
+    # inside Popen would orphan it), and the one under way is stopped with everything it started.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
     runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
-                                   clear=lambda found: clear(found, variants, design, baseline))
+                                   clear=lambda found: clear(found, variants, design, baseline), stop=stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     report = analyse(runs, command, variants, metric, design, baseline, interrupted=interrupted)
     from .pinning import record
 

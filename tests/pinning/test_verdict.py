@@ -196,6 +196,7 @@ os.sched_setaffinity(0, {sorted(live.NODE1)!r})
 ended = []
 t = threading.Thread(target=lambda: ended.append(threading.get_native_id())); t.start(); t.join()
 print(ended[0], flush=True)
+sys.stdin.readline()  # no thread made before it is asked for: the ended thread's id stays ended
 while True:
     t = threading.Thread(target=lambda: None); t.start(); t.join()
 """
@@ -204,16 +205,16 @@ while True:
 @needs_two
 def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37, item 13: one thread ending between the listing of a worker's threads and their reading made the
-    whole worker vanish from ps, a misplaced worker read as none misplaced."""
+    """One thread ending between the listing of a worker's threads and their reading made the whole worker
+    vanish from ps, a misplaced worker read as none misplaced."""
     from numapin.facts import procfs
     from numapin.pinning.verdict import judge
     from numapin.tools.ps import survey
 
-    child = subprocess.Popen([sys.executable, "-c", CHURN], stdout=subprocess.PIPE, text=True,
+    child = subprocess.Popen([sys.executable, "-c", CHURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                              env={**live.without_inputs(dict(os.environ)), FSROOT: str(pair_root), "LOCAL_RANK": "0"})
     try:
-        assert child.stdout is not None
+        assert child.stdout is not None and child.stdin is not None
         ended = int(child.stdout.readline())
         # The race made certain: the listing names a thread that has ended, as a listing read an instant
         # earlier would; every answer about that thread comes from the real kernel.
@@ -222,7 +223,9 @@ def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: 
         certain = survey([child.pid], root=str(pair_root)).workers
         judged = judge(child.pid, root=str(pair_root))
         monkeypatch.setattr(procfs, "tasks", listing)
-        # And the race itself: threads end and start while ps reads them.
+        # And the race itself: threads end and start while ps reads them (and, churning, reuse thread ids).
+        child.stdin.write("churn\n")
+        child.stdin.flush()
         raced = [survey([child.pid], root=str(pair_root)).workers for _ in range(30)]
     finally:
         child.kill()

@@ -84,22 +84,28 @@ def test_a_run_whose_child_holds_its_output_ends_at_its_timeout_or_exit(env: dic
     try:
         started = time.monotonic()
         late = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--timeout",
-                        "2", "--json", "--", "sh", "-c", "setsid sleep 61.25 & sleep 61.5"))
+                        "2", "--json", "--", "sh", "-c", f"setsid sleep {LONG}1 & sleep {LONG}2"))
         assert {r["status"] for v in late["variants"] for r in v["runs"]} == {"timeout"}  # type: ignore[attr-defined]
         assert time.monotonic() - started < 40, "each run ended at its timeout, not with its child"
-        assert not _running("sleep 61.5"), "the run's own process group and session ended with it"
+        assert not _running(f"sleep {LONG}2"), "the run's own process group and session ended with it"
         started = time.monotonic()
         done = _json(ab(env, "--variant", "a=", "--variant", "b=", "--rounds", "1", "--warmup", "0", "--metric",
                         r"regex:v: ([0-9]+)", "--higher-is-better", "--json", "--", "sh", "-c",
-                        "setsid sleep 61.75 & echo 'v: 3'"))
+                        f"setsid sleep {LONG}3 & echo 'v: 3'"))
         assert [r["status"] for r in _variant(done, "a")["runs"]] == ["ok"]  # type: ignore[attr-defined]
         assert time.monotonic() - started < 40, "the run ended when it exited, not when its child did"
     finally:
-        subprocess.run(["pkill", "-f", "sleep 61[.]"], check=False)
+        subprocess.run(["pkill", "-f", f"sleep {LONG}"], check=False)
 
 
 def _running(command: str) -> bool:
-    return subprocess.run(["pgrep", "-f", command.replace(".", "[.]")], capture_output=True).returncode == 0
+    """Whether a process runs ``command`` itself (not one that names it among its arguments, as ab does)."""
+    return subprocess.run(["pgrep", "-f", "^" + command.replace(".", "[.]")], capture_output=True).returncode == 0
+
+
+#: A sleep of about a minute whose command line is this test session's alone (pgrep and pkill find it, and
+#: nothing of another session running the same tests on the machine).
+LONG = f"60.{os.getpid()}"
 
 
 def test_a_number_the_program_prints_and_one_it_writes(env: dict[str, str], tmp_path: Path) -> None:
@@ -140,16 +146,17 @@ def test_runs_that_fail_time_out_or_print_nothing_are_reported_not_averaged(env:
 
 def test_ctrl_c_stops_the_run_and_reports_what_was_measured(env: dict[str, str]) -> None:
     proc = subprocess.Popen([*NUMAPIN, "ab", "--variant", "a=", "--variant", "b=", "--warmup", "0", "--rounds", "3",
-                             "--", "sleep", "60.25"],
+                             "--", "sleep", LONG],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(3)  # in the first run's long sleep
+    deadline = time.monotonic() + 120  # in the first run's long sleep (however slowly a loaded machine gets there)
+    while not _running(f"sleep {LONG}") and time.monotonic() < deadline:
+        time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted: what was measured before ^C" in out, out
     assert "round 1: interrupted (stopped by ^C)" in out, out
-    leftover = subprocess.run(["pgrep", "-f", "sleep 60.25"], capture_output=True, text=True).stdout.split()
-    assert not leftover, "the run in progress was stopped with everything it started"
+    assert not _running(f"sleep {LONG}"), "the run in progress was stopped with everything it started"
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from ...base.choices import Choice
@@ -241,9 +242,12 @@ def _environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *, timeout: float | None,
-             sample: Callable[[int], tuple[int | None, float | None]] | None = None) -> Run:
-    """Run ``argv`` once (its variant and round left blank for the caller). KeyboardInterrupt stops the run (its
-    whole process group and session) and is raised again.
+             sample: Callable[[int], tuple[int | None, float | None]] | None = None,
+             stop: threading.Event | None = None) -> Run:
+    """Run ``argv`` once (its variant and round left blank for the caller). KeyboardInterrupt, or ``stop`` set
+    (what ``numapin ab``'s ^C does: a flag, looked at between steps, so that no step is cut in half and no
+    run is left behind half started), stops the run (its whole process group and session) and raises
+    KeyboardInterrupt.
 
     The run is a program ``ab`` does not trust: its output is read as it comes and only the last
     :data:`_KEPT_OUTPUT` bytes of each stream kept (a program may print without end); at ``timeout`` its
@@ -258,7 +262,7 @@ def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *,
     samples: list[tuple[int | None, float | None]] = []
     out, err = _Tail(), _Tail()
     try:
-        finished = _collect(proc, clock, timeout, sample, samples, out, err)
+        finished = _collect(proc, clock, timeout, sample, samples, out, err, stop)
     except BaseException:
         _stop(proc)
         raise
@@ -305,7 +309,8 @@ class _Tail:
 
 def _collect(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
              sample: Callable[[int], tuple[int | None, float | None]] | None,
-             samples: list[tuple[int | None, float | None]], out: _Tail, err: _Tail) -> bool:
+             samples: list[tuple[int | None, float | None]], out: _Tail, err: _Tail,
+             stop: threading.Event | None = None) -> bool:
     """Read the run's output into ``out`` and ``err`` until it has exited and its pipes closed (or
     :data:`_AFTER_EXIT` after it exited); every second past the first, a sample of where it runs. False when
     ``timeout`` came first."""
@@ -319,6 +324,8 @@ def _collect(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
     exited_at: float | None = None
     try:
         while True:
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             now = time.perf_counter()
             if timeout is not None and now - clock >= timeout:
                 return False
@@ -385,7 +392,8 @@ def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metr
                environ: Mapping[str, str] | None = None, allowed: str = "",
                measure: Callable[[Variant, int], Run] | None = None,
                clear: Callable[[list[Run]], bool] | None = None,
-               progress: Callable[[Run], None] | None = None) -> tuple[list[Run], bool]:
+               progress: Callable[[Run], None] | None = None,
+               stop: threading.Event | None = None) -> tuple[list[Run], bool]:
     """Every run of the design: warm-up rounds (discarded by the report), then rounds in random order, until
     ``design.rounds``, ``clear(runs)`` (with ``until_clear``) or ``design.max_time``. The runs, and whether
     ^C cut them short. ``measure`` stands in for the real runs (tests of the design); ``allowed`` is the
@@ -397,8 +405,8 @@ def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metr
     def real(variant: Variant, round_: int) -> Run:
         options = variant.options or _nothing(allowed)
         argv = [sys.executable, "-m", "numapin", "exec", *options, "--", *command]
-        return replace(run_once(argv, env, metric, timeout=design.timeout, sample=sampler), variant=variant.name,
-                       round=round_)
+        return replace(run_once(argv, env, metric, timeout=design.timeout, sample=sampler, stop=stop),
+                       variant=variant.name, round=round_)
 
     one = measure or real
     runs: list[Run] = []
@@ -410,6 +418,8 @@ def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metr
             if design.max_time is not None and time.monotonic() - began > design.max_time:
                 return runs, False
             try:
+                if stop is not None and stop.is_set():
+                    raise KeyboardInterrupt
                 run = one(variant, round_)
             except KeyboardInterrupt:
                 runs.append(Run(variant.name, round_, Status.INTERRUPTED, None, 0.0, "stopped by ^C"))
