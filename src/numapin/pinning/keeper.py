@@ -46,7 +46,8 @@ from ..facts.machine import forget as forget_facts
 from ..kernel.affinity import LinuxThreads, walk_calls
 from . import record as records
 from .decision import ExternalMaskPolicy
-from .record import DriftCause, Record
+from .drift import DriftCause
+from .record import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:

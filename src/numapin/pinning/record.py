@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import time
 
-from ..base.choices import Choice
 from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
 from ..base.files import Folder
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "UNKNOWN_CAUSE", "VERSION", "DriftCause", "Record", "drift_words", "entries", "file_name",
+__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name",
            "folders", "locate", "lookup", "namespace",
            "publish", "rewrite", "stamp", "start_time", "withdraw"]
 
@@ -62,24 +61,6 @@ VERSION = 3
 
 #: Who applied a pin: numapin exec, the start-up hook, pin(), a lease, a compatibility function.
 HOW = ("exec", "autopin", "pin", "lease", "compat")
-
-
-class DriftCause(Choice):
-    """What moved a placement (the keeper's word for it, counted in the record)."""
-
-    CPUSET = "cpuset"
-    """The cgroup's allowed CPUs changed."""
-    MEMS = "mems"
-    """The cgroup's allowed memory nodes changed."""
-    MOVED = "moved"
-    """Someone else changed a thread's mask."""
-    INHERITED = "inherited"
-    """A thread was born with a mask that is not the placement (from a thread that was moved)."""
-
-
-#: A drift cause a record holds that is none of :class:`DriftCause`'s: counted under this word, never repeated
-#: (the causes are labels of the node's metrics, and a record may be another user's writing).
-UNKNOWN_CAUSE = "unknown"
 
 
 @frozen
@@ -201,8 +182,10 @@ def _count(value: object) -> int:
 
 
 def _causes(drift: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
-    """A record's drift counts, each cause one of :class:`DriftCause` or counted as :data:`UNKNOWN_CAUSE`; the
-    order kept (the cause seen last ends it)."""
+    """A record's drift counts, each cause a :class:`numapin.pinning.drift.DriftCause` or counted as ``unknown``;
+    the order kept (the cause seen last ends it)."""
+    from .drift import UNKNOWN_CAUSE, DriftCause
+
     known = {cause.value for cause in DriftCause}
     counts: dict[str, int] = {}
     for cause, n in drift.items():
