@@ -410,3 +410,54 @@ def test_a_threads_name_is_said_as_text_never_as_terminal_codes(pair_root: Path)
     said = in_child(run)
     assert "\x1b" not in said and "\x07" not in said and "x" in said, repr(said)
     assert said.isprintable(), repr(said)
+
+
+#: A worker that pins itself (every CPU, override), then, as a pin does, sets every thread's mask to node 0 and
+#: only on a second word writes its record of that pin (``numapin.pin``, which finds the masks already right).
+TWO_STEP_PIN = f"""
+import os, sys, threading
+import numapin
+threading.Thread(target=threading.Event().wait, daemon=True).start()
+numapin.pin(cpus={sorted(ALL)!r}, memory="none", policy="override")
+print("pinned", flush=True)
+sys.stdin.readline()
+for tid in os.listdir("/proc/self/task"):
+    os.sched_setaffinity(int(tid), {sorted(NODE0)!r})
+print("masks", flush=True)
+sys.stdin.readline()
+numapin.pin(cpus={sorted(NODE0)!r}, memory="none", policy="override")
+print("recorded", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_keeper_outside_never_takes_a_pin_between_its_masks_and_its_record_for_a_move(
+        pair_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A pin sets its threads' masks, then writes its record: a look from outside in between saw every thread
+    # "moved" and, under override, put the old placement back, undoing the process's own later pin.
+    from numapin.facts.machine import cached
+    from numapin.pinning import keeper as keeping
+
+    monkeypatch.setattr(keeping, "SETTLE_SECONDS", 60.0, raising=False)  # the looks below fall in the window
+    worker = subprocess.Popen([sys.executable, "-c", TWO_STEP_PIN], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert worker.stdin is not None and worker.stdout is not None
+        assert worker.stdout.readline() == "pinned\n"
+        written = records.lookup(worker.pid)
+        assert written is not None
+        keeper = Keeper(worker.pid, written, cached(None, os.environ), source=lambda: records.lookup(worker.pid))
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline() == "masks\n"
+        assert keeper.check() == [] and keeper.check() == [], "a fresh mask is no drift yet"
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
+        assert worker.stdout.readline() == "recorded\n"
+        assert keeper.check() == [], "the process's own pin, followed"
+        assert keeper.record.target == CpuSet(NODE0)
+        tids = os.listdir(f"/proc/{worker.pid}/task")
+        assert all(os.sched_getaffinity(int(t)) == NODE0 for t in tids), "never put back"
+    finally:
+        worker.kill()
+        worker.wait()

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -216,6 +217,10 @@ def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: 
     try:
         assert child.stdout is not None and child.stdin is not None
         ended = int(child.stdout.readline())
+        # Joined is not yet gone: the kernel lets go of an ended thread a moment after Python's join returns.
+        gone = time.monotonic() + 30
+        while os.path.exists(f"/proc/{child.pid}/task/{ended}") and time.monotonic() < gone:
+            time.sleep(0.01)
         # The race made certain: the listing names a thread that has ended, as a listing read an instant
         # earlier would; every answer about that thread comes from the real kernel.
         listing = procfs.tasks

@@ -65,6 +65,12 @@ __all__ = ["DEFAULT_PERIOD", "Drift", "DriftCause", "Keeper", "Response", "envir
 #: milliseconds (benchmarks/keeper.py), so this period keeps the keeper under 0.5% of one CPU.
 DEFAULT_PERIOD = 1.0
 
+#: From outside a process, how long a thread's new mask must hold, with no new record of the process, before
+#: the keeper takes it for drift: a pin the process makes sets its threads' masks first and writes its record
+#: right after, and a look in between must not take that pin for someone else's move (nor undo it). Inside
+#: the process the keeper looks under the pin lock, and a look never falls between the two.
+SETTLE_SECONDS = 0.5
+
 
 class Response(Choice):
     """What the keeper did about one drift."""
@@ -175,6 +181,9 @@ class Keeper:
         #: process (thread ids are reused, and from outside an id may name another process's thread by now).
         self._born: dict[int, int | None] = {}
         self._asked = record.asked()
+        #: Threads whose mask changed to one not numapin's, not answered yet (from outside): the raw mask, and
+        #: when it was first seen.
+        self._settling: dict[int, tuple[Any, float]] = {}
         #: The masks the kernel gave numapin's threads when a new cpuset left no room for the placement: theirs
         #: are still numapin's threads, and so are the threads they start.
         self._kernel_masks: set[CpuSet] = set()
@@ -212,6 +221,7 @@ class Keeper:
             self._born.setdefault(tid, self.ops.start_time(tid))
         self._seen = seen
         self._born = {tid: born for tid, born in self._born.items() if tid in seen}
+        self._settling = {}
 
     def adopt(self, tid: int) -> None:
         """Count thread ``tid`` as one of numapin's, on the mask it has now."""
@@ -293,7 +303,13 @@ class Keeper:
             mask = self._cpuset(raw)
             if mask in ours:
                 seen[tid] = raw, True  # born on, or put back on, a mask of numapin's
+                self._settling.pop(tid, None)
                 continue
+            if self._too_fresh(tid, raw):
+                if last is not None:
+                    seen[tid] = last  # compared again at the next look
+                continue
+            self._settling.pop(tid, None)
             cause = DriftCause.INHERITED if last is None else DriftCause.MOVED
             event = self._answer(cause, tid, None if last is None else self._mask_of(tid, last[0]), mask, ours)
             events.append(event)
@@ -302,7 +318,22 @@ class Keeper:
         self._seen = seen
         self._put = {tid: mask for tid, mask in self._put.items() if seen.get(tid, (None,))[0] is _PUT}
         self._born = {tid: born for tid, born in self._born.items() if tid in seen}
+        if self._settling:
+            listed = set(map(int, listing))
+            self._settling = {tid: first for tid, first in self._settling.items() if tid in listed}
         return events
+
+    def _too_fresh(self, tid: int, raw: Any) -> bool:
+        """Whether thread ``tid``'s mask ``raw`` (not numapin's) is too new to be taken for drift: from outside,
+        until it has held :data:`SETTLE_SECONDS` (the process's own pin writes its record within that)."""
+        if self._lock is not None or self.pid == os.getpid():
+            return False  # a look in the process itself: its pins are its own to see through
+        now = time.monotonic()
+        first = self._settling.get(tid)
+        if first is None or first[0] != raw:
+            self._settling[tid] = raw, now
+            return True
+        return now - first[1] < SETTLE_SECONDS
 
     def _mask_of(self, tid: int, raw: Any) -> CpuSet:
         """The mask a thread had at the last look (``raw``), or the one the keeper gave it since."""
