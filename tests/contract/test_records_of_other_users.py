@@ -67,7 +67,7 @@ def hostile(other: Other, folder: Path) -> Iterator[dict[str, int]]:
                        env=env)
     assert proc.stdout is not None
     links = proc.stdout.readline().strip()
-    candidate = other.start('exec "$1/$2" 300', links, HOSTILE_NAME, env=env)
+    candidate = None
     try:
         name = ""
         for _ in range(500):  # until the shell has become the hostile sleep
@@ -79,6 +79,7 @@ def hostile(other: Other, folder: Path) -> Iterator[dict[str, int]]:
                 break
             time.sleep(0.01)
         assert name.startswith("\x1b"), name
+        candidate = other.start('exec "$1/$2" 300', links, HOSTILE_NAME, env=env)  # the link is there now
         planted = folder / record.file_name(proc.pid, record.start_time(proc.pid) or 0)
         other.sh('printf %s "$2" > "$1"', str(planted), _record(proc.pid))
         found = record.lookup(proc.pid)
@@ -86,8 +87,9 @@ def hostile(other: Other, folder: Path) -> Iterator[dict[str, int]]:
         yield {"pid": proc.pid, "candidate": candidate.pid}
     finally:
         for child in (proc, candidate):
-            child.kill()
-            child.wait()
+            if child is not None:
+                child.kill()
+                child.wait()
         shutil.rmtree(links, ignore_errors=True)
 
 
@@ -99,7 +101,7 @@ def _clean(text: str, what: str) -> None:
 
 @pytest.mark.parametrize("command", [
     ["threads", "{pid}"], ["threads", "{pid}", "--check"], ["doctor", "--pid", "{pid}"], ["ps"], ["ps", "{pid}"],
-    ["ps", "--all"], ["ps", "--prometheus"], ["keep", "{pid}", "--looks", "3", "--period", "0.05"],
+    ["ps", "--all"], ["ps", "--prometheus"], ["keep", "{pid}", "--looks", "40", "--period", "0.05"],
     ["threads", "{candidate}"], ["doctor", "--pid", "{candidate}"], ["ps", "{candidate}"],
     ["ps", "--all", "--prometheus"],
 ], ids=lambda c: " ".join(c))
