@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numapin
@@ -151,3 +153,14 @@ def write_refusing(dest: Path) -> Path:
     status = root / "proc/self/status"
     status.write_text(status.read_text().replace("Mems_allowed_list:\t0-1", f"Mems_allowed_list:\t{nodes}"))
     return root
+
+
+def until(condition: Callable[[], object], seconds: float = 30) -> bool:
+    """Whether ``condition()`` comes true within ``seconds`` (asked every 10 ms): a wait on what another process
+    does, bounded, never a sleep that guesses how long it takes."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from live import until
 from numapin.cpuset import CpuSet
 from numapin.pinning import record
 from other_user import Other
@@ -205,15 +206,6 @@ time.sleep(120)
 """
 
 
-def _until(condition, seconds: float = 30) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 @pytest.mark.skipif(len(ALLOWED) < 2, reason="needs two CPUs")
 def test_roots_keeper_writes_as_the_owner_and_follows_the_owners_later_pin(other: Other, folder: Path) -> None:
     every, first = str(ALLOWED), str(ALLOWED.first())
@@ -231,7 +223,7 @@ def test_roots_keeper_writes_as_the_owner_and_follows_the_owners_later_pin(other
         assert keeper.stderr is not None and keeper.stderr.readline().startswith("numapin keep: keeping")
         # Someone moves the worker's main thread: root's keeper puts it back (override) and counts it...
         other.sh(f'taskset -p -c {first} "$1" >/dev/null', str(worker.pid))
-        assert _until(lambda: (r := record.lookup(worker.pid)) is not None and dict(r.drift).get("moved") == 1)
+        assert until(lambda: (r := record.lookup(worker.pid)) is not None and dict(r.drift).get("moved") == 1)
         assert os.sched_getaffinity(worker.pid) == set(ALLOWED), "put back"
         # ...in the owner's folder, as the owner's file: root's own folder holds no copy to shadow the owner's.
         assert own.stat().st_uid == other.uid

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import live
+from live import until
 from numapin.base.environment import RUNTIME_DIR
 from numapin.base.errors import UsageError
 from numapin.tools.exporter import OWN_METRICS, Exporter, parse_listen
@@ -250,7 +251,7 @@ def test_clients_that_reset_mid_scrape_cost_no_traceback(served: tuple[subproces
         sock.sendall(b"GET /metrics HTTP/1.1\r\nAccept-Encoding: gzip\r\n\r\n")
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
-    assert live_until(lambda: _ask(url, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 ")), \
+    assert until(lambda: _ask(url, b"GET /metrics HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200 ")), \
         "answered again (503 and Retry-After while the answers under way end)"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
@@ -286,7 +287,7 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
     thread = threading.Thread(target=exporter.serve, args=("127.0.0.1:0", urls.append, stopped), daemon=True)
     thread.start()
     try:
-        assert live_until(lambda: bool(urls))
+        assert until(lambda: bool(urls))
         slow = _connect(urls[0])
         started = time.monotonic()
         closed = False
@@ -307,12 +308,3 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
     finally:
         stopped.set()
         thread.join(timeout=30)
-
-
-def live_until(condition: Callable[[], bool], seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
