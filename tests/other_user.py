@@ -2,6 +2,8 @@
 
 Made by the tests when root runs them (``useradd --system``, no home, no login shell) and removed at the
 end of the session that made it; a user of that name that was there before is used and left as it was.
+Where the system has no ``useradd`` (the QEMU guests), a user id no account has stands in: the kernel needs
+no account to run a process as a user or to give it a file.
 """
 
 from __future__ import annotations
@@ -40,15 +42,27 @@ class Other:
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+#: Where no ``useradd`` is (the QEMU guests' busybox system): a user id no account, process or file has, taken
+#: as it is. The kernel needs no account to run a process as a user or to give it a file.
+BARE_ID = 59_999
+
+
 def make() -> Other:
     try:
-        entry, made = pwd.getpwnam(NAME), False
+        entry = pwd.getpwnam(NAME)
+        return Other(entry.pw_uid, entry.pw_gid, False)
     except KeyError:
+        pass
+    try:
         subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
                        check=True)
-        entry, made = pwd.getpwnam(NAME), True
+    except FileNotFoundError:
+        taken = {entry.pw_uid for entry in pwd.getpwall()}
+        assert BARE_ID not in taken, f"user id {BARE_ID} is an account's here"
+        return Other(BARE_ID, BARE_ID, False)
+    entry = pwd.getpwnam(NAME)
     assert entry.pw_uid != 0
-    return Other(entry.pw_uid, entry.pw_gid, made)
+    return Other(entry.pw_uid, entry.pw_gid, True)
 
 
 def remove(other: Other) -> None:
