@@ -18,7 +18,7 @@ from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
 __all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
-           "own_memory", "owner", "stat", "status", "tasks"]
+           "own_memory", "owner", "pids", "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -84,6 +84,11 @@ def _read(pid: int, tid: int | None, name: str, cap: int = _CAP) -> bytes:
         raise _translated(exc, pid, name) from None
     finally:
         os.close(fd)
+
+
+def pids() -> list[int]:
+    """Every process of this PID namespace's ``/proc``, in order."""
+    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
 
 
 def stat(pid: int, tid: int | None = None) -> Stat:

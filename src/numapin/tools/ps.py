@@ -153,10 +153,6 @@ class Survey:
 # -- finding them -----------------------------------------------------------------------
 
 
-def _pids() -> list[int]:
-    return sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
-
-
 def _devices(pid: int) -> tuple[str, ...]:
     """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...); AccessDenied for another user's."""
     return tuple(sorted({"/" + m.group(1) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
@@ -213,7 +209,7 @@ def survey(
             read.append(cached(root, {}))
         return read[0]
 
-    chosen = list(dict.fromkeys(pids)) if pids is not None else _pids()  # ps PID PID lists it once
+    chosen = list(dict.fromkeys(pids)) if pids is not None else procfs.pids()  # ps PID PID lists it once
     asked = pids is not None
     for pid in chosen if asked else ():
         group = procfs.status(pid).get("Tgid", str(pid)).strip()  # NoSuchProcess when there is none

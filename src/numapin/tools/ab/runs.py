@@ -375,16 +375,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _session(sid: int) -> list[int]:
     """The processes of session ``sid`` (its members that left its process group too)."""
+    from ...base.errors import ProcessError
     from ...facts import procfs
 
     found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                if procfs.stat(int(name)).session == sid:
-                    found.append(int(name))
-            except Exception:  # ended meanwhile, or unreadable: not ours to end
-                continue
+    for pid in procfs.pids():
+        try:
+            if procfs.stat(pid).session == sid:
+                found.append(pid)
+        except ProcessError:  # ended meanwhile, or unreadable: not ours to end
+            continue
     return found
 
 
