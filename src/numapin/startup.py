@@ -160,33 +160,36 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
 
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (or true, yes, on) to pin, 0 (or false, no, off) "
                          "to leave processes alone", value=value)
-    from .facts.glance import no_worker
+    from .facts.glance import not_a_worker, visible_without_rank
 
     # Most processes of a job are no workers: the environment and one listing of the PCI devices say so,
     # and nothing else of numapin is imported. Where the glance is unsure, the machine is read whole.
-    why = no_worker(env)
-    if why is None:
+    visible = visible_without_rank(env)
+    if visible is None:
         from .placement.ranks import local_rank
 
         if local_rank(env) is None:
             from .facts.machine import cached as cached_facts
 
             visible = len(cached_facts(None, env).visible)
-            if visible != 1:
-                why = f"not a worker: no local rank and {visible} GPUs visible"
-    if why is not None:
+    if visible is not None and visible != 1:
+        why = not_a_worker(visible)
         if any(env.get(name, "").strip() for name in AUTOPIN_OPTIONS.values()):
             from .tools.exec import autopin_request
 
             autopin_request(env)  # a bad option value is named in every process, worker or not
-        # Left alone, unless Ray hands it GPUs later, before a task: then it is pinned for them.
-        import sys
+        from .base.logger import log
 
-        sys.meta_path.insert(0, _RayWatch())
+        log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
+        # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
+        # GPUs before a task: then it is placed for them.
+        _watch(unplaced=why if visible > 1 else None)
         return None, why
     from .tools.exec import autopin_request, pin_running
 
-    return pin_running(autopin_request(env), env), None
+    pinned = pin_running(autopin_request(env), env)
+    _watch(ray=False)
+    return pinned, None
 
 
 def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
@@ -201,17 +204,40 @@ def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
         keep(period)
 
 
-class _RayWatch:
-    """A finder that finds nothing: the first time Ray is imported, it installs numapin's Ray patch
-    (numapin.compat.ray) and steps aside, so a process that never imports Ray never imports the patching."""
+def _watch(*, ray: bool = True, unplaced: str | None = None) -> None:
+    """Install the patches for what this process may import later, each the first time it is imported."""
+    import sys
+
+    wanted = {"torch": lambda: _torch(unplaced)}
+    if ray:
+        wanted["ray"] = _ray
+    sys.meta_path.insert(0, _ImportWatch(wanted))
+
+
+def _torch(unplaced: str | None) -> None:
+    from .compat import torch_device
+
+    torch_device.install(unplaced)
+
+
+def _ray() -> None:
+    from .compat import ray
+
+    ray.install()
+
+
+class _ImportWatch:
+    """A finder that finds nothing: the first time one of its packages is imported, it installs numapin's
+    patch for it (numapin.compat.ray, numapin.compat.torch_device), so a process that never imports them never
+    imports the patching. It stays in sys.meta_path, done: the import system is walking that list while it
+    asks, and taking an entry out there would make it skip the next finder."""
+
+    def __init__(self, wanted: "dict[str, Callable[[], None]]") -> None:
+        self.wanted = wanted
 
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
-        if fullname == "ray" or fullname.startswith("ray."):
-            import sys
-
-            if self in sys.meta_path:
-                sys.meta_path.remove(self)
-                from .compat import ray
-
-                ray.install()
+        if self.wanted:
+            install = self.wanted.pop(fullname.partition(".")[0], None)
+            if install is not None:
+                install()
         return None

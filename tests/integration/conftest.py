@@ -30,12 +30,19 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def run(root: Path, tmp_path: Path) -> Run:
-    """Run a command in ``tmp_path`` with this environment's tools first on PATH and the pair root as machine."""
+def environ(root: Path) -> dict[str, str]:
+    """This environment's tools first on PATH, the tier's helpers importable, and the pair root as machine."""
     base = without_inputs(dict(os.environ))
     base["PATH"] = f"{Path(sys.executable).parent}:{base.get('PATH', os.defpath)}"
     base["PYTHONPATH"] = f"{HERE}:{REPO / 'tests'}"
     base[FSROOT] = str(root)
+    return base
+
+
+@pytest.fixture
+def run(environ: dict[str, str], tmp_path: Path) -> Run:
+    """Run a command in ``tmp_path`` under :func:`environ`."""
+    base = environ
 
     def go(*command: str | Path, timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([str(c) for c in command], cwd=tmp_path, env={**base, **env}, capture_output=True,

@@ -267,16 +267,23 @@ class _Finder:
         finally:
             _asking.names.discard(fullname)
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _PatchingLoader(spec.loader, self.patch)
+            # Every numapin patch of this module, not only this hook's: the first hook asked wraps the loader,
+            # and the others are never asked (it skips them, as they would skip it).
+            patches: list[FunctionPatch] = []
+            for finder in sys.meta_path:
+                patch = getattr(finder, "patch", None) if getattr(finder, "numapin_target", None) else None
+                if patch is not None and getattr(patch, "module", None) == fullname:
+                    patches.append(patch)
+            spec.loader = _PatchingLoader(spec.loader, patches or [self.patch])
         return spec
 
 
 class _PatchingLoader:
-    """The module's own loader, followed by the patch once the module's code has run."""
+    """The module's own loader, followed by the patches once the module's code has run."""
 
-    def __init__(self, loader: Any, patch: FunctionPatch) -> None:
+    def __init__(self, loader: Any, patches: list[FunctionPatch]) -> None:
         self._loader = loader
-        self._patch = patch
+        self._patches = patches
 
     def create_module(self, spec: Any) -> ModuleType | None:
         create = getattr(self._loader, "create_module", None)
@@ -284,8 +291,9 @@ class _PatchingLoader:
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)  # the module's own errors are the importer's, as without numapin
-        if self._patch.installed:
-            self._patch._patch(module)  # never raises: a failed patch must not fail the import
+        for patch in self._patches:
+            if patch.installed:
+                patch._patch(module)  # never raises: a failed patch must not fail the import
 
     def __getattr__(self, name: str) -> Any:
         # get_source, get_resource_reader, is_package...: whatever the real loader offers.

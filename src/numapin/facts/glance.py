@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "DRIVERS", "GAUDI", "NVIDIA", "held_by", "load_nvml",
-           "machine_gpus", "no_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers"]
+           "machine_gpus", "no_worker", "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent",
+           "shows_drivers", "visible_without_rank"]
 
 #: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
 NVIDIA = 0x10DE
@@ -324,9 +325,9 @@ def _rocm_visible(environ: "Mapping[str, str]", count: int) -> int | None:
     return len(shown)
 
 
-def no_worker(environ: "Mapping[str, str]") -> str | None:
-    """Why this process is certainly no GPU worker (no local rank, and not exactly one GPU visible); None when
-    it may be one, for the full reading to decide."""
+def visible_without_rank(environ: "Mapping[str, str]") -> int | None:
+    """How many GPUs this process sees, where that count alone says whether it is a worker (no launcher rank
+    is set); None where a rank is set or the glance is unsure, for the full reading to decide."""
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
         return None
     counts = _counts(os.environ.get(FSROOT) or "/")  # the root the full reading would read
@@ -334,13 +335,21 @@ def no_worker(environ: "Mapping[str, str]") -> str | None:
         return None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
     nvidia, amd, gaudi = counts
     if gaudi:  # a module list (or one module) is the full reading's to match against the modules sysfs shows
-        visible = None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi
-    elif amd:
-        visible = _rocm_visible(environ, amd)
-    else:
-        visible = _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
-    if visible is None or visible == 1:
-        return None
+        return None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi
+    if amd:
+        return _rocm_visible(environ, amd)
+    return _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
+
+
+def no_worker(environ: "Mapping[str, str]") -> str | None:
+    """Why this process is certainly no GPU worker (no local rank, and not exactly one GPU visible); None when
+    it may be one, for the full reading to decide."""
+    visible = visible_without_rank(environ)
+    return None if visible is None or visible == 1 else not_a_worker(visible)
+
+
+def not_a_worker(visible: int) -> str:
+    """What the start-up hook says of a process with no launcher rank and ``visible`` GPUs (not one)."""
     return f"not a worker: no local rank and {visible} GPUs visible"
 
 

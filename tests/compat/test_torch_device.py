@@ -1,0 +1,197 @@
+"""numapin.compat.torch_device: a process placed when it names its GPU through PyTorch's functions.
+
+Here PyTorch is a small package of the same shape (its ``torch.cuda.set_device`` and
+``torch.accelerator.set_device_index`` record their calls); real PyTorch is the integration tier's.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import live
+from conftest import in_child
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
+from numapin.compat.torch_device import named_gpu
+
+TORCH = {
+    "torch/__init__.py": "from . import accelerator, cuda\n",
+    "torch/cuda.py": "CALLS = []\ndef set_device(device):\n    CALLS.append(device)\n",
+    "torch/accelerator.py": "CALLS = []\ndef set_device_index(device, /):\n    CALLS.append(device)\n"
+                            "set_device_idx = set_device_index\n",
+}
+
+
+class Device:
+    """What a ``torch.device`` shows: its type and index."""
+
+    def __init__(self, type: str, index: int | None) -> None:  # noqa: A002 (torch's own names)
+        self.type, self.index = type, index
+
+
+@given(st.integers(-(2**40), 2**40))
+def test_an_index_names_that_gpu_and_a_negative_one_none(n: int) -> None:
+    assert named_gpu(n) == (n if n >= 0 else None)
+    assert named_gpu(Device("cuda", n)) == (n if n >= 0 else None)
+    assert named_gpu(f"cuda:{n}") == (n if 0 <= n < 10**9 else None)
+
+
+@given(st.sampled_from(["cpu", "xpu", "mps", "meta", "npu"]), st.integers(0, 64))
+def test_a_device_of_another_type_names_no_gpu(kind: str, n: int) -> None:
+    assert named_gpu(f"{kind}:{n}") is None
+    assert named_gpu(Device(kind, n)) is None
+
+
+@given(st.one_of(st.text(), st.none(), st.booleans(), st.floats(), st.lists(st.integers())))
+def test_anything_else_names_no_gpu_or_a_plain_index_and_never_raises(value: object) -> None:
+    got = named_gpu(value)
+    assert got is None or (isinstance(got, int) and got >= 0 and isinstance(value, str))
+
+
+def test_a_device_without_index_names_none() -> None:
+    assert named_gpu("cuda") is None and named_gpu(Device("cuda", None)) is None and named_gpu(True) is None
+
+
+def _fake_torch(into: Path) -> Path:
+    for name, text in TORCH.items():
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        (into / name).write_text(text)
+    return into
+
+
+def _namings(folder: Path, names: list[tuple[str, object]], env: dict[str, str],
+             cpus: set[int] | None = None) -> dict[str, object]:
+    """In a child: ``numapin.pin(cpus=...)`` where given, the start-up hook under ``env``, then the fake torch
+    imported, a thread started, and each naming made; every thread's mask and numapin's warnings after each."""
+
+    def child() -> dict[str, object]:
+        import logging
+        import threading
+
+        from numapin import startup
+        from numapin.pinning import record
+
+        os.environ.update(env)
+        caught: list[str] = []
+
+        class Keep(logging.Handler):
+            def emit(self, entry: logging.LogRecord) -> None:
+                if entry.levelno >= logging.WARNING:
+                    caught.append(entry.getMessage())
+
+        logging.getLogger("numapin").addHandler(Keep())
+        if cpus is not None:
+            import numapin
+
+            numapin.pin(cpus=sorted(cpus))
+        started = startup.activate(os.environ)
+        sys.path.insert(0, str(folder))
+        import torch  # the fake one
+
+        stop = threading.Event()
+        worker = threading.Thread(target=stop.wait)
+        worker.start()
+        steps = []
+        for where, device in names:
+            function = torch.cuda.set_device if where == "cuda" else torch.accelerator.set_device_index
+            function(device)
+            entry = record.lookup(os.getpid())
+            steps.append({"masks": {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")},
+                          "how": None if entry is None else entry.how,
+                          "gpu": None if entry is None else entry.placement.gpu, "warnings": list(caught)})
+        stop.set()
+        worker.join()
+        return {"left_alone": started.left_alone, "steps": steps,
+                "calls": [repr(c) for c in torch.cuda.CALLS + torch.accelerator.CALLS]}
+
+    return in_child(child)
+
+
+@pytest.fixture
+def torch_folder(tmp_path: Path) -> Path:
+    return _fake_torch(tmp_path / "fake")
+
+
+def _on(mask: dict[str, list[int]], cpus: set[int]) -> bool:
+    return len(mask) >= 2 and all(set(m) == cpus for m in mask.values())
+
+
+def test_a_worker_without_rank_is_placed_when_it_names_its_gpu(pair_root: Path, torch_folder: Path) -> None:
+    got = _namings(torch_folder, [("cuda", 1), ("cuda", "cuda:1"), ("accelerator", Device("cuda", 1))],
+                   {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"})
+    assert got["left_alone"] == "not a worker: no local rank and 2 GPUs visible"
+    steps = got["steps"]
+    assert isinstance(steps, list)
+    for step in steps:  # placed at the first naming; the same GPU named again changes nothing and says nothing
+        assert _on(step["masks"], live.NODE1), step
+        assert (step["how"], step["gpu"], step["warnings"]) == ("autopin", 1, []), step
+    calls = got["calls"]
+    assert isinstance(calls, list) and calls[:2] == ["1", "'cuda:1'"] and len(calls) == 3  # PyTorch's own ran
+
+
+def test_a_process_that_names_a_second_gpu_keeps_the_first_and_says_so_once(pair_root: Path,
+                                                                           torch_folder: Path) -> None:
+    got = _namings(torch_folder, [("accelerator", 0), ("cuda", 1), ("accelerator", "cuda:1"), ("cuda", 0)],
+                   {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"})
+    steps = got["steps"]
+    assert isinstance(steps, list)
+    assert all(_on(step["masks"], live.NODE0) and step["gpu"] == 0 for step in steps), steps
+    assert steps[0]["warnings"] == []
+    assert len(steps[-1]["warnings"]) == 1 and "drives several GPUs" in steps[-1]["warnings"][0]
+    assert len(got["calls"]) == 4  # PyTorch's own function ran every time
+
+
+def test_a_worker_placed_by_its_rank_follows_a_first_naming_of_another_gpu(pair_root: Path,
+                                                                           torch_folder: Path) -> None:
+    # The contract's retarget: placed for GPU 0 by its rank at start-up, the process names GPU 1 first.
+    got = _namings(torch_folder, [("cuda", 1), ("cuda", 0)],
+                   {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none", "LOCAL_RANK": "0"})
+    assert got["left_alone"] is None
+    steps = got["steps"]
+    assert isinstance(steps, list)
+    assert _on(steps[0]["masks"], live.NODE1) and steps[0]["gpu"] == 1 and steps[0]["warnings"] == []
+    assert _on(steps[1]["masks"], live.NODE1) and len(steps[1]["warnings"]) == 1
+
+
+def test_a_worker_placed_by_its_rank_naming_that_gpu_changes_nothing(pair_root: Path, torch_folder: Path) -> None:
+    got = _namings(torch_folder, [("cuda", 1)], {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none", "LOCAL_RANK": "1"})
+    steps = got["steps"]
+    assert isinstance(steps, list)
+    assert _on(steps[0]["masks"], live.NODE1) and steps[0]["how"] == "autopin" and steps[0]["warnings"] == []
+
+
+def test_a_process_on_explicit_cpus_stays_there_when_it_names_a_gpu(pair_root: Path, torch_folder: Path) -> None:
+    steps = _namings(torch_folder, [("cuda", 1)], {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"},
+                     cpus=live.NODE0)["steps"]
+    assert isinstance(steps, list)
+    assert _on(steps[0]["masks"], live.NODE0) and steps[0]["how"] == "pin", steps
+
+
+def _exit_lines(folder: Path, pair: Path, code: str) -> list[str]:
+    script = textwrap.dedent(f"""
+        import sys
+        from numapin import startup
+        startup.at_start()
+        sys.path.insert(0, {str(folder)!r})
+        import torch
+        {code}
+    """)
+    env = {**live.without_inputs(dict(os.environ)), AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none",
+           FSROOT: str(pair)}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("numapin:")]
+
+
+def test_a_process_that_names_no_gpu_says_once_at_exit_why_it_ran_unplaced(pair_root: Path,
+                                                                           torch_folder: Path) -> None:
+    lines = _exit_lines(torch_folder, pair_root, "pass")
+    assert len(lines) == 1 and "left unplaced: no local rank and 2 GPUs visible" in lines[0], lines
+    assert _exit_lines(torch_folder, pair_root, "torch.cuda.set_device(0)") == []
