@@ -18,7 +18,7 @@ from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
 __all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
-           "own_memory", "owner", "pids", "stat", "status", "tasks"]
+           "own_memory", "owner", "pids", "seccomp_mode", "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -217,3 +217,13 @@ def owner(pid: int) -> int:
         return os.stat(f"/proc/{pid}").st_uid
     except OSError as exc:
         raise _translated(exc, pid, "its owner") from None
+
+
+def seccomp_mode(pid: int) -> int | None:
+    """The process's seccomp mode (``Seccomp:`` of its status): 0 none, 1 strict, 2 a filter (what container
+    runtimes install); None where it cannot be read (gone, not shown, a kernel without seccomp)."""
+    try:
+        value = status(pid).get("Seccomp", "").strip()
+    except (NoSuchProcess, AccessDenied):
+        return None
+    return int(value) if value.isascii() and value.isdigit() else None

@@ -20,7 +20,7 @@ import os
 from ..base.choices import Choice, parse_choice
 from ..base.errors import EnvironmentProblem, UsageError, errno_name, quoted
 from ..base.frozen import frozen
-from ..base.text import plural
+from ..base.text import counted, plural
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.host import Host
 from ..kernel.mempolicy import KernelMemoryPolicy, LinuxMemory, MemoryKernel
@@ -30,6 +30,9 @@ if TYPE_CHECKING:
     from ..facts.topology import Topology
 
 __all__ = [
+    "LIFT",
+    "PERMISSION",
+    "SECCOMP",
     "KernelMemoryPolicy",
     "MemoryMode",
     "MemoryNodes",
@@ -42,6 +45,7 @@ __all__ = [
     "migrate",
     "parse_memory_mode",
     "place_memory",
+    "refused_by",
     "set_mempolicy",
     "system_nodes",
 ]
@@ -246,6 +250,29 @@ def parse_memory_mode(mode: str | MemoryMode) -> MemoryMode:
     return parse_choice(MemoryMode, mode, "memory mode")
 
 
+#: Who refused the memory-policy calls with EPERM (:attr:`MemoryResult.refused`).
+SECCOMP = "seccomp"
+PERMISSION = "permission"
+
+
+def refused_by(pid: int | None = None) -> str:
+    """Who refuses a memory-policy call with EPERM in process ``pid``: ``seccomp`` where it runs under a seccomp
+    filter (``Seccomp: 2`` in its status: a container runtime's profile), else ``permission`` (a security
+    module, a sandbox numapin cannot see)."""
+    from ..facts.procfs import seccomp_mode
+
+    return SECCOMP if seccomp_mode(os.getpid() if pid is None else pid) == 2 else PERMISSION
+
+
+#: What would let the calls through, by who refused them.
+LIFT = {
+    SECCOMP: ("CAP_SYS_NICE for the container (docker run --cap-add SYS_NICE; Kubernetes: securityContext."
+              "capabilities.add [SYS_NICE]), which Docker's default profile needs to allow mbind, set_mempolicy and "
+              "get_mempolicy, or a seccomp profile that allows them (migrate_pages and move_pages it refuses always)"),
+    PERMISSION: "CAP_SYS_NICE, or the security policy that refuses the call",
+}
+
+
 @frozen
 class MemoryResult:
     """What was done with memory: the policy in force, migration, and any step-down."""
@@ -259,10 +286,17 @@ class MemoryResult:
     """The refusals met on the way down, each as the kernel worded it."""
     kernel_nodes: CpuSet | None = None
     """After a refusal: the memory nodes of the running kernel (which may not be the machine the facts describe)."""
+    refused: str | None = None
+    """Who refused a call with EPERM (:data:`SECCOMP`, :data:`PERMISSION`); None where none was refused so."""
 
     @property
     def warning(self) -> str | None:
         """One line on what went wrong and what is in force instead; None when nothing did."""
+        return self.said()
+
+    def said(self, cpu_nodes: CpuSet | None = None) -> str | None:
+        """:attr:`warning`, saying what still holds where the process's CPUs are known: ``cpu_nodes``, the
+        nodes of the CPUs every thread now runs on (None: the CPUs were left as they were)."""
         if not self.problems:
             return None
         where = f"{plural(len(self.nodes), 'node')} {self.nodes}"
@@ -273,9 +307,34 @@ class MemoryResult:
             cause = (f"this kernel has no memory on {plural(len(absent), 'node')} {absent} (its memory "
                      f"{plural(len(self.kernel_nodes or ()), 'node')}: {self.kernel_nodes}), as when the machine is "
                      "read from a folder standing in for / (--machine, --root, NUMAPIN_FSROOT)")
+        elif self.refused is not None:  # one refusal, not each step down the kernel refused alike
+            cause = self.problems[0] + (f" (and {counted(len(self.problems) - 1, 'call')} after it)"
+                                        if len(self.problems) > 1 else "")
         else:
             cause = "; ".join(self.problems)
-        return f"memory not placed on {where}: {cause}; continuing with memory {self.applied}"
+        if self.refused is None:
+            return f"memory not placed on {where}: {cause}; continuing with memory {self.applied}"
+        who = ("this process's seccomp filter refuses the memory-policy calls (Docker's and containerd's default "
+               "profiles do, without CAP_SYS_NICE)" if self.refused == SECCOMP
+               else "the memory-policy calls are refused to this process")
+        return (f"memory not placed on {where}: {cause}: {who}. What holds: {self._holds(cpu_nodes)}. "
+                f"To lift it: {LIFT[self.refused]}; continuing with memory {self.applied}")
+
+    def _holds(self, cpu_nodes: CpuSet | None) -> str:
+        if cpu_nodes is None:
+            return ("the CPUs are as they were, so new pages land on the node of the CPU that first touches them "
+                    "(the kernel's local default)")
+        near = self.nodes & cpu_nodes
+        said = []
+        if near:
+            said.append(f"every thread runs on {plural(len(near), 'node')} {near}, so the pages it touches from "
+                        "now on land there under the kernel's local default, while there is free memory")
+        said.append("pages touched before stay where they are")
+        far = self.nodes - cpu_nodes
+        if far:
+            said.append(f"{plural(len(far), 'node')} {far} {'has' if len(far) == 1 else 'have'} none of its CPUs "
+                        "(memory only): no page lands there without a policy")
+        return "; ".join(said)
 
     def __str__(self) -> str:
         text = f"memory {self.applied} {self.nodes}" if self.applied is not MemoryMode.NONE \
@@ -319,6 +378,7 @@ def place_memory(
     of the caller, and in strict mode raises :class:`MemoryPolicyError`.
     """
     problems: list[str] = []
+    refused = False
     applied = MemoryMode.NONE
     read_back = None
     known = _limits(limits, root)
@@ -329,8 +389,9 @@ def place_memory(
             got = _one_step(step, nodes, kernel, known)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
-                raise _as_environment(exc) from exc
+                raise _said_exactly(_as_environment(exc)) from exc
             problems.append(str(exc))
+            refused = refused or getattr(exc, "errno", None) == "EPERM"
             continue
         applied, read_back = step, (got[0].name, str(got[1]))
         break
@@ -340,13 +401,26 @@ def place_memory(
             migration = migrate(nodes, kernel=kernel, limits=known)
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
-                raise _as_environment(exc) from exc
+                raise _said_exactly(_as_environment(exc)) from exc
             problems.append(str(exc))
+            refused = refused or getattr(exc, "errno", None) == "EPERM"
     # No warning here: the caller says it once per process and problem (a worker pins again and again).
     # After a refusal, the kernel's own nodes (not the facts', which may describe another machine) tell why.
     return MemoryResult(mode, applied, nodes, read_back, migration, tuple(problems),
-                        system_nodes("/") if problems and kernel is None else None)
+                        system_nodes("/") if problems and kernel is None else None,
+                        refused_by() if refused and kernel is None else None)
 
 
 def _as_environment(exc: MemoryPolicyError | UsageError) -> MemoryPolicyError:
     return exc if isinstance(exc, MemoryPolicyError) else MemoryPolicyError(str(exc))
+
+
+def _said_exactly(exc: MemoryPolicyError) -> MemoryPolicyError:
+    """A strict refusal with EPERM, saying who refused and what would lift it (the errno and class kept)."""
+    if exc.errno != "EPERM":
+        return exc
+    who = refused_by()
+    what = "this process's seccomp filter refuses it" if who == SECCOMP else "refused to this process"
+    said = type(exc)(f"{exc}: {what}; to lift it: {LIFT[who]}", errno=exc.errno)
+    said.__cause__ = exc.__cause__
+    return said

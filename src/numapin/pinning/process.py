@@ -355,8 +355,9 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
     _publish(pins, result, options)
-    if placed is not None and placed.warning:
-        pins.warn_once(placed.warning)
+    said = placed.said(facts.topology.nodes_of(result.mask or wanted)) if placed is not None else None
+    if said:
+        pins.warn_once(said)
     if unsure:
         log.warning("%s", unsure)
     if counts[Outcome.FAILED]:
@@ -377,7 +378,8 @@ def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
     how = pins.acting.how if pins.acting is not None else "pin"
     memory = None if result.memory is None else result.memory.applied
     record = records.Record(os.getpid(), start, how, result.mask, result.target or placement.workers, placement,
-                            memory, options.policy, pins.acting.pools if pins.acting is not None else ())
+                            memory, options.policy, pins.acting.pools if pins.acting is not None else (),
+                            memory_refused=None if result.memory is None else result.memory.refused)
     if record.same_pin(pins.published):
         return
     if records.publish(records.stamp(record), pins.ready_folders) is not None:

@@ -96,6 +96,9 @@ class Record:
     """The placement and target asked for, where a keeper decided them again inside a narrower cpuset: a
     cpuset that widens again gets the request back, never the narrowing kept for good."""
 
+    memory_refused: str | None = None
+    """Who refused the memory policy asked for (``seccomp``, ``permission``: :attr:`MemoryResult.refused`)."""
+
     def asked(self) -> tuple[Placement, CpuSet]:
         """The placement and target asked for: :attr:`requested`, or what was applied when nothing narrowed it."""
         return self.requested or (self.placement, self.target)
@@ -111,6 +114,8 @@ class Record:
         if self.drift:  # only a kept process has them: a reader of the same format without a keeper skips them
             out["drift"] = dict(self.drift)
             out["last_drift"] = self.last_drift
+        if self.memory_refused is not None:
+            out["memory_refused"] = self.memory_refused
         if self.requested is not None:
             out["requested"] = {"placement": self.requested[0].as_dict(), "target": str(self.requested[1])}
         return out
@@ -122,7 +127,7 @@ class Record:
         # Imported when a record is read: ps looks for records among a host of ordinary processes without them.
         from ..placement.modes import Placement
         from .decision import ExternalMaskPolicy
-        from .memory import MemoryMode
+        from .memory import LIFT, MemoryMode
 
         try:
             if data.get("version") != VERSION or data.get("how") not in HOW:
@@ -132,6 +137,7 @@ class Record:
             last_drift = data.get("last_drift")
             requested = data.get("requested")
             memory, policy = data.get("memory"), data.get("policy")
+            refused = data.get("memory_refused")
             return cls(
                 pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
                 mask=CpuSet.parse(str(data["mask"])), target=CpuSet.parse(str(data["target"])),
@@ -144,6 +150,7 @@ class Record:
                 last_drift=None if last_drift is None else printable(str(last_drift)),
                 requested=None if requested is None else (Placement.from_dict(requested["placement"]),
                                                           CpuSet.parse(str(requested["target"]))),
+                memory_refused=refused if refused in LIFT else None,  # a closed set: any other word is no fact
             )
         except (KeyError, TypeError, ValueError, AttributeError):
             return None

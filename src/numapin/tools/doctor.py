@@ -215,9 +215,39 @@ def diagnose(
             "the process is not where its placement puts it: numapin threads PID and numapin ps PID say the same",
             "run it under numapin exec (or pin() it again, with migrate=True to move its pages); numapin threads "
             "PID shows which threads moved and where its memory lies"))
+    if pid is not None or environ is None:  # a process, not an environment handed in
+        findings += memory_refused(pid, found)
     findings += _openmp(env)
     findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
+
+
+def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding]:
+    """``memory-policy-refused``: PID's record says its memory policy was refused; without ``pid``, this process
+    asks the kernel for its own policy (what a worker started here would meet)."""
+    from ..pinning.memory import LIFT, SECCOMP, MemoryPolicyError, get_mempolicy, refused_by
+
+    if pid is None:
+        try:
+            get_mempolicy()
+            return []
+        except MemoryPolicyError as exc:
+            if exc.errno != "EPERM":
+                return []
+            who = refused_by()
+            sees = f"{exc}" + (": this process runs under a seccomp filter" if who == SECCOMP else "")
+    else:
+        if found is None or found.memory_refused is None:
+            return []
+        who = found.memory_refused
+        sees = (f"its record: the memory policy asked for on node(s) {found.placement.mems} was refused"
+                + (" by its seccomp filter" if who == SECCOMP else ""))
+    return [Finding(
+        "memory-policy-refused", "warning", sees,
+        "numapin keeps the CPU placement and runs on: pages touched from then on follow the CPUs under the kernel's "
+        "local default, but pages already elsewhere stay, a memory-only node cannot be reached, and numactl "
+        "--membind fails outright (vLLM's and SGLang's binders then bind CPUs only)",
+        LIFT[who])]
 
 
 #: The start-up file pip puts at the top of site-packages (its line reads NUMAPIN_AUTOPIN, NUMAPIN_KEEP and
