@@ -121,9 +121,12 @@ MODULE_STATE = {
     ("kernel.affinity", "_LIBC"): "libc for masks of more than 64 CPU ids, loaded on first use",
     ("kernel.affinity", "_COUNTED"): "os.cpu_count(), asked once a process (it only picks how masks travel)",
     ("compat.patching", "_asking"): "per thread, the modules numapin's import hooks are asking other finders for",
+    ("compat.torch_device", "_FOLLOWER"): "which GPU the process named first through PyTorch (a new one in a child)",
+    ("compat.torch_device", "_AT_EXIT"): "why the start-up hook left the process unplaced, said at exit if it names "
+                                         "no GPU (registered once)",
 }
 #: The state a forked child must not inherit as it is: its module resets it in an at-fork hook.
-RESET_AT_FORK = {"pinning.state", "facts.machine"}
+RESET_AT_FORK = {"pinning.state", "facts.machine", "compat.torch_device"}
 
 _MUTATORS = {"append", "extend", "add", "update", "clear", "pop", "popitem", "setdefault", "insert", "remove",
              "discard"}

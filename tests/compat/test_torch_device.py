@@ -32,7 +32,7 @@ TORCH = {
 class Device:
     """What a ``torch.device`` shows: its type and index."""
 
-    def __init__(self, type: str, index: int | None) -> None:  # noqa: A002 (torch's own names)
+    def __init__(self, type: str, index: int | None) -> None:
         self.type, self.index = type, index
 
 
@@ -195,3 +195,36 @@ def test_a_process_that_names_no_gpu_says_once_at_exit_why_it_ran_unplaced(pair_
     lines = _exit_lines(torch_folder, pair_root, "pass")
     assert len(lines) == 1 and "left unplaced: no local rank and 2 GPUs visible" in lines[0], lines
     assert _exit_lines(torch_folder, pair_root, "torch.cuda.set_device(0)") == []
+
+
+def test_a_forked_child_is_placed_for_the_gpu_it_names_itself(pair_root: Path, torch_folder: Path) -> None:
+    def parent() -> dict[str, object]:
+        import logging
+
+        from numapin import startup
+
+        caught: list[str] = []
+
+        class Keep(logging.Handler):
+            def emit(self, entry: logging.LogRecord) -> None:
+                if entry.levelno >= logging.WARNING:
+                    caught.append(entry.getMessage())
+
+        logging.getLogger("numapin").addHandler(Keep())
+        os.environ.update({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"})
+        startup.activate(os.environ)
+        sys.path.insert(0, str(torch_folder))
+        import torch  # the fake one
+
+        torch.cuda.set_device(0)
+
+        def child() -> tuple[list[int], list[str]]:
+            torch.cuda.set_device(1)  # its own GPU: no "second GPU" of its parent's
+            return sorted(os.sched_getaffinity(0)), list(caught)
+
+        return {"parent": sorted(os.sched_getaffinity(0)), "child": in_child(child)}
+
+    got = in_child(parent)
+    assert set(got["parent"]) == live.NODE0
+    masks, warnings = got["child"]
+    assert set(masks) == live.NODE1 and warnings == [], got

@@ -128,7 +128,16 @@ def _place(gpu: int) -> PinResult | None:
     return pin_running(replace(autopin_request(os.environ), gpu=gpu))
 
 
-_FOLLOWER = Follower()
+#: The process's one follower; a forked child starts with a new one (what it names is its own: the mask it was
+#: born with is numapin's, and it is placed for its own GPU as any process that names one).
+_FOLLOWER = [Follower()]
+
+
+def _forked() -> None:
+    _FOLLOWER[0] = Follower()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -138,7 +147,7 @@ def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
         try:
             gpu = named_gpu(device)
             if gpu is not None:
-                _FOLLOWER.named(gpu)
+                _FOLLOWER[0].named(gpu)
         except Exception as exc:  # the worker's start must never fail for numapin
             log.warning("not placed for the GPU named (%r): %s", device, exc)
         return original(device, *args, **kwargs)
@@ -173,6 +182,6 @@ def uninstall() -> tuple[PatchReport, ...]:
 def _unplaced_at_exit() -> None:
     from ..pinning.state import state
 
-    if _FOLLOWER.first is None and state().live_applied() is None:
+    if _FOLLOWER[0].first is None and state().live_applied() is None:
         log.warning("left unplaced: %s, and it named none (torch.cuda.set_device, torch.accelerator."
                     "set_device_index); docs/vllm-sglang.md", _AT_EXIT[0].removeprefix("not a worker: "))
