@@ -1,24 +1,22 @@
-"""Shared fixtures: real machine snapshots, synthetic machines, and running a test in a child process."""
+"""Shared fixtures: real machine snapshots, synthetic machines, and running a test in a child process (child.py)."""
 
 from __future__ import annotations
 
 import os
-import pickle
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
-import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import live
 import numapin
 import other_user
+from child import in_child as in_child  # the tests import it from here too
 from live import INPUTS
 from numapin.base import environment
 from numapin.facts import synthetic as machines
@@ -56,10 +54,10 @@ _OWN_BASETEMP = pytest.StashKey[str]()
 _PRIVATE = pytest.StashKey[str]()
 #: Tiers that need more than the test extra: the guest tier boots QEMU, the integration tier
 #: runs torchrun and Ray, the browser tier Chromium, the exporters tier Prometheus and node_exporter, the
-#: kubernetes tier its schema validator and a gRPC server. Each runs only when asked for by path (python -m
-#: pytest tests/guest).
+#: kubernetes tier its schema validator and a gRPC server, the namespaces tier root's containers. Each runs only
+#: when asked for by path (python -m pytest tests/guest).
 _TIERS = {Path(__file__).resolve().parent / name
-          for name in ("guest", "integration", "browser", "launchers", "exporters", "kubernetes")}
+          for name in ("guest", "integration", "browser", "launchers", "exporters", "kubernetes", "namespaces")}
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
@@ -206,38 +204,6 @@ def refusing_root(_live_roots: dict[str, Path], monkeypatch: pytest.MonkeyPatch)
     if not live.NODE0 or not live.NODE1:
         pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
     return use_root(_live_roots["refusing"], monkeypatch)
-
-
-def in_child(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` in a forked child so that no pin or memory policy leaks; re-raise its failure here.
-
-    Returns what ``fn`` returned (it must pickle).
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        try:
-            payload = (True, fn())
-        except BaseException:  # report everything, including assertion failures
-            payload = (False, traceback.format_exc())
-        try:
-            data = pickle.dumps(payload)
-        except Exception:
-            data = pickle.dumps((False, "result did not pickle:\n" + traceback.format_exc()))
-        with os.fdopen(write_end, "wb") as pipe:
-            pipe.write(data)
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        data = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        raise AssertionError(f"child died without a report (wait status {status})")
-    ok, value = pickle.loads(data)
-    if not ok:
-        raise AssertionError("in child process:\n" + value)
-    return value
 
 
 @pytest.fixture(autouse=True)

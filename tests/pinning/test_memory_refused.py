@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-import seccomp_filter
 
 import live
+import seccomp_filter
 from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
 from numapin.cpuset import CpuSet
 

@@ -94,7 +94,34 @@ class Folder:
                 os.makedirs(path, mode=0o755, exist_ok=True)
             except FileExistsError:  # a file of that name: refused below
                 pass
-        fd = os.open(path, _DIR_FLAGS)
+        return cls._checked(os.open(path, _DIR_FLAGS), path, owners, shared)
+
+    @classmethod
+    def inside(cls, root: int, path: str, owners: Collection[int], label: str | None = None) -> Folder:
+        """The absolute ``path`` under the folder ``root`` (a descriptor: another mount namespace's ``/``,
+        opened through ``/proc/PID/root``), checked as :meth:`open` checks a folder. It is resolved one name at
+        a time, each opened without following a link, so nothing leads out of that root: a link anywhere on the
+        way (an absolute one would be resolved against this process's ``/``), or ``..``, is a PermissionError.
+        ``label``: the path said in errors and kept as :attr:`path`."""
+        names = path.split("/")
+        if not path.startswith("/") or any(name in (".", "..") for name in names) or not names[-1]:
+            raise PermissionError(f"{path!r} is no plain absolute path")
+        current = root
+        try:
+            for name in names[1:-1]:
+                if name:
+                    step = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
+                    if current != root:
+                        os.close(current)
+                    current = step
+            fd = os.open(names[-1], _DIR_FLAGS, dir_fd=current)
+        finally:
+            if current != root:
+                os.close(current)
+        return cls._checked(fd, label or path, owners, False)
+
+    @classmethod
+    def _checked(cls, fd: int, path: str, owners: Collection[int], shared: bool) -> Folder:
         try:
             info = os.fstat(fd)
             others_write = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)

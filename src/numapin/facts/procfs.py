@@ -17,8 +17,9 @@ import os
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 
-__all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "numa_maps",
-           "own_memory", "owner", "pids", "seccomp_mode", "stat", "status", "tasks"]
+__all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "inner_pid",
+           "inner_uid", "namespace", "numa_maps", "own_memory", "owner", "pids", "seccomp_mode", "stat", "status",
+           "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -227,3 +228,35 @@ def seccomp_mode(pid: int) -> int | None:
     except (NoSuchProcess, AccessDenied):
         return None
     return int(value) if value.isascii() and value.isdigit() else None
+
+
+def namespace(pid: int | str, kind: str) -> int:
+    """The inode of the process's ``kind`` namespace (``pid``, ``mnt``...: ``/proc/PID/ns/KIND``), which names
+    it for the boot; ``pid`` may be ``"self"``. Only the owner or root may look (ptrace's read access)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError as exc:
+        raise _translated(exc, 0 if pid == "self" else int(pid), f"its {kind} namespace") from None
+
+
+def inner_pid(pid: int) -> int:
+    """The process's id in its own PID namespace: the last of its ``NSpid`` (the kernel lists it from the
+    reader's namespace inward); ``pid`` itself where the kernel shows no list."""
+    ids = status(pid).get("NSpid", "").split()
+    return int(ids[-1]) if ids and ids[-1].isascii() and ids[-1].isdigit() else pid
+
+
+def inner_uid(pid: int, uid: int) -> int | None:
+    """What the host's user ``uid`` is in process ``pid``'s user namespace (its ``uid_map``: inside, outside,
+    count); None where it maps to none there."""
+    try:
+        text = _read(pid, None, "uid_map").decode(errors="replace")
+    except (NoSuchProcess, AccessDenied):
+        return uid
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and all(p.isascii() and p.isdigit() for p in parts):
+            inside, outside, count = map(int, parts)
+            if outside <= uid < outside + count:
+                return inside + uid - outside
+    return None

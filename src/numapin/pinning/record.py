@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Record", "drift_words", "entries", "file_name",
+__all__ = ["HOW", "VERSION", "Record", "Where", "across", "drift_words", "entries", "file_name",
            "folders", "locate", "lookup", "namespace",
            "publish", "rewrite", "stamp", "start_time", "withdraw"]
 
@@ -216,16 +216,21 @@ def folders(uid: int | None = None, environ: Mapping[str, str] | None = None) ->
     ``$NUMAPIN_RUNTIME_DIR`` alone when it is set: an operator who names the
     folder wants the records there, or nowhere.
     """
-    env = os.environ if environ is None else environ
+    me = os.geteuid()
+    user = me if uid is None else uid
+    return _folders_of(user, os.environ if environ is None else environ, own=user == me)
+
+
+def _folders_of(user: int, env: Mapping[str, str], *, own: bool) -> list[str]:
+    """The folders of :func:`folders` for a process of ``user`` whose environment is ``env`` (``own``: its
+    ``XDG_RUNTIME_DIR`` is that user's own, not the reader's)."""
     explicit = env.get(RUNTIME_DIR)
     if explicit:
         return [explicit]
-    me = os.geteuid()
-    user = me if uid is None else uid
     found = []
     if user == 0:
         found.append("/run/numapin")
-    runtime = env.get("XDG_RUNTIME_DIR") if user == me else None
+    runtime = env.get("XDG_RUNTIME_DIR") if own else None
     found.append(os.path.join(runtime, "numapin") if runtime else f"/run/user/{user}/numapin")
     found.append(f"/tmp/numapin-{user}")
     return list(dict.fromkeys(found))
@@ -369,12 +374,14 @@ def stamp(entry: Record) -> Record:
 # -- reading ----------------------------------------------------------------------------
 
 
-def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int] | None = None) -> Record | None:
+def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int] | None = None,
+          ns: int | None = None) -> Record | None:
     """The record in ``name``, when it can be believed: the folder and the file belong to the process's
-    owner (or root), the file is of this namespace, and the content names the process the file's name does.
-    ``named``: what :func:`_named` makes of ``name``, when the caller has it."""
+    owner (or root), the file is of PID namespace ``ns`` (default: this process's), and the content names
+    the process the file's name does. ``named``: what :func:`_named` makes of ``name``, when the caller has it."""
     named = named or _named(name)
-    if named is None or named[2] != namespace() or uid is None or folder.owner not in (uid, 0):
+    if named is None or named[2] != (namespace() if ns is None else ns) or uid is None \
+            or folder.owner not in (uid, 0):
         return None
     found = folder.read(name, _CAP)
     if found is None or found[1] not in (uid, 0):
@@ -388,6 +395,28 @@ def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int
 _CAP = 1 << 16
 
 
+@frozen
+class Where:
+    """Where a process's record lies: a folder as the process sees it, and the file's name there. For a process
+    of another mount or PID namespace (a container's), the folder lies under ``/proc/THROUGH/root`` and the
+    record names the process by its id in its own namespace, ``inner``."""
+
+    folder: str
+    name: str
+    through: int | None = None
+    inner: int | None = None
+
+    def open(self, owners: set[int]) -> Folder:
+        """The folder, checked (PermissionError, OSError as :class:`Folder` says them)."""
+        if self.through is None:
+            return Folder.open(self.folder, owners)
+        root = os.open(f"/proc/{self.through}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            return Folder.inside(root, self.folder, owners, f"/proc/{self.through}/root{self.folder}")
+        finally:
+            os.close(root)
+
+
 def lookup(pid: int) -> Record | None:
     """The record of the live process ``pid``, or None (none written, none to believe, or left by a process
     now gone)."""
@@ -395,38 +424,131 @@ def lookup(pid: int) -> Record | None:
     return None if found is None else found[0]
 
 
-def locate(pid: int) -> tuple[Record, str] | None:
-    """The record of the live process ``pid`` and the folder it lies in (where a keeper writes it again)."""
+def locate(pid: int) -> tuple[Record, Where] | None:
+    """The record of the live process ``pid`` and where it lies (where a keeper writes it again). A process of
+    another mount or PID namespace (a container's) is looked for in its own root, under its own id there."""
     start, uid = start_time(pid), owner(pid)
     if start is None or uid is None:
         return None
+    if pid != os.getpid():
+        try:
+            theirs = (procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid"))
+            elsewhere = theirs != (procfs.namespace("self", "mnt"), namespace())
+        except ProcessError:
+            elsewhere = False  # not ours to look into: only this namespace's folders, as for any process
+        if elsewhere:
+            found, _ = _in_namespace(theirs[1], [pid], lambda _: start, lambda _: uid)
+            return found.get(pid)
     name = file_name(pid, start)
     for path in _reading_folders({uid}):
         try:
             with Folder.open(path, {uid, 0}) as folder:
-                found = _read(folder, name, uid)
+                found_here = _read(folder, name, uid)
         except OSError:
             continue
-        if found is not None:
-            return found, path
+        if found_here is not None:
+            return found_here, Where(path, name)
     return None
 
 
-def rewrite(record: Record, path: str) -> bool:
-    """Write ``record`` again in the folder ``path`` it was read from, as its process's owner's file (root
-    keeping a user's worker writes in that user's folder, never in its own); whether it was written. Never
-    raises: one debug line."""
+def rewrite(record: Record, where: Where) -> bool:
+    """Write ``record`` again where it was read (``where``), as its process's owner's file (root keeping a
+    user's worker writes in that user's folder, never in its own); whether it was written. A container's
+    process's record names it by its own id there, as it wrote it. Never raises: one debug line."""
     uid = owner(record.pid)
     if uid is None:
         return False
+    data = record.as_dict()
+    if where.inner is not None:
+        data["pid"] = where.inner
     try:
-        with Folder.open(path, {uid, 0}) as folder:
-            folder.replace(file_name(record.pid, record.start), json_text(record.as_dict()).encode(), 0o644,
-                           owner=uid if folder.owner == uid else None)
+        with where.open({uid, 0}) as folder:
+            folder.replace(where.name, json_text(data).encode(), 0o644, owner=uid if folder.owner == uid else None)
     except OSError as exc:
-        log.debug("pin record of process %d not written in %s: %s", record.pid, path, exc)
+        log.debug("pin record of process %d not written in %s: %s", record.pid, where.folder, exc)
         return False
     return True
+
+
+def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_time,
+           owner_of: Callable[[int], int | None] | None = None) -> tuple[dict[int, tuple[Record, Where]], int]:
+    """The records of those of ``pids`` that run in another mount or PID namespace than this process (a
+    container's workers, seen from the host or from a DaemonSet with the host's PIDs), by their PID here, each
+    read in its own root under its own id; and how many of them could not be looked into (a process whose
+    root this user may not open). Another user's processes, whose namespaces only their owner or root may
+    see, are not counted: ``ps`` counts them once, as processes it could not look into."""
+    mine = (procfs.namespace("self", "mnt"), namespace())
+    groups: dict[tuple[int, int], list[int]] = {}
+    for pid in pids:
+        try:
+            key = (procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid"))
+        except ProcessError:
+            continue
+        if key != mine:
+            groups.setdefault(key, []).append(pid)
+    found: dict[int, tuple[Record, Where]] = {}
+    unread = 0
+    for (_, ns), members in groups.items():
+        got, missed = _in_namespace(ns, members, start_of, owner_of or owner)
+        found.update(got)
+        unread += missed
+    return found, unread
+
+
+def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None],
+                  owner_of: Callable[[int], int | None]) -> tuple[dict[int, tuple[Record, Where]], int]:
+    """The records of ``pids``, processes of one mount namespace and PID namespace ``ns``, read under the root
+    of the first whose root may be opened; how many could not be looked into.
+
+    Believed as in this namespace, and more: the file lies in a folder of the process's own root (reached
+    without following a link), is named by the process's id in its namespace, its start time and namespace
+    ``ns``, and says the same inside; folder and file are its owner's or root's. So a container that writes
+    records naming another namespace's processes (the host's, PID 1 of another container) names no
+    process that is looked for there."""
+    through, root = None, -1
+    for pid in pids:
+        try:
+            root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        through = pid
+        break
+    if through is None:
+        return {}, len(pids)
+    wanted: dict[str, list[tuple[int, int, str, int, int]]] = {}  # folder -> (pid, uid, name, inner, start)
+    try:
+        for pid in pids:
+            start, uid = start_of(pid), owner_of(pid)
+            try:
+                inner = procfs.inner_pid(pid)
+                inner_uid = procfs.inner_uid(pid, uid) if uid is not None else None
+                env = procfs.environ(pid)
+            except ProcessError:
+                continue
+            if start is None or uid is None or inner_uid is None:
+                continue
+            name = file_name(inner, start, ns)
+            for path in _folders_of(inner_uid, env, own=True):
+                wanted.setdefault(path, []).append((pid, uid, name, inner, start))
+        found: dict[int, tuple[Record, Where]] = {}
+        for path, looked in wanted.items():
+            looked = [entry for entry in looked if entry[0] not in found]  # a process's first folder wins
+            if not looked:
+                continue
+            try:
+                folder = Folder.inside(root, path, {uid for _, uid, *_ in looked} | {0},
+                                       f"/proc/{through}/root{path}")
+            except (OSError, ValueError):
+                continue
+            with folder:
+                names = set(folder.names())
+                for pid, uid, name, inner, start in looked:
+                    entry = _read(folder, name, uid, (inner, start, ns), ns) if name in names else None
+                    if entry is not None:
+                        found[pid] = replace(entry, pid=pid), Where(path, name, through, inner)
+    finally:
+        os.close(root)
+    return found, 0
 
 
 def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = start_time,

@@ -124,7 +124,8 @@ class Survey:
 
     unseen: int = 0
     """Processes of other users this user could not look into (their open files and environment are for their
-    owner or root): any of them may be a GPU worker. Always 0 for root, but for other PID namespaces' processes."""
+    owner or root), or this user's own in another namespace whose root it may not open: any of them may be a GPU
+    worker. Always 0 for root, but for other PID namespaces' processes."""
     pod_names: str | None = None
     """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one."""
 
@@ -233,12 +234,18 @@ def survey(
                 stats[pid] = None
         return stats[pid]
 
-    known = record.entries(set(owners.values()),
-                           lambda pid: None if (found := stat_of(pid)) is None else found.start,
-                           lambda pid: owners[pid] if pid in owners else record.owner(pid))
+    def start_of(pid: int) -> int | None:
+        return None if (seen := stat_of(pid)) is None else seen.start
+
+    def owner_of(pid: int) -> int | None:
+        return owners[pid] if pid in owners else record.owner(pid)
+
+    known = record.entries(set(owners.values()), start_of, owner_of)
+    # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
+    elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], start_of, owner_of)
+    known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
     nvml = _nvml_processes(root, machine)
     found: list[Worker] = []
-    unseen = 0
     for pid in chosen:
         if deadline is not None and time.monotonic() > deadline:
             raise ScanTimeout(f"the scan ran past its time bound, {len(found)} workers found so far")

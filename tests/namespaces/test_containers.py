@@ -1,0 +1,219 @@
+"""numapin inside containers (their own PID and mount namespaces, a private /run), seen from the host: each
+worker listed under its host PID as what placed it, records forged by another container believed for nobody,
+a seccomp filter's refusal named, a pod's cgroup read."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from container import NUMAPIN, Container, container, environment
+
+import kube
+import live
+from child import in_child
+from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
+from other_user import Other
+
+CPU = min(live.BASELINE)
+OTHER = max(live.BASELINE)
+#: A worker: a thread of its own, one line saying it is ready (with its id inside), then it waits.
+WORKER = ("import os, threading, time\n"
+          "threading.Thread(target=time.sleep, args=(600,), daemon=True).start()\n"
+          "print('ready', os.getpid(), flush=True)\n"
+          "time.sleep(600)\n")
+
+
+def _pinning() -> str:
+    """A worker that places itself (``numapin.pin()``): nothing but its record says so, no marker in its
+    environment."""
+    return shlex.join([sys.executable, "-c", f"import numapin\nnumapin.pin(cpus=[{CPU}])\n{WORKER}"])
+
+
+def _exec(*options: str) -> str:
+    return shlex.join([*NUMAPIN, "exec", "--cpus", str(CPU), *options, "--", sys.executable, "-c", WORKER])
+
+
+def _ready(box: Container) -> tuple[int, int]:
+    """The worker's id inside and on the host, once it says it is ready."""
+    words = box.line().split()
+    assert words[0] == "ready", words
+    inner = int(words[1])
+    return inner, box.host_pid(inner)
+
+
+def _ps(*args: str) -> dict[str, object]:
+    done = subprocess.run([*NUMAPIN, "ps", *args, "--json"], env=environment(), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    return json.loads(done.stdout)
+
+
+def _row(pid: int, *args: str) -> dict[str, object]:
+    rows = [w for w in _ps(*args)["workers"] if w["pid"] == pid]  # type: ignore[index,union-attr]
+    assert len(rows) == 1, f"process {pid} listed {len(rows)} times"
+    return rows[0]
+
+
+def test_a_worker_placed_by_exec_inside_is_listed_by_the_host_under_its_host_pid() -> None:
+    with container(_exec()) as box:
+        inner, pid = _ready(box)
+        assert inner != pid  # the container's own numbering
+        row = _row(pid)
+        assert (row["placed_by"], row["verdict"], row["expected"]) == ("exec", "ok", str(CPU)), row
+        threads = subprocess.run([*NUMAPIN, "threads", str(pid), "--json"], env=environment(), capture_output=True,
+                                 text=True, timeout=60)
+        assert json.loads(threads.stdout)["placed_by"] == "exec", threads.stdout
+        series = subprocess.run([*NUMAPIN, "ps", "--prometheus"], env=environment(), capture_output=True, text=True,
+                                timeout=60).stdout
+        assert f'pid="{pid}"' in series and f'pid="{inner}"' not in series, series
+
+
+def _forge(box: Container, named: int, start: int, ns: int, model: dict[str, object]) -> None:
+    """A record in the container's own folder that names process ``named`` (started at ``start``, of PID
+    namespace ``ns``) as placed by exec."""
+    folder = box.root("/run/numapin")
+    folder.mkdir(mode=0o755, exist_ok=True)
+    (folder / f"{named}-{start}-{ns}.json").write_text(json.dumps({**model, "pid": named, "start": start}))
+
+
+def _start(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+
+
+def test_records_forged_by_another_container_place_nobody() -> None:
+    host = subprocess.Popen([sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True, env=environment())
+    try:
+        assert host.stdout is not None and host.stdout.readline().startswith("ready")
+        with container(_pinning()) as first, container("echo up; exec sleep 600") as second:
+            _, pid = _ready(first)
+            assert second.line() == "up"
+            model = json.loads(next(first.root("/run/numapin").glob("*.json")).read_text())
+            host_ns = os.stat("/proc/self/ns/pid").st_ino
+            one = first.host_pid(1)
+            # The host's process, by its host id and the host's namespace; the first container's PID 1, by its id
+            # and namespace there; the first container's worker too, by its host id.
+            _forge(second, host.pid, _start(host.pid), host_ns, model)
+            _forge(second, 1, _start(one), first.namespace, model)
+            _forge(second, pid, _start(pid), host_ns, model)
+            _forge(second, 1, _start(second.host_pid(1)), first.namespace, model)
+            for forged in (host.pid, one, second.host_pid(1)):
+                assert _row(forged, str(forged))["placed_by"] == "nobody", forged
+            assert _row(pid)["placed_by"] == "pin"  # its own record still counts, once
+            listed = [w["pid"] for w in _ps()["workers"]]  # type: ignore[index,union-attr]
+            assert listed.count(pid) == 1 and not {host.pid, one} & set(listed), listed
+    finally:
+        host.kill()
+        host.wait()
+
+
+def test_a_link_in_the_containers_root_is_not_followed_out_of_it() -> None:
+    # The container's folder becomes a link to /run/elsewhere: resolved against the host's root (as a plain path
+    # through /proc/PID/root would be), it lands in a host folder holding the same record. Neither is read.
+    elsewhere = f"/run/numapin-elsewhere-{uuid.uuid4().hex[:8]}"
+    with container(_pinning()) as box:
+        _inner, pid = _ready(box)
+        assert _row(pid)["placed_by"] == "pin"
+        record = next(box.root("/run/numapin").glob("*.json"))
+        Path(elsewhere).mkdir(mode=0o755)
+        try:
+            (Path(elsewhere) / record.name).write_bytes(record.read_bytes())
+            box.root("/run/numapin").rename(box.root(elsewhere))
+            box.root("/run/numapin").symlink_to(elsewhere)
+            assert _row(pid, str(pid))["placed_by"] != "pin"  # its mask is someone else's now, as far as ps knows
+        finally:
+            for leftover in Path(elsewhere).iterdir():
+                leftover.unlink()
+            Path(elsewhere).rmdir()
+
+
+def test_the_start_up_hook_inside_places_the_worker_the_host_lists(pair_root: Path) -> None:
+    script = shlex.join([sys.executable, "-c", "from numapin import startup\nstartup.at_start()\n" + WORKER])
+    env = environment(**{AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none", FSROOT: str(pair_root),
+                         "CUDA_VISIBLE_DEVICES": "1"})
+    with container(script, env=env) as box:
+        _, pid = _ready(box)
+        row = _row(pid)
+        assert (row["placed_by"], row["verdict"], row["gpu"]) == ("autopin", "ok", 0), row
+        assert row["expected"] == live.cpus(live.NODE1)
+
+
+@pytest.mark.skipif(CPU == OTHER, reason="needs two CPUs: one to place on, one to move a thread to")
+def test_drift_the_keeper_inside_counts_is_seen_from_the_host() -> None:
+    with container(_exec("--keep", "--keep-period", "0.1", "--policy", "override")) as box:
+        _inner, pid = _ready(box)
+        thread = max(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+        os.sched_setaffinity(thread, {OTHER})
+        assert live.until(lambda: _row(pid)["drift"]), "no drift seen from the host"
+        row = _row(pid)
+        assert row["placed_by"] == "exec" and sum(row["drift"].values()) >= 1, row  # type: ignore[union-attr]
+        assert live.until(lambda: os.sched_getaffinity(thread) == {CPU}), "the keeper did not put it back"
+
+
+@pytest.mark.skipif(CPU == OTHER, reason="needs two CPUs: one to place on, one to move a thread to")
+def test_the_hosts_keeper_keeps_a_containers_worker_in_its_own_record() -> None:
+    with container(_exec("--policy", "override")) as box:
+        inner, pid = _ready(box)
+        keeper = subprocess.Popen([*NUMAPIN, "keep", str(pid), "--period", "0.1", "--json"], env=environment(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert keeper.stderr is not None and "keeping" in keeper.stderr.readline()
+            thread = max(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+            os.sched_setaffinity(thread, {OTHER})
+            assert live.until(lambda: os.sched_getaffinity(thread) == {CPU}), "the host's keeper did not put it back"
+            assert live.until(lambda: sum(_row(pid)["drift"].values()) >= 1)  # type: ignore[union-attr]
+        finally:
+            keeper.kill()
+            keeper.wait()
+        files = list(box.root("/run/numapin").glob("*.json"))
+        assert [f.name.split("-")[0] for f in files] == [str(inner)], files  # its own name, its own id inside
+        written = json.loads(files[0].read_text())
+        assert written["pid"] == inner and written["drift"], written
+
+
+def test_a_seccomp_filter_inside_keeps_the_cpus_and_the_host_doctor_names_it() -> None:
+    with container(_exec("--memory", "bind") + " 2>/dev/null", seccomp=True) as box:
+        _, pid = _ready(box)
+        assert os.sched_getaffinity(pid) == {CPU}
+        doctor = subprocess.run([*NUMAPIN, "doctor", "--pid", str(pid), "--json"], env=environment(),
+                                capture_output=True, text=True, timeout=60)
+        found = [f for f in json.loads(doctor.stdout)["findings"] if f["id"] == "memory-policy-refused"]
+        assert len(found) == 1 and "seccomp" in found[0]["sees"], doctor.stdout
+
+
+def test_a_container_in_a_pods_cgroup_is_named_by_its_pod_from_the_host() -> None:
+    top = kube.cgroups_or_skip(cpuset=False)
+    layout = kube.layouts()[0]
+    with kube.placed_in(top, [layout.path]) as groups, container(_exec(), cgroup=groups[layout.path]) as box:
+        _, pid = _ready(box)
+        row = _row(pid)
+        assert row["placed_by"] == "exec" and row["pod"]["uid"] == layout.uid, row  # type: ignore[index]
+        assert row["pod"]["container_id"] == layout.container_id  # type: ignore[index]
+
+
+def test_another_user_sees_what_the_kernel_lets_it_and_counts_the_rest(other: Other) -> None:
+    # Root's container: its namespaces, root and open files are root's to look into. The other user's survey
+    # lists nothing of it, and counts it among the processes it could not look into. (In a child that drops to
+    # the other user once every module the survey imports is loaded: this Python lies under root's home.)
+    from numapin.tools.ps import survey
+
+    with container(_exec()) as box:
+        _, pid = _ready(box)
+
+        def as_other() -> tuple[list[int], int]:
+            survey(memory=False, pod_resources=None)  # as root first: whatever it imports, imported
+            os.setgroups([])
+            os.setgid(other.gid)
+            os.setuid(other.uid)
+            seen = survey(memory=False, pod_resources=None)
+            return [w.pid for w in seen.workers], seen.unseen
+
+        listed, unseen = in_child(as_other)
+        assert pid not in listed and unseen >= 1, (listed, unseen)
+        assert _row(pid)["placed_by"] == "exec"  # root's ps, the same moment, sees it
