@@ -121,6 +121,8 @@ MODULE_STATE = {
     ("kernel.affinity", "_LIBC"): "libc for masks of more than 64 CPU ids, loaded on first use",
     ("kernel.affinity", "_COUNTED"): "os.cpu_count(), asked once a process (it only picks how masks travel)",
     ("compat.patching", "_asking"): "per thread, the modules numapin's import hooks are asking other finders for",
+    ("facts.podresources", "_ANSWERS"): "the kubelet's last answers, which stand in (said stale) where it hangs",
+    ("facts.podresources", "_QUIET"): "until when a kubelet that did not answer is not asked again, and why",
     ("compat.torch_device", "_FOLLOWER"): "which GPU the process named first through PyTorch (a new one in a child)",
     ("compat.torch_device", "_AT_EXIT"): "why the start-up hook left the process unplaced, said at exit if it names "
                                          "no GPU (registered once)",

@@ -611,7 +611,9 @@ def cmd_ps(args: argparse.Namespace) -> int:
         if found.workers:
             print("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's variables); "
                   "pci: the GPU itself")
-        if found.pod_names:
+        if found.pod_names and found.pod_names.startswith("stale: "):
+            print(f"pod: names from {found.pod_names.removeprefix('stale: ')}")
+        elif found.pod_names:
             print(f"pod: named by UID and container id only: {found.pod_names}")
         print(_tally(found.tally(), len(found.counted)))
         if found.unseen:

@@ -1,4 +1,4 @@
-"""Issue 40, item 3: deploy/kubernetes holds what an operator applies: a DaemonSet, a Service, a ServiceMonitor,
+"""deploy/kubernetes holds what an operator applies: a DaemonSet, a Service, a ServiceMonitor, a PrometheusRule,
 and the image's recipe. Each manifest is valid for the Kubernetes API (its published schema, strict: no field
 the API lacks), says what it claims (host PID namespace, read-only mounts, the two capabilities), runs a
 command numapin takes; and the Containerfile's steps, run here, give an image whose default command serves
@@ -47,9 +47,9 @@ def test_every_manifest_is_valid_for_the_kubernetes_api(version: str) -> None:
     for document in _documents():
         kinds.append(document["kind"])
         if document["apiVersion"].startswith("monitoring.coreos.com/"):
-            continue  # the Prometheus Operator's own kind: checked against the Service below
+            continue  # the Prometheus Operator's own kinds: checked against the Service and by promtool below
         validator.validate(document, version, strict=True)  # raises on any error
-    assert sorted(kinds) == ["DaemonSet", "Namespace", "Service", "ServiceMonitor"]
+    assert sorted(kinds) == ["DaemonSet", "Namespace", "PrometheusRule", "Service", "ServiceMonitor"]
 
 
 def test_an_invalid_manifest_is_caught() -> None:
@@ -84,6 +84,41 @@ def test_the_daemonset_does_what_the_docs_say() -> None:
         assert f"`{path.replace('1000', 'UID')}`" in docs or path.replace("1000", "UID") in docs, path
 
 
+def test_the_image_is_this_version_and_its_server_is_probed_for_life() -> None:
+    from numapin.version import __version__
+
+    (container,) = _one("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    name, _, tag = container["image"].rpartition(":")
+    assert (name, tag) == ("numapin", __version__), "the manifest names this version, never latest"
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    assert f"numapin:{__version__}@$(cat numapin.digest)" in docs, "the documented flow pins the digest"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/", "port": "metrics"}, probe  # served: see the image test
+    assert container["livenessProbe"]["timeoutSeconds"] * container["livenessProbe"]["failureThreshold"] >= 10
+
+
+def test_the_prometheus_rule_holds_the_documented_alerts_and_promtool_takes_it(tmp_path: Path) -> None:
+    yaml = kube.needed("yaml", "kubetest")
+    rule = _one("PrometheusRule")
+    assert rule["metadata"]["namespace"] == _one("DaemonSet")["metadata"]["namespace"]
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    block = docs.split("## Alerts to start with", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(block) == {"groups": rule["spec"]["groups"]}, "the manifest and the docs say one thing"
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        message = "promtool is not installed (apt-get install prometheus)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS: 3 rules found" in checked.stdout, checked.stdout + checked.stderr
+    rules.write_text(yaml.safe_dump({"groups": [{**rule["spec"]["groups"][0], "rules": [
+        {"alert": "Broken", "expr": "numapin_up =="}]}]}))
+    assert subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, timeout=60).returncode != 0
+
+
 def test_the_service_monitor_finds_the_service_and_its_port() -> None:
     service, monitor, daemonset = _one("Service"), _one("ServiceMonitor"), _one("DaemonSet")
     wanted = monitor["spec"]["selector"]["matchLabels"]
@@ -112,7 +147,8 @@ def test_the_image_recipe_run_here_serves_the_metrics(tmp_path: Path) -> None:
     # image's Python is a fresh virtual environment of this one; COPY copies the build context as a builder
     # takes it (the repository less what .containerignore names).
     steps = _steps()
-    assert [w for w, _ in steps] == ["FROM", "COPY", "RUN", "USER", "ENTRYPOINT", "CMD"]
+    assert [w for w, _ in steps] == ["ARG", "FROM", "COPY", "RUN", "USER", "ENTRYPOINT", "CMD"]
+    assert dict(steps)["FROM"] == "${BASE}" and "[kubernetes]" in dict(steps)["RUN"]
     image = tmp_path / "image"
     subprocess.run([sys.executable, "-m", "venv", str(image)], check=True)
     where = {}
@@ -135,6 +171,11 @@ def test_the_image_recipe_run_here_serves_the_metrics(tmp_path: Path) -> None:
             if os.geteuid() != 0:
                 pytest.skip("the image runs as root: so must this test")
     assert not (tmp_path / "copy").exists(), "the source is not left in the image"
+    # The pod-resources client is in the image (the build itself checks it): its messages are made there.
+    client = subprocess.run([str(image / "bin" / "python"), "-c", "from numapin.facts.podresources import messages; "
+                             "print(sorted(messages())[:2]); import grpc, yaml"], capture_output=True, text=True,
+                            timeout=120, cwd="/")
+    assert client.returncode == 0 and "AllocatableResourcesRequest" in client.stdout, client.stderr
     entry = json.loads(dict(steps)["ENTRYPOINT"])
     command = json.loads(dict(steps)["CMD"])
     with socket.socket() as s:

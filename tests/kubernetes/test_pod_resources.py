@@ -1,4 +1,4 @@
-"""Issue 40, item 1: the kubelet's pod-resources API names the pods and containers of workers. A real gRPC server
+"""The kubelet's pod-resources API names the pods and containers of workers. A real gRPC server
 started by the test speaks the kubelet's published v1 API (``v1.PodResourcesLister``, from
 k8s.io/kubelet/pkg/apis/podresources/v1/api.proto: its messages built here, by this test, from that file's
 names and field numbers) on a Unix socket; real worker processes sit in real cgroups laid out as the kubelet
@@ -11,6 +11,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,9 +28,11 @@ from numapin.cpuset import CpuSet
 from numapin.facts.podresources import (
     Container,
     Device,
+    DraDevice,
     PodResourcesUnavailable,
     allocatable,
     list_containers,
+    listing,
     match,
 )
 
@@ -57,7 +60,11 @@ def _api() -> dict[str, Any]:
                              ("topology", 3, message, False, "TopologyInfo")],
         "TopologyInfo": [("nodes", 1, message, True, "NUMANode")],
         "NUMANode": [("ID", 1, int64, False, None)],
-        "DynamicResource": [("claim_name", 2, string, False, None), ("claim_namespace", 3, string, False, None)],
+        "DynamicResource": [("claim_name", 2, string, False, None), ("claim_namespace", 3, string, False, None),
+                            ("claim_resources", 4, message, True, "ClaimResource")],
+        "ClaimResource": [("cdi_devices", 1, message, True, "CDIDevice"), ("driver_name", 2, string, False, None),
+                          ("pool_name", 3, string, False, None), ("device_name", 4, string, False, None)],
+        "CDIDevice": [("name", 1, string, False, None)],
     }
     proto = descriptor_pb2.FileDescriptorProto(name="test/podresources.proto", package="v1", syntax="proto3")
     for name, fields in spec.items():
@@ -99,7 +106,14 @@ def kubelet(tmp_path: Path) -> Iterator[Callable[..., str]]:
                     made.cpu_ids.extend(c.get("cpus", []))
                     add_devices(made.devices, c.get("devices", []))
                     for claim in c.get("claims", []):
-                        made.dynamic_resources.add(claim_namespace=namespace, claim_name=claim)
+                        # A claim is its name, or (name, [(driver, pool, device, [CDI names])...]).
+                        claim_name, given = (claim, []) if isinstance(claim, str) else claim
+                        added = made.dynamic_resources.add(claim_namespace=namespace, claim_name=claim_name)
+                        for driver, pool, device, cdi in given:
+                            resource = added.claim_resources.add(driver_name=driver, pool_name=pool,
+                                                                 device_name=device)
+                            for name in cdi:
+                                resource.cdi_devices.add(name=name)
             return response
 
         def node(request: Any, context: Any) -> Any:
@@ -287,3 +301,126 @@ def test_doctor_says_when_the_device_plugin_puts_the_gpu_on_another_node(
     finally:
         child.kill()
         child.wait()
+
+
+CLAIM = "0b1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+#: What NVIDIA's DRA driver reports for GPU 1 (its /dev/nvidia1) allocated to a claim: driver, pool, device, CDI.
+NVIDIA_GPU_1 = ("gpu.nvidia.com", "node-a", "gpu-1", [f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-1"])
+
+
+def test_dra_devices_are_read_and_named_as_gpus(kubelet: Callable[..., str]) -> None:
+    socket = kubelet([("serve", "engine-0", [{"name": "engine", "claims": [("gpus", [
+        NVIDIA_GPU_1, ("gpu.nvidia.com", "node-a", "gpu-0-mig-1g.10gb-19-6", []),
+        ("gpu.amd.com", "node-a", "gpu-1-129", [f"k8s.gpu.amd.com/gpu={CLAIM}-gpu-1-129"]),
+        ("gpu.nvidia.com", "node-a", "gpu-vfio-3", []), ("nic.example.com", "node-a", "gpu-2", [])])]}])])
+    (container,) = list_containers(socket)
+    assert container.claims == ("serve/gpus",)
+    assert container.dra[0] == DraDevice("gpu.nvidia.com", "node-a", "gpu-1",
+                                         (f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-1",))
+    assert [d.gpu for d in container.dra] == [("nvidia", 1), ("nvidia", 0), ("amd", 129), None, None]
+    assert container.dra_gpus == {("nvidia", 1), ("nvidia", 0), ("amd", 129)}
+    # The device's name empty, its CDI device still names it.
+    assert DraDevice("gpu.nvidia.com", "p", "", (f"k8s.gpu.nvidia.com/claim={CLAIM}-gpu-7",)).gpu == ("nvidia", 7)
+    assert match([container], dra={("nvidia", 1)}) == container and match([container], dra={("nvidia", 2)}) is None
+
+
+def test_a_dra_pod_is_named_with_its_gpu_and_judged(top: Path, pair_root: Path, tmp_path: Path,
+                                                    kubelet: Callable[..., str]) -> None:
+    # A worker numapin exec placed for GPU 1 of the pair machine, in a pod container whose cpuset is GPU 1's node;
+    # the kubelet says the container got GPU 1 (gpu-1) through a DRA claim, and no exclusive CPUs: ps names the
+    # pod by the GPU, doctor finds it aligned; in a cpuset on the other node (where exec leaves it unplaced, so
+    # doctor is told the GPU), doctor names the GPU and its node.
+    if not live.NODE0 or not live.NODE1:
+        pytest.skip("needs CPUs on both nodes of the pair machine")
+    env = {**live.without_inputs(dict(os.environ)), RUNTIME_DIR: str(tmp_path / "records"),
+           "NUMAPIN_FSROOT": str(pair_root)}
+    layout = kube.Layout("systemd", "guaranteed", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
+    socket = kubelet([("serve", "engine-0", [{"name": "engine", "claims": [("gpus", [NVIDIA_GPU_1])]}]),
+                      ("other", "job", [{"name": "main", "claims": [("gpus", [("gpu.nvidia.com", "node-a", "gpu-0",
+                                                                                [])])]}])])
+    for cpus, aligned in ((live.cpus(live.NODE1), True), (live.cpus(live.NODE0), False)):
+        with kube.placed_in(top, [layout.path], cpus=cpus) as groups:
+            group = groups[layout.path]
+            script = (f'echo $$ > "{group}/cgroup.procs" && exec {shlex.quote(sys.executable)} -m numapin exec '
+                      f"--gpu 1 -- {shlex.quote(sys.executable)} -c {shlex.quote(READY)}")
+            worker = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+            try:
+                assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+                doctor = json.loads(subprocess.run(
+                    [sys.executable, "-m", "numapin", "doctor", "--pid", str(worker.pid), "--gpu", "1", "--json",
+                     "--pod-resources", socket], env=env, capture_output=True, text=True, timeout=60).stdout)
+                listed = json.loads(subprocess.run(
+                    [sys.executable, "-m", "numapin", "ps", "--json", "--pod-resources", socket], env=env,
+                    capture_output=True, text=True, timeout=60).stdout)
+            finally:
+                worker.kill()
+                worker.wait()
+        found = {f["id"]: f for f in doctor["findings"]}
+        if aligned:
+            (row,) = [w for w in listed["workers"] if w["pid"] == worker.pid]
+            assert (row["pod"]["namespace"], row["pod"]["name"], row["pod"]["container"]) == ("serve", "engine-0",
+                                                                                              "engine"), row
+            assert "gpu-from-dra" not in found, found
+        else:
+            gpu = "gpu-1 (0000:28:00.0, node 1)"
+            assert gpu in found["gpu-from-dra"]["sees"] and "serve/gpus" in found["gpu-from-dra"]["sees"], found
+
+
+def _hung(path: Path) -> tuple[Any, list[Any]]:
+    """A Unix socket that accepts every connection and never answers (a kubelet that hangs)."""
+    import socket as sockets
+    import threading
+
+    server = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(16)
+    held: list[Any] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, held
+
+
+def test_a_hung_kubelet_leaves_ps_within_its_bound_and_its_last_answer_stands_in_said_stale(
+        tmp_path: Path, kubelet: Callable[..., str]) -> None:
+    kube.needed("grpc", "kubetest")
+    hung_path = tmp_path / "hung.sock"
+    server, held = _hung(hung_path)
+    try:
+        # ps with a worker in a pod asks List once; the kubelet never answers: ps ends, saying why.
+        top = kube.cgroups_or_skip(cpuset=False)
+        layout = kube.layouts()[1]
+        with kube.sleeping() as worker, kube.placed_in(top, [layout.path]) as groups:
+            (groups[layout.path] / "cgroup.procs").write_text(f"{worker.pid}\n")
+            done = subprocess.run([sys.executable, "-m", "numapin", "ps", str(worker.pid), "--json",
+                                   "--pod-resources", str(hung_path)], capture_output=True, text=True, timeout=60)
+        assert done.returncode in (0, 1), done.stderr
+        assert "did not answer List: DEADLINE_EXCEEDED" in json.loads(done.stdout)["pod_names_unread"]
+        assert held, "ps never reached the hung socket"
+        # In one process (an exporter's), an answer first, then none: the answer stands in, said stale.
+        answering = Path(kubelet([("ml", "trainer-0", [{"name": "worker", "cpus": [0]}])]))
+        flaky = tmp_path / "flaky.sock"
+        flaky.symlink_to(answering)
+        first = listing(str(flaky))
+        assert first.stale is None and [c.pod for c in first.containers] == ["trainer-0"]
+        flaky.unlink()
+        flaky.symlink_to(hung_path)
+        again = listing(str(flaky), timeout=0.5)
+        assert again.containers == first.containers
+        assert again.stale is not None and "answer of" in again.stale and "DEADLINE_EXCEEDED" in again.stale
+        # Not asked again meanwhile: no new connection reaches the hung socket (a false pass is possible where
+        # accepting is slow, a false failure not).
+        reached = len(held)
+        third = listing(str(flaky), timeout=30)
+        time.sleep(0.3)
+        assert third.containers == first.containers and third.stale is not None and len(held) == reached
+    finally:
+        server.close()
+        for connection in held:
+            connection.close()

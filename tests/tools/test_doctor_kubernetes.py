@@ -231,3 +231,18 @@ def test_ps_lists_the_kubelet_findings_beside_each_worker_in_a_pod(in_pod: tuple
     _kubelet(pair_root, {"cpuManagerPolicy": "static", "topologyManagerPolicy": "single-numa-node"}, None)
     row = json.loads(subprocess.run([*ps, "--json"], capture_output=True, text=True, timeout=60).stdout)["workers"][0]
     assert row["kubelet"] == []
+
+
+def test_without_a_yaml_parser_the_top_level_settings_are_read_and_the_rest_named(
+        pair_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as where the kubernetes extra is not installed
+    path = pair_root / CONFIG
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('cpuManagerPolicy: "static"  # a comment\ncpuManagerPolicyOptions:\n  full-pcpus-only: "true"\n'
+                    "topologyManagerPolicy: single-numa-node\ntopologyManagerPolicyOptions: {a: b}\n"
+                    "allowedUnsafeSysctls:\n  - kernel.numa_balancing\nnote: |\n  text\n")
+    found = read_kubelet(pair_root)
+    assert (found.cpu_manager, found.topology_manager) == ("static", "single-numa-node")
+    assert [u.split()[0] for u in found.unread] == ["cpuManagerPolicyOptions", "topologyManagerPolicyOptions",
+                                                    "allowedUnsafeSysctls", "note"]
+    assert all("numapin[kubernetes]" in u for u in found.unread)

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
     from typing import Any
 
-__all__ = ["SERVICE", "SOCKET", "Container", "Device", "PodResourcesUnavailable", "allocatable", "list_containers",
-           "match", "messages"]
+    from .gpu import Gpu
+
+__all__ = ["AMD_DRA", "NVIDIA_DRA", "QUIET_SECONDS", "SERVICE", "SOCKET", "Container", "Device", "DraDevice", "Listing",
+           "PodResourcesUnavailable", "allocatable", "gpu_key", "list_containers", "listing", "match", "messages"]
 
 #: Where the kubelet serves the API (its --pod-resources-directory, by default).
 SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -78,6 +80,53 @@ class Device:
 
 
 @frozen
+class DraDevice:
+    """One device a Dynamic Resource Allocation claim gave a container (the API's ``ClaimResource``)."""
+
+    driver: str
+    """The DRA driver's name: ``gpu.nvidia.com`` (NVIDIA's), ``gpu.amd.com`` (AMD's)..."""
+    pool: str
+    device: str
+    """The driver's name of the device: NVIDIA's ``gpu-MINOR`` (``/dev/nvidiaMINOR``; a MIG device
+    ``gpu-MINOR-mig-...``, its parent's minor first), AMD's ``gpu-CARD-RENDER`` (``/dev/dri/renderDRENDER``)."""
+    cdi: tuple[str, ...] = ()
+    """Its CDI devices' names (``k8s.gpu.nvidia.com/claim=CLAIMUID-gpu-0``)."""
+
+    @property
+    def gpu(self) -> tuple[str, int] | None:
+        """Which GPU it is, as :func:`gpu_key` names one: (vendor, the minor of its device file); None for
+        a device of another driver, or one of no device file (NVIDIA's ``gpu-vfio-N``)."""
+        names = [self.device] + [c.rpartition("=")[2][37:] for c in self.cdi if "=" in c]  # CLAIMUID- cut off
+        for name in names:
+            parts = name.split("-")
+            if self.driver == NVIDIA_DRA and len(parts) >= 2 and parts[0] == "gpu" and _number(parts[1]) \
+                    and (len(parts) == 2 or parts[2] == "mig"):
+                return "nvidia", int(parts[1])
+            if self.driver == AMD_DRA and len(parts) == 3 and parts[0] == "gpu" and _number(parts[1]) \
+                    and _number(parts[2]):
+                return "amd", int(parts[2])
+        return None
+
+
+#: The GPU drivers of Dynamic Resource Allocation whose device names numapin maps to GPUs (NVIDIA's
+#: dra-driver-nvidia-gpu, ``cmd/gpu-kubelet-plugin``: ``DriverName``, ``GpuInfo.CanonicalName``; AMD's
+#: k8s-gpu-dra-driver, ``pkg/consts``, ``AmdGpuInfo.CanonicalName``).
+NVIDIA_DRA = "gpu.nvidia.com"
+AMD_DRA = "gpu.amd.com"
+
+
+def _number(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) < 10
+
+
+def gpu_key(gpu: Gpu) -> tuple[str, int] | None:
+    """How a DRA device names ``gpu``: its vendor (``nvidia``, ``amd``) and the minor of its device file
+    (``/dev/nvidiaN``, AMD's render node ``/dev/dri/renderDN``); None for a GPU of neither, or of no minor."""
+    vendor = str(gpu.vendor)
+    return None if gpu.minor is None or vendor not in ("nvidia", "amd") else (vendor, gpu.minor)
+
+
+@frozen
 class Container:
     """One container of the node, as the kubelet's API tells it."""
 
@@ -89,6 +138,13 @@ class Container:
     """Its exclusive CPUs (empty: it shares the pool)."""
     claims: tuple[str, ...] = ()
     """The Dynamic Resource Allocation claims that gave it devices (``namespace/name``)."""
+    dra: tuple[DraDevice, ...] = ()
+    """The devices those claims gave it."""
+
+    @property
+    def dra_gpus(self) -> frozenset[tuple[str, int]]:
+        """The GPUs its claims gave it, as :func:`gpu_key` names them."""
+        return frozenset(key for d in self.dra if (key := d.gpu) is not None)
 
 
 def messages() -> dict[str, Any]:
@@ -119,13 +175,57 @@ def _containers(response: Any) -> tuple[Container, ...]:
         for c in pod.containers:
             devices = _devices(c.devices)
             claims = tuple(f"{r.claim_namespace}/{r.claim_name}" for r in c.dynamic_resources)
+            dra = tuple(DraDevice(d.driver_name, d.pool_name, d.device_name, tuple(x.name for x in d.cdi_devices))
+                        for r in c.dynamic_resources for d in r.claim_resources)
             found.append(Container(pod.namespace, pod.name, c.name, devices, CpuSet(int(i) for i in c.cpu_ids),
-                                   claims))
+                                   claims, dra))
     return tuple(found)
 
 
-def _ask(socket: str, method: str, timeout: float) -> Any:
-    """The kubelet's answer to ``method`` (``List``, ``GetAllocatableResources``), a message of the API."""
+#: Seconds a kubelet that did not answer is not asked again (its last answer, if any, stands in meanwhile).
+QUIET_SECONDS = 30.0
+#: Per socket and method, the last answer and when it came; per socket, until when it is not asked again.
+_ANSWERS: dict[tuple[str, str], tuple[float, Any]] = {}
+_QUIET: dict[str, tuple[float, str]] = {}
+
+
+@frozen
+class Listing:
+    """The containers of the node, and, where the kubelet did not answer now, how old they are."""
+
+    containers: tuple[Container, ...]
+    stale: str | None = None
+    """Said where the containers are the kubelet's last answer, not this one's (None: answered now)."""
+
+
+def _ask(socket: str, method: str, timeout: float) -> tuple[Any, str | None]:
+    """The kubelet's answer to ``method`` (``List``, ``GetAllocatableResources``), a message of the API, and a
+    note where it is an earlier answer. Each call is bounded by ``timeout`` seconds; a kubelet that did not answer
+    in time is not asked again for :data:`QUIET_SECONDS` (an exporter's scrapes each stay within their bound), and
+    its last answer, where there is one, stands in, said as stale. PodResourcesUnavailable where there is none."""
+    import time
+
+    now = time.monotonic()
+    quiet = _QUIET.get(socket)
+    if quiet is not None and now < quiet[0]:
+        why = quiet[1]
+    else:
+        try:
+            answer = _call(socket, method, timeout)
+        except PodResourcesUnavailable as exc:
+            why = str(exc)
+            _QUIET[socket] = (now + QUIET_SECONDS, why)
+        else:
+            _ANSWERS[(socket, method)] = (now, answer)
+            _QUIET.pop(socket, None)
+            return answer, None
+    earlier = _ANSWERS.get((socket, method))
+    if earlier is None:
+        raise PodResourcesUnavailable(why)
+    return earlier[1], f"the kubelet's answer of {now - earlier[0]:.0f} s ago ({why})"
+
+
+def _call(socket: str, method: str, timeout: float) -> Any:
     import os
 
     try:
@@ -154,24 +254,34 @@ def _devices(found: Iterable[Any]) -> tuple[Device, ...]:
     return tuple(Device(d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes)) for d in found)
 
 
+def listing(socket: str = SOCKET, timeout: float = 2.0) -> Listing:
+    """Every container of the node, from the kubelet's ``List`` (its last answer, said as stale, where it does not
+    answer now); PodResourcesUnavailable saying why not."""
+    answer, stale = _ask(socket, "List", timeout)
+    return Listing(_containers(answer), stale)
+
+
 def list_containers(socket: str = SOCKET, timeout: float = 2.0) -> tuple[Container, ...]:
-    """Every container of the node, from the kubelet's ``List``; PodResourcesUnavailable saying why not."""
-    return _containers(_ask(socket, "List", timeout))
+    """:func:`listing`'s containers."""
+    return listing(socket, timeout).containers
 
 
 def allocatable(socket: str = SOCKET, timeout: float = 2.0) -> tuple[tuple[Device, ...], CpuSet]:
     """The node's devices (each with the NUMA nodes its plugin reports) and CPUs the kubelet may hand out, from
-    ``GetAllocatableResources``; PodResourcesUnavailable saying why not."""
-    answer = _ask(socket, "GetAllocatableResources", timeout)
+    ``GetAllocatableResources`` (its last answer where it does not answer now); PodResourcesUnavailable saying
+    why not."""
+    answer, _ = _ask(socket, "GetAllocatableResources", timeout)
     return _devices(answer.devices), CpuSet(int(i) for i in answer.cpu_ids)
 
 
 def match(containers: Iterable[Container], *, cpus: CpuSet | None = None,
-          gpus: Collection[str] = ()) -> Container | None:
+          gpus: Collection[str] = (), dra: Collection[tuple[str, int]] = ()) -> Container | None:
     """The one container whose exclusive CPUs are exactly ``cpus`` (a process's cpuset), or that holds one of
-    the GPUs ``gpus`` (UUIDs); None when none is, or more than one (two ways that disagree name nothing)."""
+    the GPUs ``gpus`` (UUIDs, from a device plugin) or ``dra`` (:func:`gpu_key`, from a DRA claim); None when
+    none is, or more than one (two ways that disagree name nothing)."""
     by_cpus = {c for c in containers if cpus and c.cpus and c.cpus == cpus}
     wanted = {g.lower() for g in gpus}
-    by_gpu = {c for c in containers if wanted & {i.lower() for d in c.devices for i in d.ids}}
+    by_gpu = {c for c in containers if wanted & {i.lower() for d in c.devices for i in d.ids}
+              or set(dra) & c.dra_gpus}
     found = by_cpus | by_gpu
     return next(iter(found)) if len(found) == 1 else None

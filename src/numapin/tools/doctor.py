@@ -37,7 +37,7 @@ from ..facts.kubelet import CONFIG, STATE, read_kubelet
 from ..facts.machine import Facts, cached, seen_by
 from ..facts.network import assign
 from ..facts.pod import pod_of
-from ..facts.podresources import SOCKET, PodResourcesUnavailable, allocatable, list_containers, match
+from ..facts.podresources import SOCKET, PodResourcesUnavailable, allocatable, gpu_key, listing, match
 from ..facts.topology import Topology, read_topology
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
@@ -390,6 +390,11 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
             "kubelet-unread", "info", f"process {pid} runs in {where}, and neither {CONFIG} nor {STATE} can be read "
             "here", "the kubelet's CPU and topology managers' decisions cannot be checked",
             "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod"))
+    if kubelet.unread:
+        found.append(Finding(
+            "kubelet-config-unread", "info", f"of {CONFIG}, not read: {'; '.join(kubelet.unread)}",
+            "the kubelet settings there are not checked (its CPU and topology policies are, where read)",
+            "install numapin[kubernetes] (PyYAML reads the whole file), or correct the file"))
     if kubelet.found and pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
         found.append(Finding(
             "kubelet-cpu-manager-none", "warning", f"the kubelet's CPU manager policy is none and process {pid} runs "
@@ -439,27 +444,46 @@ def _pod_resources(facts: Facts, placement: Placement | None, socket: str, mask:
                    containers: tuple[Container, ...] | None) -> list[Finding]:
     """What the kubelet's pod-resources API says of the process's container (``containers``: its ``List``, when
     read already): a GPU from Dynamic Resource Allocation, which the topology manager does not align."""
+    stale: list[Finding] = []
     try:
-        containers = list_containers(socket) if containers is None else containers
+        if containers is None:
+            listed = listing(socket)
+            containers = listed.containers
+            if listed.stale:
+                stale = [Finding("pod-resources-stale", "info", f"the pods' devices are {listed.stale}",
+                                 "what follows is checked against the kubelet's earlier answer",
+                                 "check the kubelet (its pod-resources socket accepts but does not answer)")]
     except PodResourcesUnavailable as exc:
         return [Finding("pod-resources-unread", "info", str(exc), "the container's devices and the way its GPU "
                         "came to it cannot be checked", "install numapin[kubernetes] and mount the kubelet's "
                         "pod-resources folder (numapin's DaemonSet does)")]
     gpu = next((g for g in facts.inventory.gpus
                 if placement is not None and g.is_at(placement.pci, placement.partition)), None)
-    mine = match(containers, cpus=mask, gpus={gpu.uuid} if gpu is not None and gpu.uuid else ())
-    found = _plugin_node(gpu, socket)
+    key = None if gpu is None else gpu_key(gpu)
+    mine = match(containers, cpus=mask, gpus={gpu.uuid} if gpu is not None and gpu.uuid else (),
+                 dra={key} if key is not None else ())
+    found = [*stale, *_plugin_node(gpu, socket)]
     # NVIDIA's and AMD's device plugins (nvidia.com/gpu, amd.com/gpu): devices the topology manager aligns.
     plugged = mine is not None and any(d.resource.startswith(("nvidia.com/", "amd.com/")) for d in mine.devices)
     if mine is None or not mine.claims or plugged:
         return found
+    container = f"container {mine.namespace}/{mine.pod}/{mine.name}"
+    claims = ", ".join(mine.claims)
+    why = ("the kubelet's topology manager aligns device-plugin devices with CPUs, not DRA's "
+           "(kubernetes/website#56232): nothing put the container's CPUs near its GPU")
+    fix = ("pin inside the pod with numapin exec or NUMAPIN_AUTOPIN (the GPU's node within its cpuset), and give the "
+           "pod CPUs on that node (a DRA driver that publishes NUMA attributes, matched in the claim)")
+    given = {d.device: g for d in mine.dra for g in facts.inventory.gpus if d.gpu is not None and d.gpu == gpu_key(g)}
+    if not given:  # devices of no GPU numapin knows here (another driver, a VFIO device)
+        return [*found, Finding("gpu-from-dra", "warning", f"{container} got its devices through Dynamic Resource "
+                                f"Allocation (claim {claims}), and no GPU from a device plugin", why, fix)]
+    near = facts.topology.cpus_of_nodes(CpuSet(g.node for g in given.values() if g.node is not None))
+    if mask is not None and near and mask <= near:
+        return found  # its cpuset lies on its DRA GPUs' node(s): aligned, by whoever did it
+    named = ", ".join(f"{device} ({g.pci}, node {g.node})" for device, g in sorted(given.items()))
     return [*found, Finding(
-        "gpu-from-dra", "warning", f"container {mine.namespace}/{mine.pod}/{mine.name} got its devices through "
-        f"Dynamic Resource Allocation (claim {', '.join(mine.claims)}), and no GPU from a device plugin",
-        "the kubelet's topology manager aligns device-plugin devices with CPUs, not DRA's (kubernetes/website#56232):"
-        " nothing put the container's CPUs near its GPU", "pin inside the pod with numapin exec or NUMAPIN_AUTOPIN "
-        "(the GPU's node within its cpuset), and give the pod CPUs on that node (a DRA driver that publishes "
-        "NUMA attributes, matched in the claim)")]
+        "gpu-from-dra", "warning", f"{container} got GPU {named} through Dynamic Resource Allocation (claim "
+        f"{claims}); its cpuset {mask} is not on that node's CPUs ({near})", why, fix)]
 
 
 def _plugin_node(gpu: Gpu | None, socket: str) -> list[Finding]:

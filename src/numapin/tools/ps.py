@@ -127,7 +127,8 @@ class Survey:
     owner or root), or this user's own in another namespace whose root it may not open: any of them may be a GPU
     worker. Always 0 for root, but for other PID namespaces' processes."""
     pod_names: str | None = None
-    """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one."""
+    """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one; or,
+    beginning ``stale:``, that they are the kubelet's last answer, which did not come now."""
 
     @property
     def counted(self) -> tuple[Worker, ...]:
@@ -273,13 +274,14 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     could not be asked. The API is asked once a scan: one that does not answer is not waited for again."""
     from ..base.frozen import replace
     from ..facts.cgroup import read_cgroup
-    from ..facts.podresources import PodResourcesUnavailable, list_containers, match
+    from ..facts.podresources import PodResourcesUnavailable, gpu_key, listing, match
     from .doctor import pod_findings
 
     containers, unnamed = None, None
     if socket is not None:
         try:
-            containers = list_containers(socket)
+            listed = listing(socket)
+            containers, unnamed = listed.containers, None if listed.stale is None else f"stale: {listed.stale}"
         except PodResourcesUnavailable as exc:
             unnamed = str(exc)
     live = Host.at("/")  # a process's cgroup is always the live one's
@@ -288,8 +290,9 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
         pod = w.pod
         if pod is not None:
             if containers is not None:
-                gpus = {g.uuid for g in machine().inventory.gpus if g.pci == w.pci and g.uuid}
-                named = match(containers, cpus=read_cgroup(live, pid=w.pid).cpus, gpus=gpus)
+                held = [g for g in machine().inventory.gpus if g.pci == w.pci]
+                named = match(containers, cpus=read_cgroup(live, pid=w.pid).cpus, gpus={g.uuid for g in held if g.uuid},
+                              dra={key for g in held if (key := gpu_key(g)) is not None})
                 if named is not None:
                     pod = replace(pod, namespace=named.namespace, name=named.pod, container=named.name)
             found = pod_findings(w.pid, machine(), w.expected, root, {}, None if containers is None else socket,
