@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -12,6 +10,7 @@ from pathlib import Path
 import png
 import pytest
 
+import needs
 from numapin.tools.picture import PALETTE
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -21,13 +20,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def browser() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        message = "headless Chromium is not installed (apt-get install chromium)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return needs.program("chromium", "chromium-browser", install="apt-get install chromium")
 
 
 def rgb(colour: str) -> tuple[int, int, int]:

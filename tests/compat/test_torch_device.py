@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import live
-from conftest import in_child
+from child import in_child
 from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
 from numapin.compat.torch_device import named_gpu
 
@@ -59,6 +59,21 @@ def test_a_device_without_index_names_none() -> None:
     assert named_gpu("cuda") is None and named_gpu(Device("cuda", None)) is None and named_gpu(True) is None
 
 
+def _warnings() -> list[str]:
+    """Every warning numapin logs from now on in this process, as it is said."""
+    import logging
+
+    caught: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, entry: logging.LogRecord) -> None:
+            if entry.levelno >= logging.WARNING:
+                caught.append(entry.getMessage())
+
+    logging.getLogger("numapin").addHandler(Keep())
+    return caught
+
+
 def _fake_torch(into: Path) -> Path:
     for name, text in TORCH.items():
         (into / name).parent.mkdir(parents=True, exist_ok=True)
@@ -72,21 +87,13 @@ def _namings(folder: Path, names: list[tuple[str, object]], env: dict[str, str],
     imported, a thread started, and each naming made; every thread's mask and numapin's warnings after each."""
 
     def child() -> dict[str, object]:
-        import logging
         import threading
 
         from numapin import startup
         from numapin.pinning import record
 
         os.environ.update(env)
-        caught: list[str] = []
-
-        class Keep(logging.Handler):
-            def emit(self, entry: logging.LogRecord) -> None:
-                if entry.levelno >= logging.WARNING:
-                    caught.append(entry.getMessage())
-
-        logging.getLogger("numapin").addHandler(Keep())
+        caught = _warnings()
         if cpus is not None:
             import numapin
 
@@ -199,18 +206,10 @@ def test_a_process_that_names_no_gpu_says_once_at_exit_why_it_ran_unplaced(pair_
 
 def test_a_forked_child_is_placed_for_the_gpu_it_names_itself(pair_root: Path, torch_folder: Path) -> None:
     def parent() -> dict[str, object]:
-        import logging
 
         from numapin import startup
 
-        caught: list[str] = []
-
-        class Keep(logging.Handler):
-            def emit(self, entry: logging.LogRecord) -> None:
-                if entry.levelno >= logging.WARNING:
-                    caught.append(entry.getMessage())
-
-        logging.getLogger("numapin").addHandler(Keep())
+        caught = _warnings()
         os.environ.update({AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"})
         startup.activate(os.environ)
         sys.path.insert(0, str(torch_folder))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import uuid
@@ -24,6 +23,7 @@ import pytest
 from container import NUMAPIN, environment
 
 import live
+import needs
 
 CPU = min(live.BASELINE)
 WORKER = ("import os, threading, time\n"
@@ -38,13 +38,7 @@ OWN = {"proc", "sys", "dev", "run", "tmp", "lost+found"}
 
 @pytest.fixture
 def runc() -> str:
-    found = shutil.which("runc")
-    if found is None:
-        message = "runc is not installed (apt-get install runc)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return found
+    return needs.program("runc", install="apt-get install runc")
 
 
 def _bundle(folder: Path, args: list[str], env: dict[str, str]) -> Path:
