@@ -166,6 +166,16 @@ class PinState:
             self.started[tid] = ops.start_time(tid)
         self.deliberate[tid] = mask
 
+    def restore_deliberate(self, tid: int, mask: CpuSet | None, before: CpuSet | None) -> None:
+        """Put back what was remembered of thread ``tid`` as deliberate (``mask`` None: nothing)."""
+        if mask is None:
+            for table in (self.deliberate, self.before_deliberate, self.started):
+                table.pop(tid, None)
+            return
+        self.deliberate[tid] = mask
+        if before is not None:
+            self.before_deliberate[tid] = before
+
     def forget_exited(self, ops: ThreadKernel) -> None:
         """Drop what is remembered of deliberate threads that exited, even when their id is back."""
         for tid in list(self.deliberate):
