@@ -123,6 +123,8 @@ MODULE_STATE = {
     ("compat.patching", "_asking"): "per thread, the modules numapin's import hooks are asking other finders for",
     ("facts.podresources", "_ANSWERS"): "the kubelet's last answers, which stand in (said stale) where it hangs",
     ("facts.podresources", "_QUIET"): "until when a kubelet that did not answer is not asked again, and why",
+    ("kernel.mapping", "_LIBC"): "libc with madvise, mlock and memset typed, loaded on first use",
+    ("pinning.host_buffer", "_OPEN"): "the host buffers still open, closed at interpreter exit (registered first)",
     ("compat.torch_device", "_FOLLOWER"): "which GPU the process named first through PyTorch (a new one in a child)",
     ("compat.torch_device", "_AT_EXIT"): "why the start-up hook left the process unplaced, said at exit if it names "
                                          "no GPU (registered once)",
@@ -141,7 +143,8 @@ def _mutable(value: ast.expr, classes: set[str]) -> bool:
     if isinstance(value, ast.Call):
         called = value.func
         name = called.attr if isinstance(called, ast.Attribute) else called.id if isinstance(called, ast.Name) else ""
-        return name in {"dict", "list", "set", "defaultdict", "Lock", "RLock", "OrderedDict", "local"} | classes
+        return name in {"dict", "list", "set", "defaultdict", "Lock", "RLock", "OrderedDict", "local", "WeakSet",
+                        "WeakValueDictionary", "WeakKeyDictionary"} | classes
     return False
 
 

@@ -17,7 +17,9 @@ if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__
     from .cpuset import CpuSet
     from .facts.machine import machine
     from .facts.topology import read_topology
+    from .pinning.allocating import Allocating, allocating_for
     from .pinning.decision import ExternalMaskPolicy, MaskOwner, PinAction
+    from .pinning.host_buffer import HostBuffer, host_buffer
     from .pinning.keeper import keeping, stop_keeping
     from .pinning.lease import pinned
     from .pinning.memory import MemoryMode
@@ -33,6 +35,8 @@ _WHERE = {
     "EnvironmentProblem": "base.errors", "NumapinError": "base.errors", "UsageError": "base.errors",
     "machine": "facts.machine",
     "MemoryMode": "pinning.memory",
+    "Allocating": "pinning.allocating", "allocating_for": "pinning.allocating",
+    "HostBuffer": "pinning.host_buffer", "host_buffer": "pinning.host_buffer",
     "ExternalMaskPolicy": "pinning.decision", "MaskOwner": "pinning.decision", "PinAction": "pinning.decision",
     "PinError": "pinning.results", "PinResult": "pinning.results",
     "current": "pinning.process", "pin": "pinning.process", "pin_thread": "pinning.process",
@@ -45,9 +49,11 @@ _WHERE = {
 }
 
 __all__ = [
+    "Allocating",
     "CpuSet",
     "EnvironmentProblem",
     "ExternalMaskPolicy",
+    "HostBuffer",
     "MaskOwner",
     "MemoryMode",
     "NumapinError",
@@ -58,7 +64,9 @@ __all__ = [
     "PlacementMode",
     "UsageError",
     "__version__",
+    "allocating_for",
     "current",
+    "host_buffer",
     "keeping",
     "machine",
     "pin",

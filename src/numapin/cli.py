@@ -1,4 +1,5 @@
-"""The ``numapin`` command: show, plan, exec, threads, doctor, ps, keep, ab, exporter, numactl, snapshot, machine.
+"""The ``numapin`` command: show, plan, exec, threads, doctor, ps, keep, ab, exporter, numactl, buffer, snapshot,
+machine.
 
 A thin front end: every decision is made by the library; this module parses
 arguments, prints, and maps errors to exit codes (0 fine, 1 a failed
@@ -1211,6 +1212,43 @@ def _snapshot_args(snap: argparse.ArgumentParser) -> None:
     snap.set_defaults(func=cmd_snapshot)
 
 
+def _buffer_args(buf: argparse.ArgumentParser) -> None:
+    buf.description = ("Fill a host buffer on a GPU's node (or a node) as numapin.host_buffer does: mapped, bound to "
+                       "the node, filled by threads on its CPUs; print where its pages went and how fast it filled, "
+                       "then give it back. For sizing pools on a host.")
+    where = buf.add_mutually_exclusive_group()
+    where.add_argument("--gpu", type=_count, metavar="N", help="GPU N's node (default: this process's GPU, as pin's)")
+    where.add_argument("--node", type=_count, metavar="N", help="NUMA node N")
+    buf.add_argument("--size", required=True, type=_bytes, metavar="SIZE", help="bytes, or with K, M, G, T: 8G")
+    buf.add_argument("--hugepages", choices=("2M", "1G"), help="huge pages from the node's pool (base pages, "
+                     "with a note, where too few are free)")
+    buf.add_argument("--threads", type=_positive, metavar="K", help="filling threads (default: the node's CPUs "
+                     "this process may use, at most 16)")
+    buf.add_argument("--lock", action="store_true", help="mlock it too")
+    buf.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    buf.set_defaults(func=cmd_buffer)
+
+
+def _bytes(text: str) -> int:
+    from .tools.buffer import parse_size
+
+    try:
+        return parse_size(text)
+    except NumapinError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def cmd_buffer(args: argparse.Namespace) -> int:
+    import json
+
+    from .tools.buffer import describe, fill
+
+    report = fill(args.size, gpu=args.gpu, node=args.node, hugepages=args.hugepages, threads=args.threads,
+                  lock=args.lock, progress=None if args.json else sys.stderr)
+    print(json.dumps(report, indent=2) if args.json else describe(report))
+    return 0
+
+
 def _machine_args(mach: argparse.ArgumentParser) -> None:
     from .facts.synthetic import SHAPES
 
@@ -1232,6 +1270,7 @@ _COMMANDS = {
     "ab": ("which placement is fastest for a command here: measured, with the odds", _ab_args),
     "exporter": ("serve the host's GPU workers to Prometheus over HTTP, scanned at each scrape", _exporter_args),
     "numactl": ("numactl's language, carried out by numapin (no numactl needed)", _numactl_args),
+    "buffer": ("fill a host buffer on a GPU's node: where its pages went, how fast", _buffer_args),
     "snapshot": ("capture this machine's topology files for a bug report", _snapshot_args),
     "machine": ("write a synthetic machine to a folder, for --root or NUMAPIN_FSROOT", _machine_args),
 }
@@ -1290,7 +1329,7 @@ def _hint(args: argparse.Namespace, exc: BaseException) -> str:
     """Where one exists, the next step: a machine with no GPU can still show what numapin does."""
     from .facts.gpus import NoGpuVisible
 
-    if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and not (
+    if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and "machine" in vars(args) and not (
             getattr(args, "machine", None) or getattr(args, "root", None)):
         pid = f" {args.pid}" if getattr(args, "pid", None) is not None and args.command == "threads" else ""
         return f"; to try numapin as on a GPU host: numapin {args.command}{pid} --machine dgx-h100"

@@ -478,6 +478,139 @@ def lease_restores_threads_and_memory_policy() -> str:
     return f"inside {inside[0].name} {inside[1]}, after {after[0].name} {after[1]}"
 
 
+def shared_touched(size: int = BUFFER) -> mmap.mmap:
+    """A shared anonymous buffer with every page written: what cudaHostAlloc's pages are, faulted in here."""
+    buf = mmap.mmap(-1, size, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+    buf.write(b"\x01" * size)
+    return buf
+
+
+@check(shapes=("two-node", "four-node"))
+def new_threads_shared_memory_lands_on_the_placed_node() -> str:
+    """A worker placed on node 1: a thread it starts later maps shared anonymous memory, which lands on node 1."""
+    import numapin
+
+    numapin.pin(1, memory="none")  # the CPUs alone: the kernel's local policy places the pages
+    found: list[Counter[int]] = []
+    worker = threading.Thread(target=lambda: found.append(page_nodes(shared_touched())))
+    worker.start()
+    worker.join()
+    assert share_on(found[0], 1) >= ON_NODE, f"pages by node {dict(found[0])}"
+    return f"{100 * share_on(found[0], 1):.2f}% of {sum(found[0].values())} shared pages on node 1"
+
+
+@check(shapes=("two-node", "four-node"))
+def allocating_for_puts_one_threads_memory_on_another_node() -> str:
+    """A process pinned to node 0: inside allocating_for(gpu=1) its thread's shared anonymous memory lands on
+    node 1; after the block the thread has its exact mask and memory policy back, and no other thread moved."""
+    import numapin.kernel.mempolicy
+    import numapin.pinning.memory
+    from live import NODE0
+
+    numapin.pin(0, memory="preferred")
+    stop, _ = held_threads(2)
+    before = (masks(), numapin.pinning.memory.get_mempolicy())
+    with numapin.allocating_for(gpu=1) as applied:
+        counts = page_nodes(shared_touched())
+        inside = numapin.pinning.memory.get_mempolicy()
+        others = {tid: m for tid, m in masks().items() if tid != threading.get_native_id()}
+    after = (masks(), numapin.pinning.memory.get_mempolicy())
+    stop.set()
+    assert share_on(counts, 1) >= ON_NODE, f"pages by node {dict(counts)}"
+    assert (inside[0].name, str(inside[1])) == ("PREFERRED", "1") and applied.notes == (), (inside, applied)
+    assert all(m == NODE0 for m in others.values()), others
+    assert after == before, (before, after)
+    return f"{100 * share_on(counts, 1):.2f}% of {sum(counts.values())} shared pages on node 1; thread given back"
+
+
+@check(shapes=("two-node", "four-node"))
+def host_buffer_fills_on_the_node_asked() -> str:
+    """host_buffer(256 MiB, node=1): every page on node 1 (by move_pages here), as its own read-back says."""
+    import numapin
+
+    with numapin.host_buffer(256 << 20, node=1) as buf:
+        counts = page_nodes(buf)
+        said, on, threads = buf.nodes, dict(buf.on_nodes), buf.fill_threads
+    assert share_on(counts, 1) == 1.0 and str(said) == "1" and on == {1: 256 << 20}, (dict(counts), said, on)
+    return f"{sum(counts.values())} pages on node 1, filled by {threads} thread(s)"
+
+
+_HUGE = "/sys/devices/system/node/node{}/hugepages/hugepages-2048kB/nr_hugepages"
+
+
+@check(shapes=("two-node",))
+def host_buffer_takes_huge_pages_from_the_nodes_pool() -> str:
+    """With 2 MiB pages reserved on node 1, hugepages="2M" is backed by them there; with none on node 0, base
+    pages and a note."""
+    import numapin
+
+    Path(_HUGE.format(0)).write_text("0\n")
+    Path(_HUGE.format(1)).write_text("40\n")
+    try:
+        with numapin.host_buffer(64 << 20, node=1, hugepages="2M") as buf:
+            line = next(x for x in Path("/proc/self/numa_maps").read_text().splitlines()
+                        if x.startswith(f"{buf.address:x} "))
+            huge = (buf.page_size, str(buf.nodes), buf.notes)
+        with numapin.host_buffer(16 << 20, node=0, hugepages="2M") as small:
+            base = (small.page_size, str(small.nodes), small.notes)
+    finally:
+        Path(_HUGE.format(1)).write_text("0\n")
+    assert huge == (2 << 20, "1", ()) and "huge" in line and "N1=32" in line, (huge, line)
+    assert base[:2] == (os.sysconf("SC_PAGE_SIZE"), "0") and "2M pages" in base[2][0], base
+    return f"2M pages on node 1 ({line.split()[-1]}); node 0: {base[2][0][:60]}..."
+
+
+_FILTERED_BUFFER = """
+import sys
+sys.path.insert(0, {tests!r})
+import numapin
+try:
+    buf = numapin.host_buffer(64 << 20, {where})
+except numapin.NumapinError as exc:
+    print("error", exc)
+else:
+    line = next(x for x in open("/proc/self/numa_maps").read().splitlines() if x.startswith(f"{{buf.address:x}} "))
+    print("buffer", sorted(buf.nodes), buf.notes[0], line)
+"""
+
+
+def _filtered_buffer(where: str) -> str:
+    """A buffer made under the seccomp filter refusing the memory-policy calls (Docker's default profile)."""
+    script = _FILTERED_BUFFER.format(tests=str(HERE.parent), where=where)
+    done = subprocess.run([sys.executable, str(HERE.parent / "seccomp_filter.py"), sys.executable, "-c", script],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@check(shapes=("two-node",))
+def host_buffer_under_seccomp_lands_on_the_node_by_its_filling_threads() -> str:
+    """Under a seccomp filter refusing mbind and set_mempolicy: host_buffer(node=1) still all on node 1 (its
+    filling threads run there), and a note says mbind was refused."""
+    said = _filtered_buffer("node=1")
+    assert said.startswith("buffer [1] mbind refused") and "seccomp filter" in said, said
+    pages = {int(f[1:].partition("=")[0]): int(f.partition("=")[2]) for f in said.split() if f[:1] == "N" and "=" in f}
+    assert set(pages) == {1} and pages[1] == (64 << 20) // os.sysconf("SC_PAGE_SIZE"), said
+    return said[:160]
+
+
+@check(shapes=("grace",))
+def host_buffer_for_a_grace_gpu_uses_its_memory_only_node() -> str:
+    """gpu=0 on the Grace-shaped guest: the buffer lies on GPU 0's memory-only node; with mbind refused there
+    (no CPUs to fill from) it is a clear error."""
+    import numapin
+    from live import TOPOLOGY
+
+    memory_only = {n.id for n in TOPOLOGY.memory_only_nodes}
+    with numapin.host_buffer(64 << 20, gpu=0) as buf:
+        counts = page_nodes(buf)
+        nodes = set(buf.nodes)
+    assert len(nodes) == 1 and nodes <= memory_only and share_on(counts, min(nodes)) == 1.0, (nodes, dict(counts))
+    refused = _filtered_buffer("gpu=0")
+    assert refused.startswith("error") and "no CPU to fill a buffer from" in refused, refused
+    return f"on memory-only node {min(nodes)}; refused: {refused[:100]}"
+
+
 @check()
 def numactl_agrees_with_exec() -> str:
     """numactl --show, an independent reader, sees what numapin exec applied."""

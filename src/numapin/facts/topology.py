@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["CacheGroup", "Core", "Grouping", "Node", "Package", "Topology", "read_topology"]
+__all__ = ["CacheGroup", "Core", "Grouping", "Node", "Package", "Topology", "node_free_bytes", "read_topology"]
 
 _CPU = "sys/devices/system/cpu"
 _NODE = "sys/devices/system/node"
@@ -658,3 +658,12 @@ def _read_grouping(host: Host, online: CpuSet, nodes: tuple[Node, ...]) -> Group
         cores, core_source, packages, package_source = _read_cores_and_packages(r, cpu_folder, online, nodes)
     caches = _read_caches(r, online)
     return Grouping(tuple(packages), package_source, tuple(cores), core_source, tuple(caches), tuple(r.warnings))
+
+
+def node_free_bytes(root: str | os.PathLike[str] | None, node: int) -> int | None:
+    """Node ``node``'s free memory now (``MemFree`` of its meminfo); None where it cannot be read."""
+    for line in (Host.at(root).read(f"sys/devices/system/node/node{node}/meminfo") or "").splitlines():
+        fields = line.split()  # "Node 0 MemFree:  123456 kB"
+        if len(fields) >= 4 and fields[2] == "MemFree:" and (kib := decimal(fields[3])) is not None:
+            return kib * 1024
+    return None

@@ -1,4 +1,4 @@
-"""The kernel interface for NUMA memory: ``get_mempolicy``, ``set_mempolicy``, ``migrate_pages``.
+"""The kernel interface for NUMA memory: ``get_mempolicy``, ``set_mempolicy``, ``migrate_pages``, ``mbind``.
 
 Every memory call numapin makes goes through a :class:`MemoryKernel`, so the
 memory logic can be driven by the real kernel (:class:`LinuxMemory`, direct
@@ -24,10 +24,10 @@ else:
 
 __all__ = ["KernelMemoryPolicy", "LinuxMemory", "MemoryKernel"]
 
-# (set_mempolicy, get_mempolicy, migrate_pages) by machine.
+# (set_mempolicy, get_mempolicy, migrate_pages, mbind) by machine.
 _SYSCALLS = {
-    "x86_64": (238, 239, 256),
-    "aarch64": (237, 236, 238),
+    "x86_64": (238, 239, 256, 237),
+    "aarch64": (237, 236, 238, 235),
 }
 # Mode flags the kernel may OR into the mode it reports.
 _MODE_FLAGS = (1 << 15) | (1 << 14) | (1 << 13)
@@ -70,7 +70,7 @@ class LinuxMemory:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self._libc.syscall.restype = ctypes.c_long
 
-    def _numbers(self) -> tuple[int, int, int]:
+    def _numbers(self) -> tuple[int, int, int, int]:
         machine = os.uname().machine
         try:
             return _SYSCALLS[machine]
@@ -117,3 +117,10 @@ class LinuxMemory:
 
         return self._call(self._numbers()[2], ctypes.c_int(pid), ctypes.c_ulong(_MAXNODE),
                           self._mask(from_nodes), self._mask(to_nodes))
+
+    def mbind(self, address: int, length: int, policy: KernelMemoryPolicy, nodes: CpuSet) -> None:
+        """The policy of the range ``[address, address + length)`` of this process (pages not yet made)."""
+        import ctypes
+
+        self._call(self._numbers()[3], ctypes.c_void_p(address), ctypes.c_ulong(length), ctypes.c_int(int(policy)),
+                   self._mask(nodes), ctypes.c_ulong(_MAXNODE), ctypes.c_uint(0))

@@ -21,6 +21,7 @@ from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from ..facts.machine import Facts
 from ..facts.machine import cached as cached_facts
+from ..facts.topology import node_free_bytes
 from ..kernel.mempolicy import KernelMemoryPolicy
 from ..pinning.memory import MemoryMode, MemoryNodes, allowed_nodes, get_mempolicy, place_memory, set_mempolicy
 
@@ -370,7 +371,7 @@ def hardware(facts: Facts) -> str:
     for n in nodes:
         lines.append(f"node {n.id} cpus: {' '.join(map(str, n.cpus))}".rstrip())
         size = "<not available>" if n.memory_bytes is None else f"{n.memory_bytes >> 20} MB"
-        free = _free_bytes(t.root, n.id)
+        free = node_free_bytes(t.root, n.id)
         lines.append(f"node {n.id} size: {size}")
         lines.append(f"node {n.id} free: {'<not available>' if free is None else f'{free >> 20} MB'}")
     ids = [n.id for n in nodes]
@@ -380,15 +381,3 @@ def hardware(facts: Facts) -> str:
         distance = dict(n.distances)
         lines.append(f"{n.id:>3}: " + " ".join(f"{distance.get(i, '?'):>3}" for i in ids) + " ")
     return "\n".join(lines)
-
-
-def _free_bytes(root: str | os.PathLike[str] | None, node: int) -> int | None:
-    """Node ``node``'s free memory now (``MemFree`` of its meminfo); None where it cannot be read."""
-    from ..base.text import decimal
-    from ..facts.host import Host
-
-    for line in (Host.at(root).read(f"sys/devices/system/node/node{node}/meminfo") or "").splitlines():
-        fields = line.split()  # "Node 0 MemFree:  123456 kB"
-        if len(fields) >= 4 and fields[2] == "MemFree:" and (kib := decimal(fields[3])) is not None:
-            return kib * 1024
-    return None
