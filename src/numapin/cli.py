@@ -607,6 +607,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
         for w in found.workers:
             if w.note:
                 print(f"note: {w.pid}: {w.note}")
+            if w.host_memory and w.host_memory.get("shared_elsewhere"):
+                print(f"memory: {w.pid}: {w.host_memory['shared_elsewhere']} (numapin doctor --pid {w.pid})")
             if w.kubelet:
                 print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
         if found.workers:

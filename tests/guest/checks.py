@@ -611,6 +611,41 @@ def host_buffer_for_a_grace_gpu_uses_its_memory_only_node() -> str:
     return f"on memory-only node {min(nodes)}; refused: {refused[:100]}"
 
 
+_SHARED_ELSEWHERE = """
+import sys, time
+sys.path.insert(0, {here!r})
+import numapin
+from checks import shared_touched
+numapin.pin(0, memory="preferred")
+with numapin.allocating_for(node=1):
+    held = shared_touched(64 << 20)   # as cudaHostAlloc's pages, made by a thread while on node 1
+print("ready", flush=True)
+time.sleep(300)
+"""
+
+
+@check(shapes=("two-node",))
+def shared_memory_off_the_gpus_node_is_reported_from_outside() -> str:
+    """A worker on node 0 holding 64 MiB of shared anonymous memory on node 1: threads --json shows it by kind
+    (host_memory.by_kind.shmem["1"]), ps --json and doctor --pid say it lies off its GPU's node."""
+    worker = subprocess.Popen([sys.executable, "-c", _SHARED_ELSEWHERE.format(here=str(HERE))],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+        threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
+        listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
+        doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
+    finally:
+        worker.kill()
+        worker.wait()
+    shmem = threads["host_memory"]["by_kind"]["shmem"]
+    assert shmem.get("1", 0) >= 64 << 20, threads["host_memory"]
+    assert "off its GPU's node(s) 0" in (listed["host_memory"]["shared_elsewhere"] or ""), listed["host_memory"]
+    found = [f for f in doctor["findings"] if f["id"] == "shared-memory-elsewhere"]
+    assert len(found) == 1 and "node(s) 1" in found[0]["sees"], doctor["findings"]
+    return f"shmem by node {shmem}; doctor: {found[0]['sees'][:80]}"
+
+
 @check()
 def numactl_agrees_with_exec() -> str:
     """numactl --show, an independent reader, sees what numapin exec applied."""

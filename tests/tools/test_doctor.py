@@ -418,3 +418,37 @@ def test_doctor_reserve_judges_as_exec_reserve_places(tmp_path: Path) -> None:
     assert code == 1 and len(reserved) == 1 and str(hot) in reserved[0]["sees"]
     _, without = dgx_doctor(root)
     assert "irq-on-reserved" not in [f["id"] for f in without]
+
+
+REGISTER = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True,pinned_use_cuda_host_register:True"}
+
+
+@pytest.mark.skipif(not NODE0 or not NODE1, reason="needs CPUs on both nodes of the pair machine")
+@pytest.mark.parametrize(("conf", "cpus", "found"), [
+    (REGISTER["PYTORCH_CUDA_ALLOC_CONF"], None, True),  # this process's mask: both nodes
+    ("pinned_use_cuda_host_register: true", None, True),
+    ("pinned_use_cuda_host_register:False", None, False),
+    ("pinned_num_register_threads:8", None, False),
+    (REGISTER["PYTORCH_CUDA_ALLOC_CONF"], "node0", False),  # wholly on one node: the pool's threads inherit it
+])
+def test_pytorchs_register_pool_is_named_where_the_process_spans_nodes(pair: Path, conf: str, cpus: str | None,
+                                                                        found: bool) -> None:
+    env = {**without_inputs(dict(os.environ)), "NUMAPIN_FSROOT": str(pair), "PYTORCH_CUDA_ALLOC_CONF": conf,
+           "LOCAL_RANK": "0"}
+    command = [sys.executable, "-m", "numapin", "doctor", "--json"]
+    if cpus is not None:
+        command = ["taskset", "-c", live.cpus(NODE0), *command]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    found_ids = [f["id"] for f in json.loads(done.stdout)["findings"]]
+    assert ("pinned-register-pool-unbound" in found_ids) is found, done.stdout
+
+
+def test_a_process_seeing_gpus_on_several_nodes_without_a_rank_is_told(pair: Path) -> None:
+    def said(env: dict[str, str], *args: str) -> list[str]:
+        done = subprocess.run([*NUMAPIN, "doctor", "--root", str(pair), "--json", *args], capture_output=True,
+                              text=True, env={**without_inputs(dict(os.environ)), **env}, timeout=60)
+        return [str(f["id"]) for f in json.loads(done.stdout)["findings"]]
+
+    assert "gpus-on-several-nodes" in said({})
+    for more, args in (({"LOCAL_RANK": "1"}, ()), ({"CUDA_VISIBLE_DEVICES": "1"}, ()), ({}, ("--gpu", "1"))):
+        assert "gpus-on-several-nodes" not in said(more, *args), (more, args)

@@ -14,7 +14,7 @@ from ..base.text import format_size
 from ..cpuset import CpuSet, CpuSpec
 from ..facts import procfs
 
-__all__ = ["Residency", "parse_numa_maps", "residency"]
+__all__ = ["KINDS", "Residency", "parse_numa_maps", "residency"]
 
 _NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
 
@@ -22,6 +22,8 @@ _NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
 #: ``file=`` paths of mappings that are memory the process made, not files it read:
 #: shared anonymous memory, System V and POSIX shared memory, memfd, anonymous huge pages.
 _OWN_FILES = ("/dev/zero", "/SYSV", "/memfd:", "/dev/shm/", "/anon_hugepage")
+#: The kinds of memory :attr:`Residency.by_kind` tells apart (numa_maps(5): ``anon=``, ``file=``, ``huge``).
+KINDS = ("anon", "shmem", "huge", "file")
 
 
 @frozen
@@ -38,6 +40,15 @@ class Residency:
     pages: dict[int, int] = field(default_factory=dict)
     bytes: dict[int, int] = field(default_factory=dict)
     own_bytes: dict[int, int] = field(default_factory=dict)
+    by_kind: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Bytes per node by kind of mapping (:data:`KINDS`): ``anon`` (private anonymous: the heap, stacks, a host
+    buffer's), ``shmem`` (shared memory: where ``cudaHostAlloc`` puts pinned memory), ``huge`` (hugetlb), ``file``
+    (files mapped)."""
+
+    def host_memory(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{"by_kind": {kind: {node: bytes}}}``, as the tools print it (nodes as strings, for JSON)."""
+        return {"by_kind": {kind: {str(n): b for n, b in sorted(self.by_kind.get(kind, {}).items())}
+                            for kind in KINDS}}
 
     @property
     def total(self) -> int:
@@ -69,11 +80,13 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
     pages: dict[int, int] = {}
     sizes: dict[int, int] = {}
     own: dict[int, int] = {}
+    kinds: dict[str, dict[int, int]] = {}
     for line in text.splitlines():
         fields = line.split()
         size = base
         counts: list[tuple[int, int]] = []
         mine = True
+        kind = "anon"
         for item in fields[2:]:
             if item.startswith("kernelpagesize_kB="):
                 value = item.partition("=")[2]
@@ -81,14 +94,21 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
                     size = int(value) * 1024
             elif item.startswith("file="):
                 mine = item[5:].startswith(_OWN_FILES)
+                kind = "shmem" if mine else "file"
+            elif item == "huge":
+                kind = "huge"
             elif (match := _NODE_FIELD.match(item)) is not None:
                 counts.append((int(match.group(1)), int(match.group(2))))
+        if kind == "shmem" and any(item == "huge" for item in fields[2:]):
+            kind = "huge"  # hugetlb memory names its file too (/anon_hugepage, a hugetlbfs path)
         for node, count in counts:
             pages[node] = pages.get(node, 0) + count
             sizes[node] = sizes.get(node, 0) + count * size
             if mine:
                 own[node] = own.get(node, 0) + count * size
-    return Residency(pid, pages, sizes, own)
+            table = kinds.setdefault(kind, {})
+            table[node] = table.get(node, 0) + count * size
+    return Residency(pid, pages, sizes, own, kinds)
 
 
 def residency(pid: int | None = None) -> Residency:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..base.choices import Choice
 
-__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Verdict", "verdict_words"]
+__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "SHARED_NOTED", "Verdict", "verdict_words"]
 
 
 class Verdict(Choice):
@@ -33,6 +33,8 @@ REMOTE_BOUND = 0.5
 #: before a late pin (pin(), a lease, a framework's hook) outweighs the rest, and its share says nothing of the
 #: placement; a GPU worker's own memory (tensors staged on the host, pinned buffers) is gigabytes.
 JUDGED_MEMORY = 32 << 20
+#: The least shared memory off a GPU's node the tools name (pinned buffers are tens of megabytes and more).
+SHARED_NOTED = 32 << 20
 
 
 def verdict_words(verdict: Verdict, misplaced_by: tuple[str, ...]) -> str:

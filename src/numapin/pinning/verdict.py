@@ -25,6 +25,7 @@ import os
 
 from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
+from ..base.text import format_size
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.host import Host
@@ -34,7 +35,7 @@ from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
-from .outcome import JUDGED_MEMORY, REMOTE_BOUND, Verdict, verdict_words
+from .outcome import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
 from .record import Record
 from .state import exec_marker, state
 
@@ -116,6 +117,26 @@ class Judgement:
     @property
     def verdict_words(self) -> str:
         return verdict_words(self.verdict, self.misplaced_by)
+
+    def shared_elsewhere(self) -> tuple[int, CpuSet] | None:
+        """Its shared memory (where ``cudaHostAlloc`` puts pinned buffers) lying mostly off the expected nodes:
+        the bytes off them and the nodes they are on; None where it is not (or under :data:`SHARED_NOTED`)."""
+        if self.expected is None or self.memory is None:
+            return None
+        shared = self.memory.by_kind.get("shmem", {})
+        off = {n: b for n, b in shared.items() if n not in self.expected.mems}
+        total, away = sum(shared.values()), sum(off.values())
+        return (away, CpuSet(off)) if away >= SHARED_NOTED and 2 * away > total else None
+
+    def shared_words(self) -> str | None:
+        """:meth:`shared_elsewhere` in words, or None."""
+        found = self.shared_elsewhere()
+        if found is None or self.expected is None:
+            return None
+        away, nodes = found
+        return (f"{format_size(away)} of its shared memory lies on node(s) {nodes}, off its GPU's node(s) "
+                f"{self.expected.mems}: likely pinned buffers (cudaHostAlloc makes shared memory) made before its "
+                "placement or by a thread elsewhere")
 
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""

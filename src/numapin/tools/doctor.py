@@ -11,6 +11,7 @@ why it matters, and the fix.
 from __future__ import annotations
 
 import os
+import re
 
 from ..base.environment import (
     ACCELERATOR,
@@ -44,7 +45,7 @@ from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
 from ..pinning.verdict import Expected, Judgement, Verdict, expected, judge
 from ..placement.modes import Placement, PlacementMode, parse_mode, rank_share, resolve
-from ..placement.ranks import LocalRank, gpu_for_rank, requested_rank
+from ..placement.ranks import LocalRank, gpu_for_rank, local_rank, requested_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -215,6 +216,16 @@ def diagnose(
             "the process is not where its placement puts it: numapin threads PID and numapin ps PID say the same",
             "run it under numapin exec (or pin() it again, with migrate=True to move its pages); numapin threads "
             "PID shows which threads moved and where its memory lies"))
+    shared = None if judged is None else judged.shared_words()
+    if shared:
+        findings.append(Finding(
+            "shared-memory-elsewhere", "warning", shared,
+            "pinned host memory off the GPU's node halves its copies' bandwidth (device-to-host 13.5 against 33 GiB/s "
+            "on a DGX H100, openxla/xla#21708), and pinned pages cannot be moved afterwards",
+            "place the worker before it allocates (numapin exec, NUMAPIN_AUTOPIN), make each GPU's buffers inside "
+            "numapin.allocating_for(gpu=N), or make pools with numapin.host_buffer(nbytes, gpu=N)"))
+    named = gpu is not None or rank != "auto" or (found is not None and found.placement.gpu is not None)
+    findings += pinned_memory(env, facts, judged, named)
     if pid is not None or environ is None:  # a process, not an environment handed in
         findings += memory_refused(pid, found)
     findings += _openmp(env)
@@ -703,6 +714,46 @@ def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pi
                 "live-threads", "info", f"process {pid} has {threads} threads for {cpus} CPU(s)",
                 "fine when most of them wait; a pool of busy threads larger than the CPUs is not",
                 "size the busy pools to the placement"))
+    return found
+
+
+#: PyTorch's setting that pre-faults pinned blocks from a pool of threads nothing binds, then registers them.
+_REGISTER_POOL = re.compile(r"(?:^|,)\s*pinned_use_cuda_host_register\s*:\s*(?:true|1)\s*(?:,|$)", re.IGNORECASE)
+
+
+def pinned_memory(env: Mapping[str, str], facts: Facts, judged: Judgement | None, named: bool) -> list[Finding]:
+    """What will put a process's pinned host memory off its GPU's node: PyTorch's register pool in a process not
+    wholly on one node, and one process seeing GPUs on several nodes (PyTorch's cache reuses pinned blocks
+    across them), where nothing names its one GPU (``named``: an option, or numapin's record of a pin for one).
+    ``judged``: the process's judgement (``--pid``); without it, this process's own mask."""
+    found = []
+    topology = facts.topology
+    if _REGISTER_POOL.search(env.get("PYTORCH_CUDA_ALLOC_CONF", "")):
+        masks = [t.cpus for t in judged.threads if t.cpus is not None] if judged is not None \
+            else [CpuSet(os.sched_getaffinity(0))]
+        nodes = topology.nodes_of(CpuSet.union(masks)) if masks else CpuSet()
+        if len(nodes) > 1:
+            found.append(Finding(
+                "pinned-register-pool-unbound", "warning", "PYTORCH_CUDA_ALLOC_CONF sets "
+                f"pinned_use_cuda_host_register, and the process's threads run on {plural(len(nodes), 'node')} {nodes}",
+                "PyTorch pre-faults each pinned block from a pool of up to 128 threads that nothing binds, then "
+                "registers it: its pages land wherever those threads run, and registered pages cannot move",
+                "place the whole process on its GPU's node first (numapin exec, NUMAPIN_AUTOPIN): the pool's threads "
+                "inherit the mask; or drop the setting (cudaHostAlloc then makes them in the calling thread)"))
+    try:
+        ranked = local_rank(env) is not None
+    except UsageError:
+        ranked = True  # a malformed rank: launcher-rank says it
+    if not ranked and not named:
+        spread = CpuSet(v.gpu.node for v in facts.visible if v.gpu.node is not None)
+        if len(spread) > 1:
+            found.append(Finding(
+                "gpus-on-several-nodes", "info", f"this process sees {len(facts.visible)} GPUs on "
+                f"{plural(len(spread), 'node')} {spread}, and no launcher rank",
+                "a process that drives GPUs on several nodes cannot be placed for all of them, and PyTorch's pinned "
+                "memory cache hands a block made for one GPU to another (pytorch/pytorch#160420)",
+                "one process per GPU (a launcher's ranks), or each GPU's buffers made inside "
+                "numapin.allocating_for(gpu=N) and pools with numapin.host_buffer(nbytes, gpu=N)"))
     return found
 
 

@@ -86,6 +86,9 @@ class Worker:
     drift: tuple[tuple[str, int], ...] = ()
     """What its keeper saw move its placement: each cause and its count, the last seen at the end (its record's)."""
     last_drift: str | None = None
+    host_memory: dict[str, Any] | None = None
+    """Its resident memory per node by kind (``by_kind``), and its shared memory off its GPU's node in words
+    (``shared_elsewhere``); None where its memory was not read."""
 
     @property
     def verdict_words(self) -> str:
@@ -102,7 +105,7 @@ class Worker:
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
             "pod": None if self.pod is None else self.pod.as_dict(), "kubelet": list(self.kubelet),
-            "drift": dict(self.drift), "last_drift": self.last_drift,
+            "drift": dict(self.drift), "last_drift": self.last_drift, "host_memory": self.host_memory,
         }
 
     @property
@@ -361,4 +364,6 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
                   None if e is None else e.placement, len(judged.threads), len(judged.outside),
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
                   held is None, pod_of(pid), drift=() if recorded is None else recorded.drift,
-                  last_drift=None if recorded is None else recorded.last_drift)
+                  last_drift=None if recorded is None else recorded.last_drift,
+                  host_memory=None if judged.memory is None else {**judged.memory.host_memory(),
+                                                                   "shared_elsewhere": judged.shared_words()})

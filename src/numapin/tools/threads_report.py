@@ -60,6 +60,10 @@ class ThreadsReport:
             parts[-1] += f" (bound {100 * j.max_remote:.0f}%)"
         parts.append(f"verdict: {j.verdict_words}")
         summary = "; ".join(parts)
+        shared = j.shared_words()
+        if shared:
+            summary += (f"\nshared memory: {shared}; make them once it is placed, or inside "
+                        "numapin.allocating_for(gpu=N), or use numapin.host_buffer")
         kept = None if j.expected is None else j.expected.record
         if kept is not None and kept.drift:  # what its keeper saw move the placement, from the record
             summary += (f"\ndrift: {', '.join(f'{n} {cause}' for cause, n in kept.drift)}; last: "
@@ -100,6 +104,7 @@ class ThreadsReport:
                 "bytes": {str(k): v for k, v in sorted(memory.bytes.items())},
                 "own_bytes": {str(k): v for k, v in sorted(memory.own_bytes.items())},
                 "remote_share": j.remote_share(), "bound": j.max_remote},
+            "host_memory": None if memory is None else {**memory.host_memory(), "shared_elsewhere": j.shared_words()},
         }
 
     def check(self) -> int:
