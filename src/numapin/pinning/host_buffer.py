@@ -346,25 +346,25 @@ def _cuda_runtime() -> tuple[Any, Any]:
 
 
 def _read_back(buffer: HostBuffer, page_size: int, notes: list[str]) -> tuple[dict[int, int], int]:
-    """The buffer's bytes on each node, and its page size, as the kernel answers for its own pages: ``move_pages``
-    asked for no move; where that is refused (Docker's default profile refuses it always), the mapping's line
-    of ``numa_maps``, when the mapping is the buffer alone."""
+    """The buffer's bytes on each node, and its page size, as the kernel counts its own pages: the mapping's line
+    of ``numa_maps`` where the mapping is the buffer alone (one read), else ``move_pages`` asked for no move, page
+    by page (a neighbour with the same flags and policy may have merged with it)."""
     line = _numa_maps_line(buffer.address)
     size = page_size
     if line is not None:
         size = next((int(item.partition("=")[2]) * 1024 for item in line.split()
                      if item.startswith("kernelpagesize_kB=") and item.partition("=")[2].isdigit()), page_size)
-    try:
-        pages, stride = mapping.page_nodes(buffer.address, buffer.nbytes, size)
-        return {n: count * stride * size for n, count in pages.items()}, size
-    except OSError as exc:
-        if line is not None and _extent(buffer.address) == buffer.nbytes:
+        if _extent(buffer.address) == buffer.nbytes:
             from ..kernel.residency import parse_numa_maps
 
             return parse_numa_maps(line, page_size=size).bytes, size
+    try:
+        pages, stride = mapping.page_nodes(buffer.address, buffer.nbytes, size)
+    except OSError as exc:
         notes.append(f"where its pages are could not be read back (move_pages: {exc.strerror}, and its mapping is "
                      "not its own in numa_maps)")
         return {}, size
+    return {n: count * stride * size for n, count in pages.items()}, size
 
 
 def _numa_maps_line(address: int) -> str | None:
