@@ -15,8 +15,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     import ctypes
 
-__all__ = ["HUGE_PAGES", "MADV_POPULATE_WRITE", "address_of", "flags_for", "lock", "name", "page_nodes", "populate",
-           "unlock"]
+__all__ = ["HUGE_PAGES", "MADV_POPULATE_WRITE", "address_of", "flags_for", "keep_apart", "lock", "name", "page_nodes",
+           "populate", "unlock"]
 
 #: The kernel's huge page sizes numapin asks for, by name: bytes.
 HUGE_PAGES = {"2M": 2 << 20, "1G": 1 << 30}
@@ -93,6 +93,13 @@ def name(address: int, length: int, text: str) -> bool:
 
     label = ctypes.create_string_buffer(text.encode())
     return bool(_libc().prctl(0x53564D41, 0, ctypes.c_ulong(address), ctypes.c_ulong(length), label) == 0)
+
+
+def keep_apart(address: int, length: int) -> bool:
+    """Keep the range out of core dumps (``MADV_DONTDUMP``): a pool of hundreds of gigabytes would fill a disk, and
+    the flag also keeps the kernel from merging the mapping with a neighbour of other flags, so its own line of
+    ``numa_maps`` stays its own. False where refused."""
+    return bool(_libc().madvise(address, length, 16) == 0)
 
 
 def lock(address: int, length: int) -> None:

@@ -125,16 +125,19 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
         raise UsageError("host_buffer(): a GPU (gpu=N) or a node (node=N), not both", value=(gpu, node))
     facts = cached_facts(root, env)
     nodes = _nodes(facts, env, gpu, node)
-    _fits(nbytes, nodes, root)
+    _fits(nbytes, nodes)
     cpus = facts.topology.cpus_of_nodes(nodes) & facts.topology.allowed
     notes: list[str] = []
-    page_size = _page_size(hugepages, nbytes, nodes, root, notes)
+    page_size = _page_size(hugepages, nbytes, nodes, notes)
     length = -(-nbytes // page_size) * page_size
     buffer = _mapped(length, page_size, notes)
     try:
         buffer.address = mapping.address_of(buffer)
         buffer.nbytes = length
-        mapping.name(buffer.address, length, "numapin-host-buffer")  # its own line in maps, never merged
+        # Its own mapping, never merged with a neighbour (whose pages a read-back of numa_maps would count too):
+        # kept out of core dumps, and named where the kernel names anonymous memory.
+        mapping.keep_apart(buffer.address, length)
+        mapping.name(buffer.address, length, "numapin-host-buffer")
         buffer.locked = buffer.registered = False
         buffer._unregister = None
         _bind(buffer, nodes, cpus, notes)
@@ -190,31 +193,30 @@ def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | No
     return placement.mems
 
 
-def _fits(nbytes: int, nodes: CpuSet, root: str | os.PathLike[str] | None) -> None:
+def _fits(nbytes: int, nodes: CpuSet) -> None:
     from ..facts.topology import node_free_bytes
 
-    kernel = _memory.system_nodes("/")
+    kernel = _memory.system_nodes("/")  # the buffer is made on this kernel: its own nodes, free memory, huge pages
     if nodes - kernel:
         raise EnvironmentProblem(f"this kernel has no memory on node(s) {nodes - kernel} (its memory nodes: {kernel}), "
                                  "as when the machine is read from a folder standing in for / (--root, "
                                  "NUMAPIN_FSROOT): a buffer is made on this host's own nodes")
 
-    free = [node_free_bytes(root, n) for n in nodes]
+    free = [node_free_bytes("/", n) for n in nodes]
     total = sum(f or 0 for f in free)
     if all(f is not None for f in free) and nbytes > total:
         raise UsageError(f"host_buffer({format_size(nbytes)}): node(s) {nodes} have {format_size(total)} free",
                          value=nbytes)
 
 
-def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, root: str | os.PathLike[str] | None,
-               notes: list[str]) -> int:
+def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[str]) -> int:
     base = mmap.PAGESIZE
     if hugepages is None:
         return base
     size = mapping.HUGE_PAGES[hugepages]
     from ..facts.host import Host
 
-    host = Host.at(root)
+    host = Host.at("/")  # this kernel's pools, whatever folder the machine's facts were read from
     needed = -(-nbytes // size)
     free = 0
     for n in nodes:
