@@ -12,6 +12,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No timed assertions in the tests: hypothesis's default deadline (200 ms an example) is one, and an emulated guest
+# (no KVM) runs ten times slower than this host. Speed is the benchmarks' to measure.
+settings.register_profile("numapin", deadline=None)
+settings.load_profile("numapin")
 
 import live
 import numapin
