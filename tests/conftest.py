@@ -14,11 +14,6 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# No timed assertions in the tests: hypothesis's default deadline (200 ms an example) is one, and an emulated guest
-# (no KVM) runs ten times slower than this host. Speed is the benchmarks' to measure.
-settings.register_profile("numapin", deadline=None)
-settings.load_profile("numapin")
-
 import live
 import numapin
 import other_user
@@ -26,6 +21,11 @@ from child import in_child as in_child  # the tests import it from here too
 from live import INPUTS
 from numapin.base import environment
 from numapin.facts import synthetic as machines
+
+# No timed assertions in the tests: hypothesis's default deadline (200 ms an example) is one, and an emulated guest
+# (no KVM) runs ten times slower than this host. Speed is the benchmarks' to measure.
+settings.register_profile("numapin", deadline=None)
+settings.load_profile("numapin")
 
 REPO = Path(__file__).resolve().parents[1]
 # hwloc's captures of real machines, carried in the repository (see its README for source and licence).
