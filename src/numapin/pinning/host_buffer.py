@@ -27,7 +27,7 @@ import weakref
 
 from ..base.errors import EnvironmentProblem, UsageError
 from ..base.logger import log
-from ..base.text import format_size, plural
+from ..base.text import counted, format_size
 from ..cpuset import CpuSet
 from ..facts.machine import cached as cached_facts
 from ..kernel import mapping
@@ -175,7 +175,7 @@ def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | No
             raise UsageError(f"host_buffer(node={node!r}): the nodes with memory here are {exist}", value=node)
         return CpuSet([node])
     if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < len(facts.visible)):
-        raise UsageError(f"host_buffer(gpu={gpu!r}): this process sees {plural(len(facts.visible), 'GPU')}, "
+        raise UsageError(f"host_buffer(gpu={gpu!r}): this process sees {counted(len(facts.visible), 'GPU')}, "
                          f"0 to {len(facts.visible) - 1}" if facts.visible else
                          f"host_buffer(gpu={gpu!r}): this process sees no GPU; name a node (node=N)", value=gpu)
     if not facts.visible:
