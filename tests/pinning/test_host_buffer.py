@@ -38,6 +38,16 @@ def _mappings() -> int:
     return sum(1 for start, end in ranges if int(end, 16) - int(start, 16) == ODD)
 
 
+def _refused(**kwargs: object) -> tuple[str, int]:
+    """``host_buffer(**kwargs)``'s error, and how many buffer-sized mappings it left behind ("" and 0: none)."""
+    before = _mappings()
+    try:
+        numapin.host_buffer(**kwargs)  # type: ignore[arg-type]
+    except numapin.NumapinError as exc:
+        return str(exc), _mappings() - before
+    return "", 0
+
+
 def test_a_buffer_is_filled_on_its_node_read_back_and_given_back() -> None:
     def child() -> dict[str, object]:
         with numapin.host_buffer(16 << 20, node=NODE) as buf:
@@ -78,13 +88,7 @@ def test_a_size_is_rounded_up_to_whole_pages() -> None:
 ])
 def test_each_mistake_is_one_clear_error_and_nothing_stays_mapped(args: dict[str, object], said: str) -> None:
     def child() -> tuple[str, int]:
-        before = _mappings()
-        kwargs = {"nbytes": ODD, "node": None if "gpu" in args else NODE, **args}
-        try:
-            numapin.host_buffer(**kwargs)  # type: ignore[arg-type]
-        except numapin.NumapinError as exc:
-            return str(exc), _mappings() - before
-        return "", 0
+        return _refused(**{"nbytes": ODD, "node": None if "gpu" in args else NODE, **args})
 
     message, more = in_child(child)
     assert said in message and more == 0, (message, more)
@@ -115,15 +119,7 @@ def test_under_a_seccomp_filter_the_node_pinned_fill_still_places_it_and_says_so
 
 
 def test_register_without_a_cuda_runtime_is_an_error_and_nothing_stays_mapped() -> None:
-    def child() -> tuple[str, int]:
-        before = _mappings()
-        try:
-            numapin.host_buffer(ODD, node=NODE, register=True)
-        except numapin.EnvironmentProblem as exc:
-            return str(exc), _mappings() - before
-        return "", 0
-
-    message, more = in_child(child)
+    message, more = in_child(lambda: _refused(nbytes=ODD, node=NODE, register=True))
     assert "needs the CUDA runtime loaded in this process" in message and more == 0, message
 
 
@@ -138,12 +134,7 @@ def test_lock_past_the_memlock_limit_names_the_limit(other: Other) -> None:
         os.setgroups([])
         os.setgid(other.gid)
         os.setuid(other.uid)
-        before = _mappings()
-        try:
-            numapin.host_buffer(ODD, node=NODE, lock=True)
-        except numapin.EnvironmentProblem as exc:
-            return str(exc), _mappings() - before
-        return "", 0
+        return _refused(nbytes=ODD, node=NODE, lock=True)
 
     message, more = in_child(child)
     assert "RLIMIT_MEMLOCK is 64.0 KiB" in message and more == 0, message

@@ -87,6 +87,7 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
         counts: list[tuple[int, int]] = []
         mine = True
         kind = "anon"
+        huge = False
         for item in fields[2:]:
             if item.startswith("kernelpagesize_kB="):
                 value = item.partition("=")[2]
@@ -96,11 +97,10 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
                 mine = item[5:].startswith(_OWN_FILES)
                 kind = "shmem" if mine else "file"
             elif item == "huge":
-                kind = "huge"
+                huge = True  # hugetlb memory names its file too (/anon_hugepage, a hugetlbfs path)
             elif (match := _NODE_FIELD.match(item)) is not None:
                 counts.append((int(match.group(1)), int(match.group(2))))
-        if kind == "shmem" and any(item == "huge" for item in fields[2:]):
-            kind = "huge"  # hugetlb memory names its file too (/anon_hugepage, a hugetlbfs path)
+        kind = "huge" if huge else kind
         for node, count in counts:
             pages[node] = pages.get(node, 0) + count
             sizes[node] = sizes.get(node, 0) + count * size

@@ -19,6 +19,7 @@ pegaflow#277; ``../shared/research/host-memory.md``). So a buffer is:
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import threading
@@ -148,7 +149,7 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
             _lock(buffer)
         if register:
             _register(buffer)
-        buffer.on_nodes, buffer.page_size = _read_back(buffer, page_size, notes)
+        buffer.on_nodes, buffer.page_size = _read_back(buffer, buffer.page_size, notes)
         buffer.nodes = CpuSet(n for n, b in buffer.on_nodes.items() if b)
         if buffer.nodes and not buffer.nodes <= nodes:
             notes.append(f"pages on node(s) {buffer.nodes - nodes} too: node(s) {nodes} ran out of free memory")
@@ -231,9 +232,13 @@ def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[st
 
 
 def _mapped(length: int, page_size: int, notes: list[str]) -> HostBuffer:
+    """The mapping, its ``page_size`` set: huge pages of ``page_size`` where asked, base pages where the kernel
+    refuses them (a note says so)."""
     huge = page_size if page_size != mmap.PAGESIZE else None
     try:
-        return HostBuffer(-1, length, flags=mapping.flags_for(huge), prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        buffer = HostBuffer(-1, length, flags=mapping.flags_for(huge), prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        buffer.page_size = page_size
+        return buffer
     except OSError as exc:
         if huge is None:
             raise EnvironmentProblem(f"host_buffer({format_size(length)}): the kernel refused the mapping ({exc})") \
@@ -246,9 +251,9 @@ def _bind(buffer: HostBuffer, nodes: CpuSet, cpus: CpuSet, notes: list[str]) -> 
     try:
         LinuxMemory().mbind(buffer.address, buffer.nbytes, KernelMemoryPolicy.BIND, nodes)
     except OSError as exc:
-        who = _memory.refused_by() if exc.errno == 1 else None
-        what = (f"mbind refused ({os.strerror(exc.errno or 0)}"
-                + (": this process's seccomp filter" if who == _memory.SECCOMP else "") + ")")
+        who = _memory.refused_by() if exc.errno == errno.EPERM else None
+        by = f": this process's {_memory.REFUSER[who]}" if who else ""
+        what = f"mbind refused ({os.strerror(exc.errno or 0)}{by})"
         if not cpus:
             lift = f"; to lift it: {_memory.LIFT[who]}" if who else ""
             raise EnvironmentProblem(f"node(s) {nodes} have no CPU to fill a buffer from (memory only), and {what}"
@@ -261,7 +266,7 @@ def _fill(buffer: HostBuffer, cpus: CpuSet, fill_threads: int | None) -> int:
     """Populate the buffer in slices of whole pages, each by a thread on ``cpus`` (where there are any); how many
     threads filled it."""
     count = fill_threads or max(1, min(len(cpus) or 1, _MOST_THREADS))
-    page = mmap.PAGESIZE if buffer.nbytes % (2 << 20) else 2 << 20  # slices of whole pages, huge or not
+    page = buffer.page_size  # slices of whole pages: a huge page is populated whole or not at all
     pages = buffer.nbytes // page
     count = max(1, min(count, pages))
     failures: list[BaseException] = []

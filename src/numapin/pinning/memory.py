@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LIFT",
     "PERMISSION",
+    "REFUSER",
     "SECCOMP",
     "KernelMemoryPolicy",
     "MemoryMode",
@@ -264,6 +265,9 @@ def refused_by(pid: int | None = None) -> str:
     return SECCOMP if seccomp_mode(os.getpid() if pid is None else pid) == 2 else PERMISSION
 
 
+#: What of a process refused, in words (the messages of exec, numactl, doctor and host_buffer name it: "this
+#: process's seccomp filter", "its security policy").
+REFUSER = {SECCOMP: "seccomp filter", PERMISSION: "security policy"}
 #: What would let the calls through, by who refused them.
 LIFT = {
     SECCOMP: ("CAP_SYS_NICE for the container (docker run --cap-add SYS_NICE; Kubernetes: securityContext."
@@ -314,9 +318,8 @@ class MemoryResult:
             cause = "; ".join(self.problems)
         if self.refused is None:
             return f"memory not placed on {where}: {cause}; continuing with memory {self.applied}"
-        who = ("this process's seccomp filter refuses the memory-policy calls (Docker's and containerd's default "
-               "profiles do, without CAP_SYS_NICE)" if self.refused == SECCOMP
-               else "the memory-policy calls are refused to this process")
+        who = f"this process's {REFUSER[self.refused]} refuses the memory-policy calls" + (
+            " (Docker's and containerd's default profiles do, without CAP_SYS_NICE)" if self.refused == SECCOMP else "")
         return (f"memory not placed on {where}: {cause}: {who}. What holds: {self._holds(cpu_nodes)}. "
                 f"To lift it: {LIFT[self.refused]}; continuing with memory {self.applied}")
 
@@ -420,7 +423,6 @@ def _said_exactly(exc: MemoryPolicyError) -> MemoryPolicyError:
     if exc.errno != "EPERM":
         return exc
     who = refused_by()
-    what = "this process's seccomp filter refuses it" if who == SECCOMP else "refused to this process"
-    said = type(exc)(f"{exc}: {what}; to lift it: {LIFT[who]}", errno=exc.errno)
+    said = type(exc)(f"{exc}: this process's {REFUSER[who]} refuses it; to lift it: {LIFT[who]}", errno=exc.errno)
     said.__cause__ = exc.__cause__
     return said

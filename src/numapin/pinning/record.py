@@ -410,11 +410,28 @@ class Where:
         """The folder, checked (PermissionError, OSError as :class:`Folder` says them)."""
         if self.through is None:
             return Folder.open(self.folder, owners)
-        root = os.open(f"/proc/{self.through}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        root = _root_of(self.through)
         try:
-            return Folder.inside(root, self.folder, owners, f"/proc/{self.through}/root{self.folder}")
+            return _inside(root, self.through, self.folder, owners)
         finally:
             os.close(root)
+
+
+def _root_of(pid: int) -> int:
+    """A descriptor of process ``pid``'s root (``/proc/PID/root``: its mount namespace's ``/``); OSError where
+    this user may not look."""
+    return os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _inside(root: int, through: int, folder: str, owners: set[int]) -> Folder:
+    """``folder`` of the root ``root`` (process ``through``'s), as :meth:`Folder.inside` checks it."""
+    return Folder.inside(root, folder, owners, f"/proc/{through}/root{folder}")
+
+
+def _namespaces(pid: int | str) -> tuple[int, int]:
+    """Process ``pid``'s mount and PID namespaces (``"self"``: this one's); ProcessError where it may not be looked
+    into."""
+    return procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid")
 
 
 def lookup(pid: int) -> Record | None:
@@ -432,8 +449,8 @@ def locate(pid: int) -> tuple[Record, Where] | None:
         return None
     if pid != os.getpid():
         try:
-            theirs = (procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid"))
-            elsewhere = theirs != (procfs.namespace("self", "mnt"), namespace())
+            theirs = _namespaces(pid)
+            elsewhere = theirs != _namespaces("self")
         except ProcessError:
             elsewhere = False  # not ours to look into: only this namespace's folders, as for any process
         if elsewhere:
@@ -477,11 +494,11 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
     read in its own root under its own id; and how many of them could not be looked into (a process whose
     root this user may not open). Another user's processes, whose namespaces only their owner or root may
     see, are not counted: ``ps`` counts them once, as processes it could not look into."""
-    mine = (procfs.namespace("self", "mnt"), namespace())
+    mine = _namespaces("self")
     groups: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
         try:
-            key = (procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid"))
+            key = _namespaces(pid)
         except ProcessError:
             continue
         if key != mine:
@@ -508,7 +525,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
     through, root = None, -1
     for pid in pids:
         try:
-            root = os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            root = _root_of(pid)
         except OSError:
             continue
         through = pid
@@ -536,8 +553,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
             if not looked:
                 continue
             try:
-                folder = Folder.inside(root, path, {uid for _, uid, *_ in looked} | {0},
-                                       f"/proc/{through}/root{path}")
+                folder = _inside(root, through, path, {uid for _, uid, *_ in looked} | {0})
             except (OSError, ValueError):
                 continue
             with folder:

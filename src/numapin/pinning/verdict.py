@@ -138,6 +138,13 @@ class Judgement:
                 f"{self.expected.mems}: likely pinned buffers (cudaHostAlloc makes shared memory) made before its "
                 "placement or by a thread elsewhere")
 
+    def host_memory(self) -> dict[str, Any] | None:
+        """Its resident memory per node by kind, and :meth:`shared_words`, as the tools print them (``host_memory``
+        of ``threads --json`` and ``ps --json``); None where its memory was not read."""
+        if self.memory is None:
+            return None
+        return {**self.memory.host_memory(), "shared_elsewhere": self.shared_words()}
+
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
         if self.expected is None or self.memory is None:

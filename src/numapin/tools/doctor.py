@@ -236,7 +236,7 @@ def diagnose(
 def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding]:
     """``memory-policy-refused``: PID's record says its memory policy was refused; without ``pid``, this process
     asks the kernel for its own policy (what a worker started here would meet)."""
-    from ..pinning.memory import LIFT, SECCOMP, MemoryPolicyError, get_mempolicy, refused_by
+    from ..pinning.memory import LIFT, REFUSER, MemoryPolicyError, get_mempolicy, refused_by
 
     if pid is None:
         try:
@@ -246,13 +246,13 @@ def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding
             if exc.errno != "EPERM":
                 return []
             who = refused_by()
-            sees = f"{exc}" + (": this process runs under a seccomp filter" if who == SECCOMP else "")
+            sees = f"{exc}: this process's {REFUSER[who]} refuses it"
     else:
         if found is None or found.memory_refused is None:
             return []
         who = found.memory_refused
-        sees = (f"its record: the memory policy asked for on node(s) {found.placement.mems} was refused"
-                + (" by its seccomp filter" if who == SECCOMP else ""))
+        sees = (f"its record: the memory policy asked for on node(s) {found.placement.mems} was refused by its "
+                f"{REFUSER[who]}")
     return [Finding(
         "memory-policy-refused", "warning", sees,
         "numapin keeps the CPU placement and runs on: pages touched from then on follow the CPUs under the kernel's "

@@ -365,5 +365,4 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
                   held is None, pod_of(pid), drift=() if recorded is None else recorded.drift,
                   last_drift=None if recorded is None else recorded.last_drift,
-                  host_memory=None if judged.memory is None else {**judged.memory.host_memory(),
-                                                                   "shared_elsewhere": judged.shared_words()})
+                  host_memory=judged.host_memory())

@@ -104,7 +104,7 @@ class ThreadsReport:
                 "bytes": {str(k): v for k, v in sorted(memory.bytes.items())},
                 "own_bytes": {str(k): v for k, v in sorted(memory.own_bytes.items())},
                 "remote_share": j.remote_share(), "bound": j.max_remote},
-            "host_memory": None if memory is None else {**memory.host_memory(), "shared_elsewhere": j.shared_words()},
+            "host_memory": j.host_memory(),
         }
 
     def check(self) -> int:
