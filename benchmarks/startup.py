@@ -80,10 +80,11 @@ ctypes.CDLL(None, use_errno=True)
 os.execv(sys.argv[4], sys.argv[4:])
 """
 
-# The functions a worker's start runs (its exit's included), heard by a profile in a child that imports numapin
-# without the start-up file: (file name, first line, name) of each.
+# The functions a worker's start runs (its exit's included, and what any later import asks of the finder the
+# start-up hook leaves for torch), heard by a profile in a child that imports numapin without the start-up file:
+# (file name, first line, name) of each.
 RAN = """\
-import atexit, os, sys
+import atexit, importlib.util, os, sys
 ran = set()
 def hear(frame, event, arg):
     if event == "call":
@@ -91,6 +92,7 @@ def hear(frame, event, arg):
 sys.setprofile(hear)
 import numapin.startup
 numapin.startup.at_start()
+importlib.util.find_spec("numapin_no_such_module")
 atexit._run_exitfuncs()
 sys.setprofile(None)
 print(repr(sorted(ran)))
