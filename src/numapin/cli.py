@@ -14,7 +14,7 @@ import os
 import sys
 
 from .base.environment import LOCAL_RANK_VARIABLES, PRIORITY_CORES
-from .base.errors import NumapinError
+from .base.errors import NumapinError, UsageError
 from .base.text import decimal
 from .cpuset import CpuSet
 from .facts.host import HostError
@@ -525,9 +525,13 @@ def _watched(env: dict[str, str], period: float | None, root: str | None) -> dic
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .tools.doctor import diagnose
 
+    if args.buffer is None and (args.hugepages or args.lock):
+        raise UsageError("--hugepages and --lock say what a --buffer SIZE asks for: give --buffer too",
+                         value=args.hugepages or "--lock")
     with _root(args) as root:
         found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, reserve=args.reserve, root=root,
-                         pid=args.pid, pod_resources=args.pod_resources or None)
+                         pid=args.pid, pod_resources=args.pod_resources or None, buffer=args.buffer,
+                         hugepages=args.hugepages, lock=args.lock)
     if args.json:
         import json
 
@@ -607,8 +611,10 @@ def cmd_ps(args: argparse.Namespace) -> int:
         for w in found.workers:
             if w.note:
                 print(f"note: {w.pid}: {w.note}")
-            if w.host_memory and w.host_memory.get("shared_elsewhere"):
-                print(f"memory: {w.pid}: {w.host_memory['shared_elsewhere']} (numapin doctor --pid {w.pid})")
+            memory = w.host_memory or {}
+            for words in [memory.get("shared_elsewhere"), *memory.get("buffers_elsewhere", ())]:
+                if words:
+                    print(f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})")
             if w.kubelet:
                 print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
         if found.workers:
@@ -1031,6 +1037,11 @@ def _doctor_args(doc: argparse.ArgumentParser) -> None:
     doc.add_argument("--reserve", type=_count, default=0, metavar="K",
                      help="judge the placement with K cores set aside for one latency-critical thread, as "
                           "numapin exec --reserve K makes it (interrupts on them are then found)")
+    doc.add_argument("--buffer", type=_bytes, metavar="SIZE",
+                     help="check a host buffer of SIZE (K, M, G, T) planned for the GPU: its node's free huge "
+                          "pages (--hugepages) and the locked-memory limit (--lock)")
+    doc.add_argument("--hugepages", choices=("2M", "1G"), help="with --buffer: huge pages of this size asked for")
+    doc.add_argument("--lock", action="store_true", help="with --buffer: the buffer is to be locked (mlock)")
     doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
     _add_pod_resources(doc)
     _add_root(doc)

@@ -1,6 +1,6 @@
 """Checks that run inside a guest with real NUMA nodes, each against what the kernel reports.
 
-Run as ``python tests/guest/checks.py OUT.json SHAPE`` inside a guest (see
+Run as ``python tests/guest/checks.py OUT.json SHAPE [NAME,...]`` inside a guest (see
 ``runner.py``); every check runs in a forked child, so no pin or memory policy
 of one leaks into the next. Each is an assertion against the kernel's own
 account: ``move_pages`` for where a buffer's pages are, ``get_mempolicy``,
@@ -208,6 +208,46 @@ def migrate_moves_earlier_pages() -> str:
     assert stayed <= result.memory.migration.not_moved or stayed == 0, \
         f"{stayed} pages of the buffer stayed but migration reported {result.memory.migration.not_moved}"
     return f"before {dict(before)}, after {dict(after)}; {result.memory.migration}"
+
+
+def long_term_pinned(buf: mmap.mmap) -> int:
+    """Pin ``buf``'s pages for good as a device driver does (``FOLL_LONGTERM``, as cudaHostRegister and RDMA
+    registrations pin them), through io_uring's registered buffers: the one such pin a guest without a device has.
+    The ring's descriptor: the pages stay pinned while it is open."""
+    params = ctypes.create_string_buffer(120)  # struct io_uring_params, zeroed
+    ring = _libc.syscall(425, 1, params)  # io_uring_setup: one number on x86_64 and aarch64 (the generic table)
+    assert ring >= 0, f"io_uring_setup: {os.strerror(ctypes.get_errno())}"
+
+    class Iovec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("length", ctypes.c_size_t)]
+
+    vector = Iovec(ctypes.addressof(ctypes.c_char.from_buffer(buf)), len(buf))
+    rc = _libc.syscall(427, ring, 0, ctypes.byref(vector), 1)  # io_uring_register(IORING_REGISTER_BUFFERS)
+    assert rc == 0, f"io_uring_register: {os.strerror(ctypes.get_errno())}"
+    return ring
+
+
+@check(shapes=("two-node",))
+def pinned_pages_stay_after_a_late_pin_and_it_is_said() -> str:
+    """Pages pinned for a device before a late pin(migrate=True) cannot move: they stay, the migration counts
+    them, and the one warning says what they likely are and what to do."""
+    import numapin
+
+    numapin.pin(0, memory="bind")
+    buf = touched(8 << 20)
+    ring = long_term_pinned(buf)
+    try:
+        with warnings_logged() as said:
+            result = numapin.pin(1, memory="bind", migrate=True)
+        after = page_nodes(buf)
+    finally:
+        os.close(ring)
+    assert result.memory is not None and result.memory.migration is not None, str(result)
+    assert share_on(after, 0) == 1.0, f"pinned pages moved: {dict(after)}"
+    stayed = dict(result.memory.migration.stayed)
+    assert stayed.get(0, 0) >= len(buf), (result.memory.migration, dict(after))  # read back, not the kernel's count
+    assert any("cannot move" in s and "stayed on node(s) 0" in s for s in said), said
+    return f"after {dict(after)}; {result.memory.migration}"
 
 
 @check()
@@ -619,7 +659,8 @@ from checks import shared_touched
 numapin.pin(0, memory="preferred")
 with numapin.allocating_for(node=1):
     held = shared_touched(64 << 20)   # as cudaHostAlloc's pages, made by a thread while on node 1
-print("ready", flush=True)
+pool = numapin.host_buffer(16 << 20, node=1)   # a pool for a GPU on the other node, declared
+print("ready", pool.address, flush=True)
 time.sleep(300)
 """
 
@@ -627,11 +668,15 @@ time.sleep(300)
 @check(shapes=("two-node",))
 def shared_memory_off_the_gpus_node_is_reported_from_outside() -> str:
     """A worker on node 0 holding 64 MiB of shared anonymous memory on node 1: threads --json shows it by kind
-    (host_memory.by_kind.shmem["1"]), ps --json and doctor --pid say it lies off its GPU's node."""
+    (host_memory.by_kind.shmem["1"]), ps --json and doctor --pid say it lies off its GPU's node. The host buffer
+    it holds for node 1 is listed under host_memory.buffers, verified on node 1 from numa_maps, and named as off
+    its GPU's node."""
     worker = subprocess.Popen([sys.executable, "-c", _SHARED_ELSEWHERE.format(here=str(HERE))],
                               stdout=subprocess.PIPE, text=True)
     try:
-        assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+        assert worker.stdout is not None
+        ready, address = worker.stdout.readline().split()
+        assert ready == "ready"
         threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
         listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
         doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
@@ -643,7 +688,12 @@ def shared_memory_off_the_gpus_node_is_reported_from_outside() -> str:
     assert "off its GPU's node(s) 0" in (listed["host_memory"]["shared_elsewhere"] or ""), listed["host_memory"]
     found = [f for f in doctor["findings"] if f["id"] == "shared-memory-elsewhere"]
     assert len(found) == 1 and "node(s) 1" in found[0]["sees"], doctor["findings"]
-    return f"shmem by node {shmem}; doctor: {found[0]['sees'][:80]}"
+    buffers = threads["host_memory"]["buffers"]
+    assert [(b["address"], b["node"], b["on_nodes"], b["on_its_node"]) for b in buffers] == \
+        [(int(address), "1", {"1": 16 << 20}, True)], buffers
+    assert any("made for node(s) 1" in words for words in listed["host_memory"]["buffers_elsewhere"]), listed
+    assert [f for f in doctor["findings"] if f["id"] == "buffer-elsewhere"], doctor["findings"]
+    return f"shmem by node {shmem}; buffer {buffers[0]['on_nodes']}; doctor: {found[0]['sees'][:80]}"
 
 
 @check()
@@ -744,7 +794,7 @@ def forked(fn: Callable[[], object]) -> object:
 
 def main(argv: list[str]) -> int:
     out, shape = Path(argv[0]), argv[1]
-    names = names_for(shape)
+    names = argv[2].split(",") if len(argv) > 2 else names_for(shape)  # a third: only these (a developer's rerun)
     import live
 
     root = live.write_pair(Path(tempfile.mkdtemp(prefix="numapin-guest-root-")) / "root")

@@ -16,9 +16,11 @@ import os
 
 from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
+from ..base.text import decimal
 
 __all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "inner_pid",
-           "inner_uid", "namespace", "numa_maps", "own_memory", "owner", "pids", "seccomp_mode", "stat", "status",
+           "inner_uid", "locked_memory_limit",
+           "namespace", "numa_maps", "own_memory", "owner", "pids", "seccomp_mode", "stat", "status",
            "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
@@ -119,6 +121,29 @@ def status(pid: int) -> dict[str, str]:
     """``/proc/PID/status`` as name → value (``Cpus_allowed_list``, ``Threads``...)."""
     lines = _read(pid, None, "status").decode(errors="replace").splitlines()
     return dict(line.split(":\t", 1) for line in lines if ":\t" in line)
+
+
+def locked_memory_limit(pid: int) -> int | None:
+    """The bytes process ``pid`` may lock (``RLIMIT_MEMLOCK``'s soft limit, ``Max locked memory`` of
+    ``/proc/PID/limits``); None where it is unlimited, or the process may lock past it (CAP_IPC_LOCK in effect)."""
+    effective = _hex(status(pid).get("CapEff", ""))
+    if effective is not None and effective >> _CAP_IPC_LOCK & 1:
+        return None
+    for line in _read(pid, None, "limits").decode(errors="replace").splitlines():
+        if line.startswith("Max locked memory"):
+            soft = line[len("Max locked memory"):].split()[:1]
+            return None if soft == ["unlimited"] else decimal(soft[0]) if soft else None
+    return None
+
+
+#: capabilities(7): the capability that lifts RLIMIT_MEMLOCK.
+_CAP_IPC_LOCK = 14
+
+
+def _hex(text: str) -> int | None:
+    """A kernel's hexadecimal word (``CapEff``'s ``000001ffffffffff``), or None."""
+    text = text.strip()
+    return int(text, 16) if 0 < len(text) <= 16 and all(c in "0123456789abcdefABCDEF" for c in text) else None
 
 
 def comm(pid: int, tid: int | None = None) -> str:

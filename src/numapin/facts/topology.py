@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-__all__ = ["CacheGroup", "Core", "Grouping", "Node", "Package", "Topology", "node_free_bytes", "read_topology"]
+__all__ = ["CacheGroup", "Core", "Grouping", "Node", "Package", "Topology", "free_hugepages", "node_free_bytes",
+           "read_topology"]
 
 _CPU = "sys/devices/system/cpu"
 _NODE = "sys/devices/system/node"
@@ -667,3 +668,10 @@ def node_free_bytes(root: str | os.PathLike[str] | None, node: int) -> int | Non
         if len(fields) >= 4 and fields[2] == "MemFree:" and (kib := decimal(fields[3])) is not None:
             return kib * 1024
     return None
+
+
+def free_hugepages(root: str | os.PathLike[str] | None, node: int, size: int) -> int | None:
+    """Huge pages of ``size`` bytes free in node ``node``'s pool now; None where the kernel has no such pool (or
+    the file cannot be read)."""
+    return decimal((Host.at(root).read(f"sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB/"
+                                       "free_hugepages") or "").strip())

@@ -14,9 +14,14 @@ from ..base.text import format_size
 from ..cpuset import CpuSet, CpuSpec
 from ..facts import procfs
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 __all__ = ["KINDS", "Residency", "parse_numa_maps", "residency"]
 
 _NODE_FIELD = re.compile(r"N([0-9]+)=([0-9]+)\Z")
+_ADDRESS = re.compile(r"[0-9a-f]{1,16}\Z")
 
 
 #: ``file=`` paths of mappings that are memory the process made, not files it read:
@@ -44,6 +49,9 @@ class Residency:
     """Bytes per node by kind of mapping (:data:`KINDS`): ``anon`` (private anonymous: the heap, stacks, a host
     buffer's), ``shmem`` (shared memory: where ``cudaHostAlloc`` puts pinned memory), ``huge`` (hugetlb), ``file``
     (files mapped)."""
+    in_ranges: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Bytes per node of the mappings that begin inside each range asked for, by the range's first address (a
+    declared host buffer, verified)."""
 
     def host_memory(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{"by_kind": {kind: {node: bytes}}}``, as the tools print it (nodes as strings, for JSON)."""
@@ -70,12 +78,16 @@ class Residency:
         return f"pid {self.pid}: " + ", ".join(parts)
 
 
-def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Residency:
+def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None,
+                    ranges: Iterable[tuple[int, int]] = ()) -> Residency:
     """Count pages per node in ``numa_maps`` text.
 
     Each ``N<node>=<pages>`` field counts pages of the mapping's own size
     (``kernelpagesize_kB``, which is the huge page size for huge mappings).
+    ``ranges``: ``(address, nbytes)`` whose mappings are also counted apart (:attr:`Residency.in_ranges`).
     """
+    wanted = [(start, start + size) for start, size in ranges]
+    within: dict[int, dict[int, int]] = {start: {} for start, _ in wanted}
     base = page_size or os.sysconf("SC_PAGE_SIZE")
     pages: dict[int, int] = {}
     sizes: dict[int, int] = {}
@@ -101,6 +113,13 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
             elif (match := _NODE_FIELD.match(item)) is not None:
                 counts.append((int(match.group(1)), int(match.group(2))))
         kind = "huge" if huge else kind
+        if wanted and counts:
+            begins = int(fields[0], 16) if fields and _ADDRESS.match(fields[0]) else -1
+            for start, end in wanted:
+                if start <= begins < end:
+                    here = within[start]
+                    for node, count in counts:
+                        here[node] = here.get(node, 0) + count * size
         for node, count in counts:
             pages[node] = pages.get(node, 0) + count
             sizes[node] = sizes.get(node, 0) + count * size
@@ -108,11 +127,12 @@ def parse_numa_maps(text: str, pid: int = 0, page_size: int | None = None) -> Re
                 own[node] = own.get(node, 0) + count * size
             table = kinds.setdefault(kind, {})
             table[node] = table.get(node, 0) + count * size
-    return Residency(pid, pages, sizes, own, kinds)
+    return Residency(pid, pages, sizes, own, kinds, within)
 
 
-def residency(pid: int | None = None) -> Residency:
-    """Where the memory of ``pid`` (default: this process) lives, node by node; NoSuchProcess or AccessDenied
-    (another user's process: only its owner or root may read its numa_maps)."""
+def residency(pid: int | None = None, ranges: Iterable[tuple[int, int]] = ()) -> Residency:
+    """Where the memory of ``pid`` (default: this process) lives, node by node (``ranges``: as
+    :func:`parse_numa_maps`); NoSuchProcess or AccessDenied (another user's process: only its owner or root may
+    read its numa_maps)."""
     target = os.getpid() if pid is None else pid
-    return parse_numa_maps(procfs.numa_maps(target), target)
+    return parse_numa_maps(procfs.numa_maps(target), target, ranges=ranges)

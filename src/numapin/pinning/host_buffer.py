@@ -14,7 +14,9 @@ pegaflow#277; ``../shared/research/host-memory.md``). So a buffer is:
    A memory-only node has no CPUs to fill from: there ``mbind`` is needed, and its refusal is an error;
 4. optionally locked (``mlock``) and registered with CUDA (in chunks of at most 64 GiB, through the CUDA runtime
    the process already loaded: PyTorch's, or a ``libcudart`` already mapped; numapin never loads one);
-5. read back: the nodes its pages are on come from the kernel (``numa_maps``), never assumed.
+5. read back: the nodes its pages are on come from the kernel (``numa_maps``), never assumed;
+6. declared beside the process's record (:func:`numapin.pinning.record.declare`): its range, nodes and pages, which
+   ``numapin threads``, ``ps`` and ``doctor --pid`` verify against ``numa_maps`` from outside.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ REGISTER_CHUNK = 64 << 30
 #: The filling threads a buffer gets at most, unless asked for more.
 _MOST_THREADS = 16
 #: Every buffer still open, closed at interpreter exit (registered memory before CUDA is torn down).
-_OPEN: weakref.WeakSet[HostBuffer] = weakref.WeakSet()
+_OPEN: weakref.WeakKeyDictionary[HostBuffer, None] = weakref.WeakKeyDictionary()
 
 
 class HostBuffer(mmap.mmap):
@@ -73,6 +75,8 @@ class HostBuffer(mmap.mmap):
     on_nodes: dict[int, int]
     """Its resident bytes by node, as the kernel counted them after the fill."""
     _unregister: Any
+    _declared: Any
+    """What the process's declaration says of it (:class:`numapin.pinning.record.Declared`)."""
 
     def __enter__(self) -> HostBuffer:
         return self
@@ -95,6 +99,9 @@ class HostBuffer(mmap.mmap):
                     pass
                 self.locked = False
         super().close()
+        if self in _OPEN:
+            del _OPEN[self]
+            _declare()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"on node(s) {self.nodes}"
@@ -159,11 +166,16 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
         raise
     for note in notes:
         log.info("host buffer: %s", note)
-    _OPEN.add(buffer)
+    from .record import Declared
+
+    buffer._declared = Declared(buffer.address, buffer.nbytes, nodes, buffer.page_size,
+                                mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE), buffer.locked)
+    _OPEN[buffer] = None
     if len(_OPEN) == 1:
         import atexit
 
         atexit.register(_close_all)
+    _declare()
     return buffer
 
 
@@ -215,14 +227,10 @@ def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[st
     if hugepages is None:
         return base
     size = mapping.HUGE_PAGES[hugepages]
-    from ..facts.host import Host
+    from ..facts.topology import free_hugepages
 
-    host = Host.at("/")  # this kernel's pools, whatever folder the machine's facts were read from
     needed = -(-nbytes // size)
-    free = 0
-    for n in nodes:
-        text = host.read(f"sys/devices/system/node/node{n}/hugepages/hugepages-{size >> 10}kB/free_hugepages")
-        free += int(text) if text is not None and text.strip().isdigit() else 0
+    free = sum(free_hugepages("/", n, size) or 0 for n in nodes)  # this kernel's pools, whatever the facts' root
     if free < needed:
         notes.append(f"{hugepages} pages: node(s) {nodes} have {free} free, {needed} needed (reserve them: "
                      f"echo N > /sys/devices/system/node/nodeX/hugepages/hugepages-{size >> 10}kB/nr_hugepages); "
@@ -389,6 +397,13 @@ def _extent(address: int) -> int | None:
             if int(start, 16) == address:
                 return int(end, 16) - address
     return None
+
+
+def _declare() -> None:
+    """This process's open buffers, declared beside its record (a closed one leaves the declaration)."""
+    from .record import declare
+
+    declare(sorted((b._declared for b in list(_OPEN)), key=lambda d: d.address))
 
 
 def _close_all() -> None:

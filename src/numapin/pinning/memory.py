@@ -18,9 +18,9 @@ import errno
 import os
 
 from ..base.choices import Choice, parse_choice
-from ..base.errors import EnvironmentProblem, UsageError, errno_name, quoted
-from ..base.frozen import frozen
-from ..base.text import counted, plural
+from ..base.errors import EnvironmentProblem, ProcessError, UsageError, errno_name, quoted
+from ..base.frozen import frozen, replace
+from ..base.text import counted, format_size, plural
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.host import Host
 from ..kernel.mempolicy import KernelMemoryPolicy, LinuxMemory, MemoryKernel
@@ -195,9 +195,25 @@ class MigrateResult:
     to_nodes: CpuSet
     from_nodes: CpuSet
     not_moved: int
+    """What the kernel counted as not moved (its count, of pages or of larger folios, undercounts)."""
+    stayed: tuple[tuple[int, int], ...] = ()
+    """Where the kernel said some did not move: the process's own memory left off ``to_nodes``, bytes by node, read
+    back from ``numa_maps``."""
 
     def __str__(self) -> str:
         return f"migrated {self.from_nodes} -> {self.to_nodes}, {self.not_moved} pages not moved"
+
+    def stuck(self) -> str | None:
+        """What did not move, in words (what it likely is and what to do); None where the kernel moved all."""
+        if not self.not_moved:
+            return None
+        left = sum(b for _, b in self.stayed)
+        what = (f"{format_size(left)} of its own memory stayed on node(s) {CpuSet(n for n, _ in self.stayed)}"
+                if left else f"{counted(self.not_moved, 'page')} stayed off node(s) {self.to_nodes}")
+        return (f"{what} after the migration: pages pinned for a device (cudaHostAlloc, cudaHostRegister, an RDMA "
+                "registration) cannot move, nor can pages shared with another process or that the target has no "
+                "free memory for; make pinned buffers after the placement (numapin exec, NUMAPIN_AUTOPIN) or inside "
+                "numapin.allocating_for(gpu=N)")
 
 
 def migrate(
@@ -301,8 +317,14 @@ class MemoryResult:
     def said(self, cpu_nodes: CpuSet | None = None) -> str | None:
         """:attr:`warning`, saying what still holds where the process's CPUs are known: ``cpu_nodes``, the
         nodes of the CPUs every thread now runs on (None: the CPUs were left as they were)."""
+        stuck = self.migration.stuck() if self.migration is not None else None
         if not self.problems:
-            return None
+            return stuck
+        if stuck:
+            return f"{self._refusal(cpu_nodes)}; {stuck}"
+        return self._refusal(cpu_nodes)
+
+    def _refusal(self, cpu_nodes: CpuSet | None) -> str:
         where = f"{plural(len(self.nodes), 'node')} {self.nodes}"
         absent = self.nodes - self.kernel_nodes if self.kernel_nodes is not None else CpuSet()
         if absent:
@@ -361,6 +383,17 @@ def _one_step(step: MemoryMode, nodes: CpuSet, kernel: MemoryKernel | None,
     return set_mempolicy(KernelMemoryPolicy.PREFERRED, CpuSet([nodes.first()]), kernel=kernel, limits=limits)
 
 
+def _stayed(nodes: CpuSet) -> tuple[tuple[int, int], ...]:
+    """This process's own memory off ``nodes``, bytes by node (nothing where numa_maps cannot be read)."""
+    from ..kernel.residency import residency
+
+    try:
+        own = residency().own_bytes
+    except ProcessError:
+        return ()
+    return tuple((n, b) for n, b in sorted(own.items()) if n not in nodes and b)
+
+
 def place_memory(
     nodes: CpuSet,
     mode: MemoryMode,
@@ -402,6 +435,8 @@ def place_memory(
     if do_migrate:
         try:
             migration = migrate(nodes, kernel=kernel, limits=known)
+            if migration.not_moved and kernel is None:
+                migration = replace(migration, stayed=_stayed(nodes))
         except (MemoryPolicyError, UsageError) as exc:
             if strict:
                 raise _said_exactly(_as_environment(exc)) from exc

@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Record", "Where", "across", "drift_words", "entries", "file_name",
-           "folders", "locate", "lookup", "namespace",
+__all__ = ["HOW", "VERSION", "Declared", "Record", "Where", "across", "declare", "declared", "drift_words", "entries",
+           "file_name", "folders", "locate", "lookup", "namespace",
            "publish", "rewrite", "stamp", "start_time", "withdraw"]
 
 #: The record format; a reader skips files of another.
@@ -332,10 +332,10 @@ def _stale(name: str, ns: int, start_of: Callable[[int], int | None] = start_tim
     if name.endswith(".tmp"):
         record, _, rest = name.rpartition(".json.")
         writer = decimal(rest.removesuffix(".tmp"))
-        named = _named(f"{record}.json")
+        named = _named(f"{record}.json".replace(_DECLARED, ".json"))
         return named is not None and named[2] == ns and writer is not None and writer > 0 \
             and not os.path.exists(f"/proc/{writer}")
-    named = named or _named(name)
+    named = named or _named(name.replace(_DECLARED, ".json"))  # a declaration is stale with its process
     return named is not None and named[2] == ns and start_of(named[0]) != named[1]
 
 
@@ -603,3 +603,108 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
         except OSError:
             continue
     return found
+
+
+# -- declared host buffers --------------------------------------------------------------
+#
+# A process's host buffers (numapin.host_buffer) are declared in a file of their own beside its record,
+# ``PID-START-NS.buffers.json``, under the same names, folders and owner rules. Apart, because the process
+# that needs them most has no pin to record (one process driving GPUs on two nodes, a buffer for each), and a
+# buffer made or closed must never rewrite what a pin recorded (or the keeper's drift counts).
+
+_DECLARED = ".buffers.json"
+
+
+@frozen
+class Declared:
+    """A host buffer as its process declared it: its range, the nodes it was made for, its pages."""
+
+    address: int
+    nbytes: int
+    nodes: CpuSet
+    page_size: int
+    asked_page_size: int
+    """The page size asked for (``hugepages=``): larger than ``page_size`` where the node had too few free."""
+    locked: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
+                "asked_page_size": self.asked_page_size, "locked": self.locked}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Declared | None:
+        try:
+            found = cls(_int(data["address"]), _int(data["nbytes"]), CpuSet.parse(str(data["node"])),
+                        _int(data["page_size"]), _int(data["asked_page_size"]), data.get("locked") is True)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 else None
+
+
+def declare(buffers: Iterable[Declared]) -> None:
+    """Declare this process's open host buffers (none: the declaration is removed). Never raises: one debug
+    line, as a record's write."""
+    listed = [b.as_dict() for b in buffers]
+    pid, start = os.getpid(), start_time(os.getpid())
+    if start is None:
+        return
+    name = file_name(pid, start).replace(".json", _DECLARED)
+    data = json_text({"version": VERSION, "pid": pid, "start": start, "buffers": listed}).encode()
+    for path in folders():
+        try:
+            with Folder.open(path, {os.geteuid()}, create=bool(listed)) as folder:
+                if listed:
+                    folder.replace(name, data, 0o644)
+                else:
+                    folder.remove(name)
+        except OSError as exc:
+            log.debug("host buffers not declared in %s: %s", path, exc)
+            continue
+        return
+
+
+def declared(pid: int, start: int | None = None) -> tuple[Declared, ...]:
+    """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
+    its owner's folders, of its namespace, naming it); a process of another mount or PID namespace is read in
+    its own root, under its own id there. Nothing where none is declared or none can be believed. ``start``: its
+    start time, where the caller read it."""
+    start, uid = start if start is not None else start_time(pid), owner(pid)
+    if start is None or uid is None:
+        return ()
+    try:
+        theirs = _namespaces(pid)
+        elsewhere = pid != os.getpid() and theirs != _namespaces("self")
+    except ProcessError:
+        theirs, elsewhere = (0, namespace()), False
+    places: list[tuple[str, int | None]]
+    if not elsewhere:
+        places = [(path, None) for path in _reading_folders({uid})]
+        inner, ns = pid, namespace()
+    else:
+        try:
+            inner, inner_uid = procfs.inner_pid(pid), procfs.inner_uid(pid, uid)
+            env = procfs.environ(pid)
+        except ProcessError:
+            return ()
+        if inner_uid is None:
+            return ()
+        places = [(path, pid) for path in _folders_of(inner_uid, env, own=True)]
+        ns = theirs[1]
+    name = file_name(inner, start, ns).replace(".json", _DECLARED)
+    for path, through in places:
+        try:
+            with Where(path, name, through).open({uid, 0}) as folder:
+                if folder.owner not in (uid, 0):
+                    continue
+                found = folder.read(name, _CAP)
+        except (OSError, ValueError):
+            continue
+        if found is None or found[1] not in (uid, 0):
+            continue
+        data = json_value(found[0])
+        if not isinstance(data, dict) or data.get("version") != VERSION or data.get("pid") != inner \
+                or data.get("start") != start or not isinstance(data.get("buffers"), list):
+            continue
+        return tuple(b for b in (Declared.from_dict(item) for item in data["buffers"] if isinstance(item, dict))
+                     if b is not None)
+    return ()

@@ -36,7 +36,7 @@ from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
 from .outcome import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
-from .record import Record
+from .record import Declared, Record
 from .state import exec_marker, state
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -100,6 +100,8 @@ class Judgement:
     marker: CpuSet | None = None
     max_remote: float | None = None
     """The bound on :meth:`remote_share` the verdict used (0..1), None when memory was not judged."""
+    buffers: tuple[Declared, ...] = ()
+    """The host buffers it declared (:func:`numapin.host_buffer`), verified against :attr:`memory`."""
 
     @property
     def outside(self) -> tuple[ThreadState, ...]:
@@ -138,12 +140,42 @@ class Judgement:
                 f"{self.expected.mems}: likely pinned buffers (cudaHostAlloc makes shared memory) made before its "
                 "placement or by a thread elsewhere")
 
+    def verified_buffers(self) -> list[dict[str, Any]]:
+        """Each declared buffer with where its pages are (``on_nodes``, from ``numa_maps``) and whether most of them
+        lie on the node(s) it was made for (``on_its_node``)."""
+        found = []
+        for buffer in self.buffers:
+            on = {} if self.memory is None else self.memory.in_ranges.get(buffer.address, {})
+            there = sum(b for n, b in on.items() if n in buffer.nodes)
+            found.append({**buffer.as_dict(), "on_nodes": {str(n): b for n, b in sorted(on.items()) if b},
+                          "on_its_node": 2 * there > sum(on.values())})
+        return found
+
+    def buffer_words(self) -> list[str]:
+        """The declared buffers lying mostly off the node(s) they were made for, or made for other nodes than the
+        process's GPU's, in words (what it likely is, what fixes it)."""
+        said = []
+        for buffer, seen in zip(self.buffers, self.verified_buffers(), strict=True):
+            what = f"host buffer at {buffer.address:#x} ({format_size(buffer.nbytes)}, made for node(s) {buffer.nodes})"
+            on = CpuSet(int(n) for n in seen["on_nodes"])
+            if not on:
+                said.append(f"{what}: none of its pages is resident (closed or swapped out since it was declared)")
+            elif not seen["on_its_node"]:
+                said.append(f"{what} lies mostly on node(s) {on - buffer.nodes}: its node(s) ran out of free memory "
+                            "(numapin buffer --node N sizes what fits)")
+            elif self.expected is not None and not buffer.nodes <= self.expected.mems:
+                said.append(f"{what} lies off its GPU's node(s) {self.expected.mems}: right for a GPU on node(s) "
+                            f"{buffer.nodes}; for its own GPU, numapin.host_buffer(nbytes, gpu=N)")
+        return said
+
     def host_memory(self) -> dict[str, Any] | None:
-        """Its resident memory per node by kind, and :meth:`shared_words`, as the tools print them (``host_memory``
-        of ``threads --json`` and ``ps --json``); None where its memory was not read."""
+        """Its resident memory per node by kind, its declared buffers verified, and what lies away from its GPU in
+        words (:meth:`shared_words`, :meth:`buffer_words`), as the tools print them (``host_memory`` of ``threads
+        --json`` and ``ps --json``); None where its memory was not read."""
         if self.memory is None:
             return None
-        return {**self.memory.host_memory(), "shared_elsewhere": self.shared_words()}
+        return {**self.memory.host_memory(), "buffers": self.verified_buffers(),
+                "shared_elsewhere": self.shared_words(), "buffers_elsewhere": self.buffer_words()}
 
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
@@ -303,13 +335,15 @@ def judge(
                                    None if want is None or mask is None else mask <= want.target,
                                    mask is not None and mask in own))
     pages, size, hidden = None, None, False
+    buffers: tuple[Declared, ...] = ()
     if memory:
+        buffers = records.declared(pid, stat.start)
         try:
             # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
-            # which walks every page of every mapping (and any user may read status).
-            size = None if small_memory or max_remote is None else procfs.own_memory(pid)
+            # which walks every page of every mapping (and any user may read status). Declared buffers are read.
+            size = None if small_memory or max_remote is None or buffers else procfs.own_memory(pid)
             if size is None or size >= JUDGED_MEMORY:
-                pages = residency(pid)
+                pages = residency(pid, [(b.address, b.nbytes) for b in buffers])
         except AccessDenied:
             hidden = True  # another user's process: its numa_maps is for its owner or root
         except ProcessError:
@@ -326,7 +360,8 @@ def judge(
             note = ("its environment cannot be read, even by root (another PID namespace's process, or a ptrace "
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
-        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote)
+        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
+                         buffers)
     if max_remote is not None and (pages is not None or size is not None or hidden):
         unjudged = None
         lacking = CpuSet() if live else want.mems - this_host_nodes()
@@ -343,7 +378,8 @@ def judge(
         if unjudged is not None:
             note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
             max_remote = None
-    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote)
+    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
+                       buffers)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged

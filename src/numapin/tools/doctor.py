@@ -27,7 +27,7 @@ from ..base.environment import (
 )
 from ..base.errors import EnvironmentProblem, ProcessError, UsageError
 from ..base.frozen import frozen
-from ..base.text import counted, decimal, plural
+from ..base.text import counted, decimal, format_size, plural
 from ..cpuset import CpuSet, hex_word
 from ..facts import procfs
 from ..facts.cgroup import read_cgroup
@@ -39,7 +39,8 @@ from ..facts.machine import Facts, cached, seen_by
 from ..facts.network import assign
 from ..facts.pod import pod_of
 from ..facts.podresources import SOCKET, PodResourcesUnavailable, allocatable, gpu_key, listing, match
-from ..facts.topology import Topology, read_topology
+from ..facts.topology import Topology, free_hugepages, read_topology
+from ..kernel.mapping import HUGE_PAGES
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
 from ..pinning.state import exec_marker
@@ -125,6 +126,9 @@ def diagnose(
     root: str | os.PathLike[str] | None = None,
     pid: int | None = None,
     pod_resources: str | None = SOCKET,
+    buffer: int | None = None,
+    hugepages: str | None = None,
+    lock: bool = False,
 ) -> Diagnosis:
     """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
 
@@ -136,7 +140,13 @@ def diagnose(
     (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``ps`` give them.
     What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
     checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
+    ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``, ``lock``), checked
+    against the node's free huge pages and the process's ``RLIMIT_MEMLOCK``.
     """
+    if hugepages is not None and hugepages not in HUGE_PAGES:
+        raise UsageError(f"hugepages {hugepages!r}: {' or '.join(HUGE_PAGES)}", value=hugepages)
+    if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0):
+        raise UsageError(f"buffer {buffer!r}: a size is a whole number of bytes from 1", value=buffer)
     stat = None if pid is None else procfs.alive(pid)
     if pid is not None and environ is None:
         environ = procfs.environ(pid)
@@ -224,6 +234,13 @@ def diagnose(
             "on a DGX H100, openxla/xla#21708), and pinned pages cannot be moved afterwards",
             "place the worker before it allocates (numapin exec, NUMAPIN_AUTOPIN), make each GPU's buffers inside "
             "numapin.allocating_for(gpu=N), or make pools with numapin.host_buffer(nbytes, gpu=N)"))
+    for words in () if judged is None else judged.buffer_words():
+        findings.append(Finding(
+            "buffer-elsewhere", "warning", words,
+            "a pool off its GPU's node carries each copy across the sockets' link, and its pages stay where they are",
+            "make it for the GPU that uses it (numapin.host_buffer(nbytes, gpu=N)), with the node's free memory "
+            "checked first (numapin buffer --gpu N --size S)"))
+    findings += host_buffers(facts, placement, pid, judged, buffer, hugepages, lock)
     named = gpu is not None or rank != "auto" or (found is not None and found.placement.gpu is not None)
     findings += pinned_memory(env, facts, judged, named)
     if pid is not None or environ is None:  # a process, not an environment handed in
@@ -755,6 +772,55 @@ def pinned_memory(env: Mapping[str, str], facts: Facts, judged: Judgement | None
                 "one process per GPU (a launcher's ranks), or each GPU's buffers made inside "
                 "numapin.allocating_for(gpu=N) and pools with numapin.host_buffer(nbytes, gpu=N)"))
     return found
+
+
+def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, judged: Judgement | None,
+                 size: int | None, hugepages: str | None, lock: bool) -> list[Finding]:
+    """What a host buffer asked for does not get: huge pages not free on the GPU's node (a process's declared
+    buffer that stepped down to base pages; or ``size`` of ``hugepages`` planned), and ``RLIMIT_MEMLOCK`` under
+    ``size`` to lock."""
+    found = []
+    for b in () if judged is None else judged.buffers:
+        if b.asked_page_size > b.page_size:
+            found.append(Finding(
+                "hugepages-not-free", "warning", f"its host buffer at {b.address:#x} ({format_size(b.nbytes)}) asked "
+                f"for {format_size(b.asked_page_size)} pages and got {format_size(b.page_size)} pages: node(s) "
+                f"{b.nodes} had too few free", _HUGE_WHY, _huge_fix(b.nodes, b.asked_page_size, b.nbytes)))
+    if size is None:
+        return found
+    if hugepages is not None and placement is not None and placement.mems:
+        page = HUGE_PAGES[hugepages]
+        free = [free_hugepages(facts.topology.root, n, page) for n in placement.mems]
+        needed = -(-size // page)
+        if all(f is not None for f in free) and sum(f or 0 for f in free) < needed:
+            found.append(Finding(
+                "hugepages-not-free", "warning", f"{hugepages} pages: node(s) {placement.mems} have "
+                f"{sum(f or 0 for f in free)} free, {needed} needed for {format_size(size)}",
+                _HUGE_WHY, _huge_fix(placement.mems, page, size)))
+    if lock:
+        try:
+            limit = procfs.locked_memory_limit(os.getpid() if pid is None else pid)
+        except ProcessError:
+            limit = None
+        if limit is not None and limit < size:
+            found.append(Finding(
+                "memlock-too-low", "error", f"RLIMIT_MEMLOCK is {format_size(limit)}, under the {format_size(size)} "
+                "to lock", "mlock past the limit is refused: host_buffer(lock=True) and numapin buffer --lock fail",
+                "raise it where the job starts: ulimit -l unlimited, LimitMEMLOCK=infinity (systemd), docker run "
+                "--ulimit memlock=-1, limits.conf's memlock; or leave the buffer unlocked (cudaHostRegister "
+                "pins it for the GPU without mlock)"))
+    return found
+
+
+_HUGE_WHY = ("the buffer steps down to base pages: a large pool then needs 512 times as many page-table entries, "
+             "and its copies miss the TLB more")
+
+
+def _huge_fix(nodes: CpuSet, page: int, size: int) -> str:
+    kib = page >> 10
+    return (f"reserve {-(-size // page)} on node(s) {nodes} before the job: echo N > /sys/devices/system/node/"
+            f"nodeX/hugepages/hugepages-{kib}kB/nr_hugepages (1G pages are surest reserved at boot: "
+            f"hugepagesz={'1G' if page >= 1 << 30 else '2M'} hugepages=N)")
 
 
 def _openmp(env: Mapping[str, str]) -> list[Finding]:

@@ -36,6 +36,12 @@ METRICS = {
                                               "mems (the cgroup's allowed CPUs or memory nodes changed), moved (a "
                                               "thread's mask changed by someone else), inherited (a new thread on a "
                                               "mask that is not the placement)."),
+    "numapin_worker_host_memory_bytes": ("gauge", "The worker's resident memory on one NUMA node, by kind: anon "
+                                                  "(private anonymous), shmem (shared memory, where cudaHostAlloc "
+                                                  "puts pinned buffers), huge (hugetlb), file (files mapped)."),
+    "numapin_worker_host_memory_elsewhere": ("gauge", "1 when the worker's shared memory, or a host buffer it "
+                                                      "declared, lies mostly off its GPU's node (or off the node it "
+                                                      "was made for), else 0."),
     "numapin_workers": ("gauge", "GPU worker processes found on this host."),
     "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host that are misplaced (threads or "
                                            "memory)."),
@@ -84,6 +90,12 @@ def exposition(found: Survey) -> str:
                 add("numapin_worker_remote_memory_ratio", w, round(w.remote, 6))
         for cause, count in w.drift:
             add("numapin_worker_drift_total", w, count, cause=cause)
+        if w.host_memory is not None:
+            for kind, nodes in w.host_memory["by_kind"].items():
+                for node, size in nodes.items():
+                    add("numapin_worker_host_memory_bytes", w, size, kind=kind, node=node)
+            away = bool(w.host_memory["shared_elsewhere"] or w.host_memory["buffers_elsewhere"])
+            add("numapin_worker_host_memory_elsewhere", w, int(away))
     add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
     add("numapin_processes_unseen", None, found.unseen)

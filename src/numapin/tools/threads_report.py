@@ -6,7 +6,7 @@ import os
 
 from ..base.errors import UsageError
 from ..base.frozen import frozen
-from ..base.text import counted, plural, table
+from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
 from ..pinning.verdict import REMOTE_BOUND, Judgement, Verdict, judge
 
@@ -64,6 +64,12 @@ class ThreadsReport:
         if shared:
             summary += (f"\nshared memory: {shared}; make them once it is placed, or inside "
                         "numapin.allocating_for(gpu=N), or use numapin.host_buffer")
+        for seen in j.verified_buffers():
+            on = ", ".join(f"node {n} {format_size(b)}" for n, b in seen["on_nodes"].items()) or "nothing resident"
+            summary += (f"\nhost buffer at {seen['address']:#x}: {format_size(seen['nbytes'])} made for node(s) "
+                        f"{seen['node']}, {format_size(seen['page_size'])} pages; resident: {on}")
+        for words in j.buffer_words():
+            summary += f"\nhost buffer: {words}"
         kept = None if j.expected is None else j.expected.record
         if kept is not None and kept.drift:  # what its keeper saw move the placement, from the record
             summary += (f"\ndrift: {', '.join(f'{n} {cause}' for cause, n in kept.drift)}; last: "
