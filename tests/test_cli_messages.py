@@ -358,3 +358,32 @@ def test_ps_on_a_rehearsal_machine_does_not_blame_someone_else() -> None:
         child.wait()
     workers = json.loads(proc.stdout)["workers"]
     assert [w["placed_by"] for w in workers] == ["nobody"], workers
+
+
+# -- fail-open outcomes say so where the user looks ------------------------------------------
+
+
+def test_a_dry_run_that_would_run_unpinned_says_numapin_fails_open_and_strict_refuses() -> None:
+    import os
+
+    import live
+
+    env = live.without_inputs(dict(os.environ)) | {"CUDA_VISIBLE_DEVICES": ""}  # no GPU for it, on any host
+    said = _numapin("exec", "--machine", "pair", "--dry-run", "--", "true", env=env)
+    assert said.returncode == 0 and "would run unpinned" in said.stdout, said.stdout + said.stderr
+    assert "fails open: with --strict this is an error" in said.stdout
+    refused = _numapin("exec", "--machine", "pair", "--dry-run", "--strict", "--", "true", env=env)
+    assert refused.returncode == 2 and "fails open" not in refused.stdout + refused.stderr
+
+
+def test_threads_says_when_a_small_processs_memory_is_not_judged() -> None:
+    import os
+
+    small = subprocess.Popen(["sleep", "60"])
+    try:
+        first = min(os.sched_getaffinity(0))
+        text = _numapin("threads", str(small.pid), "--cpus", str(first)).stdout
+    finally:
+        small.kill()
+        small.wait()
+    assert "of its own memory outside" in text and "(not judged: under 32 MiB of its own memory)" in text, text

@@ -627,8 +627,10 @@ def cmd_ps(args: argparse.Namespace) -> int:
         print(_tally(found.tally(), len(found.counted)))
         if found.unseen:
             unseen = counted(found.unseen, "process", "processes")
-            print(f"not looked into: {unseen} of other users (their open files and environment are for their "
-                  "owners or root), any of which may be a GPU worker: run as root to see every one")
+            why = ("even root may not look into them: another PID namespace's, or a ptrace restriction such as "
+                   "Yama's" if os.geteuid() == 0 else "their open files and environment are for their owners or "
+                   "root; run as root to see every one")
+            print(f"not looked into: {unseen} of other users, any of which may be a GPU worker ({why})")
     return found.exit_code
 
 
@@ -856,6 +858,18 @@ class _Formatter(argparse.HelpFormatter):
         super().__init__(prog, **options)
 
 
+class _LinesFormatter(_Formatter):
+    """The top parser's formatter: each line of its text wrapped alone, never at a hyphen or inside a word, so a
+    path on a line of its own is copied whole from the terminal."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return "\n".join(textwrap.fill(line, width, initial_indent=indent, subsequent_indent=indent,
+                                        break_on_hyphens=False, break_long_words=False) if line.strip() else ""
+                         for line in text.splitlines())
+
+
 def _guides() -> str:
     """Where the guides are: installed with the package (a wheel carries them), or in the checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -887,9 +901,10 @@ def build_parser(command: str | None = None) -> _Parser:
     parser = _Parser(
         prog="numapin",
         description="Put each GPU worker process, every thread and its memory, near its GPU.",
-        epilog="No GPU here? Every command takes --machine NAME, a synthetic machine: "
-               f"numapin plan --machine dgx-h100. Guides: {_guides()}.",
-        formatter_class=_Formatter,
+        epilog="No GPU here? The commands that read the machine (" + ", ".join(_READ_THE_MACHINE) + ") take "
+               "--machine NAME, a synthetic machine: numapin plan --machine dgx-h100\n"
+               f"Guides:\n  {_guides()}",
+        formatter_class=_LinesFormatter,
     )
     parser.add_argument("--version", action="version", version=f"numapin {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log what numapin does")
@@ -1289,6 +1304,11 @@ _COMMANDS = {
 }
 
 
+#: The commands whose answers depend on the machine read, so take --machine and --root (the parser's own list is
+#: checked against it by the tests).
+_READ_THE_MACHINE = ("show", "plan", "exec", "threads", "doctor", "ps", "exporter", "snapshot")
+
+
 def _command(argv: Sequence[str]) -> str | None:
     """The sub-command named in ``argv`` (its first word not an option), when it is one of ours."""
     for word in argv:
@@ -1307,6 +1327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         at = words.index("numactl")
         verbose = any(w in ("-v", "--verbose") for w in words[:at])
         run, hint = (lambda: cmd_numactl(words[at + 1:])), (lambda exc: "")
+    elif not [w for w in words if w not in ("-v", "--verbose")]:
+        build_parser().print_help()  # plain `numapin`: what it can do, not an error about what is missing
+        return 0
     else:
         args = build_parser(command).parse_args(words)
         verbose, command = args.verbose, args.command

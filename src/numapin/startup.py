@@ -178,9 +178,12 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
             from .tools.exec import autopin_request
 
             autopin_request(env)  # a bad option value is named in every process, worker or not
-        from .base.logger import log
+        import sys
 
-        log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
+        if "logging" in sys.modules:  # else nobody configured logging, and a debug line reaches no one
+            from .base.logger import log
+
+            log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
         # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
         # GPUs before a task: then it is placed for them.
         _watch(unplaced=why if visible > 1 else None)

@@ -171,3 +171,26 @@ def test_the_command_reports_where_the_pages_went_and_never_a_traceback() -> Non
         done = subprocess.run([*NUMAPIN, "buffer", *bad], capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (bad, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, (bad, done.stderr)
+
+
+#: Words of ``numapin buffer``'s language and beside it; no size above a few MiB (a buffer is filled for real).
+_WORDS = st.sampled_from(["--gpu", "--node", "--size", "--hugepages", "--threads", "--lock", "--json", "0", "1",
+                          "-1", "4095", "2M", "--hugepages=1G", "3M", "8K", "64K", "0x10", "", "x", "1P", "--", "-v",
+                          "--size=99999999T", "--node=1"])
+
+
+@given(st.lists(_WORDS, max_size=7))
+def test_numapin_buffer_answers_any_arguments_without_a_traceback(words: list[str]) -> None:
+    # In this process (a subprocess per example would take minutes): main's answer, never an escaping exception.
+    import contextlib
+    import io
+
+    from numapin.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(["buffer", *words])
+        except SystemExit as exc:  # argparse's own exit, for its own usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    assert code in (0, 2) and "Traceback" not in err.getvalue(), (words, err.getvalue())

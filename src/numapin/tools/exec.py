@@ -154,7 +154,9 @@ class PreparedExec:
             lines.append(f"would leave the CPUs as they are and set memory policy {self.request.memory} on "
                          f"{plural(len(mems), 'node')} {mems}")
         elif self.placement is None:
-            lines.append("would run unpinned" + (f": {self.unpinned}" if self.unpinned else ""))
+            lines.append("would run unpinned" + (f": {self.unpinned}" if self.unpinned else "")
+                         + ("" if self.request.strict else
+                            " (numapin fails open: with --strict this is an error instead)"))
         else:
             p = self.placement
             lines.append(f"would pin every thread to {plural(len(p.workers), 'CPU')} {p.workers}: {p.reason}")

@@ -1,0 +1,72 @@
+"""What README and docs/ say of the commands and their options, held to the parser and the exporter: a command or
+option removed, or one added, fails here until the pages say so."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+from numapin.cli import _COMMANDS, _READ_THE_MACHINE, _guides, build_parser
+
+CLI = (REPO / "docs" / "cli.md").read_text()
+README = (REPO / "README.md").read_text()
+
+
+def _options() -> dict[str, set[str]]:
+    """Each command's options, as its parser has them."""
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return {name: {o for a in command._actions for o in a.option_strings}
+            for name, command in sub.choices.items()}  # type: ignore[union-attr]
+
+
+def test_the_command_table_lists_every_command_and_no_other() -> None:
+    table = re.findall(r"^\| \[`([a-z]+)`\]\(#\1\) \|", CLI, re.M)
+    assert table == list(_COMMANDS), set(table) ^ set(_COMMANDS)
+
+
+def test_the_commands_said_to_read_a_machine_are_those_that_take_machine_and_root() -> None:
+    options = _options()
+    taking = {name for name, opts in options.items() if "--machine" in opts}
+    assert taking == {name for name, opts in options.items() if "--root" in opts}
+    assert set(_READ_THE_MACHINE) == taking  # what `numapin --help` says
+    for page, text in (("README.md", README), ("docs/cli.md", CLI)):
+        said = re.search(r"The commands that read the machine — ([^—]+) —", text.replace("\n", " "))
+        assert said is not None, f"{page} no longer says which commands take --machine"
+        assert set(re.findall(r"`([a-z]+)`", said.group(1))) == taking, page
+
+
+def test_the_metrics_table_is_what_the_exporter_serves() -> None:
+    from numapin.tools.exporter import OWN_METRICS
+    from numapin.tools.prometheus import METRICS
+
+    rows = [line.split("|")[1] for line in CLI.splitlines() if line.startswith("| `numapin_")]
+    documented = {name for cell in rows for name in re.findall(r"`(numapin_[a-z_]+)`", cell)}
+    assert documented == set(METRICS) | set(OWN_METRICS), documented ^ (set(METRICS) | set(OWN_METRICS))
+
+
+def test_the_quick_suites_time_is_stated_once_in_readme() -> None:
+    stated = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for line in page.read_text().splitlines():
+            if re.search(r"quick", line, re.I) and re.search(r"\b\d+\s*(?:<!--[^>]*-->\s*)?s\b", line):
+                stated.append(page.name)
+    assert stated == ["README.md"], stated
+
+
+def test_plain_numapin_prints_the_help() -> None:
+    done = subprocess.run([sys.executable, "-m", "numapin"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("usage: numapin") and all(name in done.stdout for name in _COMMANDS)
+
+
+def test_the_guides_path_is_copied_whole_from_a_narrow_terminal() -> None:
+    for columns in ("30", "80"):
+        done = subprocess.run([sys.executable, "-m", "numapin", "--help"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ, "COLUMNS": columns})
+        lines = done.stdout.splitlines()
+        at = lines.index("Guides:")
+        assert lines[at + 1].strip() == _guides(), lines[at:]
