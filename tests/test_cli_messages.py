@@ -387,3 +387,28 @@ def test_threads_says_when_a_small_processs_memory_is_not_judged() -> None:
         small.kill()
         small.wait()
     assert "of its own memory outside" in text and "(not judged: under 32 MiB of its own memory)" in text, text
+
+
+def test_ps_fits_100_columns_by_default_and_gives_every_column_when_wide(pair_root: Path, tmp_path: Path) -> None:
+    import os
+
+    import live
+
+    # A worker as wide as a row gets: the longest name a process has, misplaced by its threads, kept drifting.
+    code = ("import time, numapin; open('/proc/self/comm', 'w').write('fifteen-letters'); numapin.pin(0); "
+            "print('ready', flush=True); time.sleep(60)")
+    env = live.without_inputs(dict(os.environ)) | {"NUMAPIN_FSROOT": str(pair_root),
+                                                   "NUMAPIN_RUNTIME_DIR": str(tmp_path / "records")}
+    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert worker.stdout is not None and worker.stdout.readline() == "ready\n"
+        os.sched_setaffinity(worker.pid, live.NODE1)
+        narrow = _numapin("ps", str(worker.pid), env=env).stdout.splitlines()
+        wide = _numapin("ps", "--wide", str(worker.pid), env=env).stdout.splitlines()
+    finally:
+        worker.kill()
+        worker.wait()
+    rows = narrow[:2]
+    assert rows[0].split()[:2] == ["pid", "name"] and "fifteen-letters" in rows[1] and "misplaced" in rows[1], narrow
+    assert max(len(line) for line in rows) <= 100, rows
+    assert "expected" in wide[0] and "seen by" in wide[0] and "rank" in wide[0], wide

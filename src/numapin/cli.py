@@ -597,12 +597,24 @@ def cmd_ps(args: argparse.Namespace) -> int:
                           "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
                          indent=2))
     else:
-        header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
-                  "drift", "seen by", "verdict"]
-        rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.where or "-", w.placed_by,
-                 "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
-                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
-                 w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]
+        from .tools.prometheus import placed_by_label
+
+        if args.wide:
+            header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
+                      "drift", "seen by", "verdict"]
+            rows = [[str(w.pid), w.name, _dash(w.rank), _dash(w.gpu), w.where or "-", w.placed_by,
+                     "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
+                     "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
+                     w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]
+        else:  # within 100 columns: who placed it in one word, the threads outside of all, drift where there is any
+            header = ["pid", "name", "gpu", "pci", "placed by", "outside", "remote", "verdict"]
+            rows = [[str(w.pid), w.name, _dash(w.gpu), w.where or "-", placed_by_label(w.placed_by),
+                     f"{w.outside} of {w.threads}", "-" if w.remote is None else f"{100 * w.remote:.1f}%",
+                     w.verdict_words + (" (candidate)" if w.candidate else "")] for w in found.workers]
+            if any(w.drift for w in found.workers):
+                header.insert(6, "drift")
+                for row, w in zip(rows, found.workers, strict=True):
+                    row.insert(6, w.drift_words)
         if any(w.pod is not None for w in found.workers):  # a column only where a worker runs in a pod
             header.insert(2, "pod")
             for row, w in zip(rows, found.workers, strict=True):
@@ -617,7 +629,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
                     print(f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})")
             if w.kubelet:
                 print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
-        if found.workers:
+        if found.workers and args.wide:
             print("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's variables); "
                   "pci: the GPU itself")
         if found.pod_names and found.pod_names.startswith("stale: "):
@@ -1120,6 +1132,10 @@ def _ps_args(ps: argparse.ArgumentParser) -> None:
                     help="list the candidates too: processes known only from their environment (never counted)")
     _add_remote_bound(ps)
     _add_pod_resources(ps)
+    ps.add_argument("--wide", action="store_true",
+                    help="every column (rank, expected CPUs, threads, drift, what it was seen by, who placed it in "
+                         "words), past 100 columns; the default fits 100: gpu is the GPU's index in each process's "
+                         "own view, pci the GPU itself")
     ps.add_argument("--json", action="store_true",
                     help="one JSON object: every worker, the count misplaced, and the tally by verdict")
     ps.add_argument("--prometheus", action="store_true",

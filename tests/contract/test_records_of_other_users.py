@@ -132,8 +132,8 @@ LABELS = {
     "pci": re.compile(r"|unknown|[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"),
     "gpu": re.compile(r"|[0-9]+"), "rank": re.compile(r"|[0-9]+"), "pid": re.compile(r"[0-9]+"),
     "verdict": re.compile(r"ok|misplaced|unknown|unreadable"),
-    "placed_by": re.compile(r"exec|autopin|pin|lease|compat|nobody|someone else|unknown"
-                            r"|inherited from [0-9]+ \((exec|autopin|pin|lease|compat)\)"),
+    "placed_by": re.compile(r"exec|autopin|pin|lease|compat|moved|inherited|nobody|other"),
+    "kind": re.compile(r"anon|shmem|huge|file"), "node": re.compile(r"[0-9]+"),
     "name": re.compile(r"[^\x00-\x1f\x7f]*"),
 }
 _SAMPLE = re.compile(r'([a-z_]+)(?:\{(.*)\})? (\S+)')

@@ -159,7 +159,9 @@ def test_gpus_sharing_a_node_in_mode_node(machine_root: Callable[[str], Path]) -
     root = machine_root("dgx-h100")
     balance(root, 0)
     env = {"OMP_NUM_THREADS": "1"}
-    assert ids(diagnose(env, gpu=0, root=root)) == ["shared-node"]
+    found = diagnose(env, gpu=0, root=root)
+    assert ids(found) == ["shared-node"] and found.exit_code == 0  # the default mode: said, not a warning
+    assert "each rank's share is 28" in found.findings[0].sees
     assert ids(diagnose(env, gpu=0, root=root, mode="exclusive")) == []
 
 

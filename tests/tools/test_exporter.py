@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import signal
 import socket
 import struct
@@ -308,3 +309,35 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
     finally:
         stopped.set()
         thread.join(timeout=30)
+
+
+# -- the operator's series ------------------------------------------------------------------------
+
+
+def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_closed_word(
+        pair_root: Path, records: Path) -> None:
+    from numapin.facts.machine import cached
+    from numapin.tools.prometheus import PLACED_BY
+
+    gpus = [v.gpu.pci for v in cached(str(pair_root), {}).visible]
+    env = live.without_inputs(dict(os.environ)) | {RUNTIME_DIR: str(records), "NUMAPIN_FSROOT": str(pair_root)}
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", "0", "--memory", "none", "--", sys.executable, "-c", WORKER],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        placed = _series(subprocess.run([*NUMAPIN, "ps", "--prometheus"], capture_output=True, text=True,
+                                        timeout=60, env=env).stdout)
+        os.sched_setaffinity(proc.pid, live.NODE1)  # its main thread moved to GPU 1's node by someone else
+        moved = _series(subprocess.run([*NUMAPIN, "ps", "--prometheus"], capture_output=True, text=True,
+                                       timeout=60, env=env).stdout)
+    finally:
+        proc.kill()
+        proc.wait()
+    for pci, count in zip(gpus, (1, 0), strict=True):
+        assert placed[f'numapin_gpu_workers{{pci="{pci}"}}'] == str(count), placed
+        assert placed[f'numapin_gpu_workers_misplaced{{pci="{pci}"}}'] == "0"
+    assert moved[f'numapin_gpu_workers_misplaced{{pci="{gpus[0]}"}}'] == "1"
+    assert moved[f'numapin_gpu_threads_outside{{pci="{gpus[0]}"}}'] == "1"
+    said = [(s, v) for s, v in {**placed, **moved}.items() if s.startswith("numapin_worker{")]
+    words = sorted({re.search(r'placed_by="([^"]*)"', s).group(1) for s, _ in said})  # type: ignore[union-attr]
+    assert words == ["exec", "moved"] and set(words) <= set(PLACED_BY), said

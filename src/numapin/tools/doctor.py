@@ -386,11 +386,17 @@ def _machine(facts: Facts, host: Host, placement: Placement | None, env: Mapping
             "allow the node in the container's cpuset.mems"))
     sharing = [g.pci for g in gpus if g.node == placement.node]
     if str(mode) == PlacementMode.NODE.value and len(sharing) > 1:
+        # Information, not a warning: node is the default, as PyTorch's own binding recommends it ("if in doubt")
+        # and as TensorRT-LLM's, NeMo's and vLLM's binders place (each GPU's whole node); exclusive is a choice to
+        # measure, not a fix of a mistake.
+        _, share = rank_share(facts, placement)
         found.append(Finding(
-            "shared-node", "warning", f"{len(sharing)} visible GPUs on node {placement.node} and mode node",
-            "their workers all get the whole node and compete for the same CPUs (numapin exec sizes each one's "
-            "thread pools to its share, but the scheduler still moves their threads among all of them)",
-            "use --mode exclusive (each GPU its share of the node's cores, its threads kept there)"))
+            "shared-node", "info", f"{len(sharing)} visible GPUs on node {placement.node} share its "
+            f"{len(placement.workers)} CPUs (mode node, the default): each rank's share is {share}",
+            "each rank's threads may run on all of them: numapin exec sizes each one's thread pools to its share, "
+            "and the scheduler moves threads among the node's CPUs as load comes and goes",
+            "where the ranks' CPU work contends (busy data loaders, CPU-side preprocessing), try --mode exclusive "
+            "(each rank its own share of the node's cores) and measure both: numapin ab -- COMMAND"))
     return found
 
 
@@ -721,7 +727,8 @@ def _thread_pools(env: Mapping[str, str], facts: Facts, placement: Placement, pi
         found.append(Finding(
             "thread-pool-default", "warning",
             f"OMP_NUM_THREADS is unset: thread pools size themselves to the machine ({len(facts.topology.online)} "
-            f"CPUs), the placement has {cpus}",
+            f"CPUs), the placement has {len(placement.workers)}" + (f", the rank's share of them {cpus}"
+                                                                   if sharing > 1 else ""),
             "more threads than CPUs to run on (MKL and OpenBLAS fall back to OMP_NUM_THREADS too)",
             f"export OMP_NUM_THREADS={cpus}, or start the worker with numapin exec (--threads auto)"))
     if pid is not None and status is not None:

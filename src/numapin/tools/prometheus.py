@@ -16,7 +16,7 @@ from __future__ import annotations
 from ..base.text import printable
 from .ps import Survey, Verdict, Worker
 
-__all__ = ["METRICS", "TEXTFILE", "exposition", "write_textfile"]
+__all__ = ["METRICS", "PLACED_BY", "TEXTFILE", "exposition", "placed_by_label", "write_textfile"]
 
 #: The file ``--textfile DIR`` writes (node_exporter reads every ``*.prom`` of its folder).
 TEXTFILE = "numapin.prom"
@@ -42,6 +42,11 @@ METRICS = {
     "numapin_worker_host_memory_elsewhere": ("gauge", "1 when the worker's shared memory, or a host buffer it "
                                                       "declared, lies mostly off its GPU's node (or off the node it "
                                                       "was made for), else 0."),
+    "numapin_gpu_workers": ("gauge", "GPU worker processes on this GPU (by its PCI address; 0: none), of every "
+                                     "verdict."),
+    "numapin_gpu_workers_misplaced": ("gauge", "GPU worker processes on this GPU that are misplaced (threads or "
+                                               "memory)."),
+    "numapin_gpu_threads_outside": ("gauge", "Threads of this GPU's workers running outside their placements' CPUs."),
     "numapin_workers": ("gauge", "GPU worker processes found on this host."),
     "numapin_workers_misplaced": ("gauge", "GPU worker processes on this host that are misplaced (threads or "
                                            "memory)."),
@@ -49,6 +54,21 @@ METRICS = {
                                           "files are for their owner or root), any of which may be a GPU worker; "
                                           "0 when it runs as root."),
 }
+
+
+#: What ``placed_by`` says on the series: a closed set (the words of ``ps`` name a parent's pid, which would make
+#: a new series at every restart).
+PLACED_BY = ("exec", "autopin", "pin", "lease", "compat", "moved", "inherited", "nobody", "other")
+
+
+def placed_by_label(words: str | None) -> str:
+    """``ps``'s words for who placed a worker, as one of :data:`PLACED_BY`."""
+    text = words or ""
+    if text.startswith("inherited from "):
+        return "inherited"
+    if ", since moved" in text:
+        return "moved"
+    return text if text in PLACED_BY else "other"
 
 
 def _value(text: object) -> str:
@@ -79,7 +99,7 @@ def exposition(found: Survey) -> str:
         series[metric].append(f"{metric}{_labels(labels) if labels else ''} {_number(value)}")
 
     for w in found.counted:
-        add("numapin_worker", w, 1, name=w.name, placed_by=w.placed_by, verdict=str(w.verdict))
+        add("numapin_worker", w, 1, name=w.name, placed_by=placed_by_label(w.placed_by), verdict=str(w.verdict))
         if w.verdict in (Verdict.OK, Verdict.MISPLACED):
             add("numapin_worker_threads", w, w.threads)
             add("numapin_worker_threads_outside", w, w.outside)
@@ -96,6 +116,16 @@ def exposition(found: Survey) -> str:
                     add("numapin_worker_host_memory_bytes", w, size, kind=kind, node=node)
             away = bool(w.host_memory["shared_elsewhere"] or w.host_memory["buffers_elsewhere"])
             add("numapin_worker_host_memory_elsewhere", w, int(away))
+    for pci in sorted({*found.gpus, *(w.pci for w in found.counted if w.pci)}):
+        # Keyed by the GPU alone (as DCGM's exporter keys its series): stable across the workers' restarts.
+        on = [w for w in found.counted if w.pci == pci]
+        series["numapin_gpu_workers"].append(f'numapin_gpu_workers{{pci="{_value(pci)}"}} {len(on)}')
+        series["numapin_gpu_workers_misplaced"].append(
+            f'numapin_gpu_workers_misplaced{{pci="{_value(pci)}"}} '
+            f"{sum(w.verdict is Verdict.MISPLACED for w in on)}")
+        series["numapin_gpu_threads_outside"].append(
+            f'numapin_gpu_threads_outside{{pci="{_value(pci)}"}} '
+            f"{sum(w.outside for w in on if w.verdict in (Verdict.OK, Verdict.MISPLACED))}")
     add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
     add("numapin_processes_unseen", None, found.unseen)

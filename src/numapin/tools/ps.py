@@ -129,6 +129,9 @@ class Survey:
     """Processes of other users this user could not look into (their open files and environment are for their
     owner or root), or this user's own in another namespace whose root it may not open: any of them may be a GPU
     worker. Always 0 for root, but for other PID namespaces' processes."""
+    gpus: tuple[str, ...] = ()
+    """The PCI addresses of the host's GPUs, where the scan was of the whole host (the exporter's per-GPU series
+    count a GPU without a worker as 0); empty for a scan of chosen processes."""
     pod_names: str | None = None
     """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one; or,
     beginning ``stale:``, that they are the kubelet's last answer, which did not come now."""
@@ -267,7 +270,8 @@ def survey(
     unnamed = None
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, machine)
-    return Survey(tuple(found), unseen, unnamed)
+    gpus = () if asked else tuple(g.pci for g in machine().inventory.gpus if g.pci)
+    return Survey(tuple(found), unseen, gpus, unnamed)
 
 
 def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
