@@ -358,6 +358,8 @@ def test_ps_on_a_rehearsal_machine_does_not_blame_someone_else() -> None:
         child.wait()
     workers = json.loads(proc.stdout)["workers"]
     assert [w["placed_by"] for w in workers] == ["nobody"], workers
+    said = _numapin("ps", "--machine", "dgx-h100").stdout
+    assert "machine: dgx-h100 is a rehearsal" in said, said  # visible, not a silent change
 
 
 # -- fail-open outcomes say so where the user looks ------------------------------------------

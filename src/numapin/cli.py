@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .facts.network import RankNic
     from .placement.modes import Placement
     from .tools.ab.runs import Variant
+    from .tools.ps import Survey
 
 #: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
 MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "mi300x", "mi300x-cpx", "pair")
@@ -576,9 +577,18 @@ def cmd_ps(args: argparse.Namespace) -> int:
                                         ("--textfile", args.textfile is not None)) if given]
     if len(formats) > 1:
         raise CliError(f"{' and '.join(formats)} are formats of the same listing: give one")
+    quiet = _picture_to_stdout(args)
+    if quiet and formats:
+        raise CliError(f"{formats[0]} and a picture to standard output: give the picture a file")
     with _root(args) as root:
         found = survey(args.pids or None, root=root, max_remote=args.max_remote_memory / 100,
-                       candidates=args.all, pod_resources=args.pod_resources or None)
+                       candidates=args.all, pod_resources=args.pod_resources or None,
+                       every_gpu=args.prometheus or args.textfile is not None)
+        if args.svg or args.html:
+            _live_pictures(args, root, found)
+        rehearsal = _rehearsal(args.machine, root)
+    if quiet:
+        return found.exit_code
     if args.textfile is not None:
         from .tools.prometheus import exposition, write_textfile
 
@@ -636,6 +646,8 @@ def cmd_ps(args: argparse.Namespace) -> int:
             print(f"pod: names from {found.pod_names.removeprefix('stale: ')}")
         elif found.pod_names:
             print(f"pod: named by UID and container id only: {found.pod_names}")
+        if rehearsal:  # said, so that the listing is not taken for this host's own verdicts
+            print(rehearsal)
         print(_tally(found.tally(), len(found.counted)))
         if found.unseen:
             unseen = counted(found.unseen, "process", "processes")
@@ -644,6 +656,43 @@ def cmd_ps(args: argparse.Namespace) -> int:
                    "root; run as root to see every one")
             print(f"not looked into: {unseen} of other users, any of which may be a GPU worker ({why})")
     return found.exit_code
+
+
+def _rehearsal(machine: str | None, root: str | None) -> str | None:
+    """A line saying that --machine NAME is not this host (its CPUs are not this host's), or None."""
+    if not machine:
+        return None
+    from .facts.machine import cached, this_host_cpus
+
+    cpus, here = cached(root, {}).topology.online, this_host_cpus()
+    if cpus <= here:
+        return None
+    return (f"machine: {machine} is a rehearsal (its CPUs {cpus}; this host's {here}): this host's processes "
+            "judged as if they ran there, by their records and environment")
+
+
+def _live_pictures(args: argparse.Namespace, root: str | None, found: Survey) -> None:
+    """--svg and --html of ps: the live host, each worker in its colour where it should run, what strays outlined."""
+    import socket
+
+    from .facts.machine import cached
+    from .tools import picture
+
+    facts = cached(root, {})  # every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them
+    live = []
+    for w in found.counted:
+        if w.expected is None:
+            continue  # nothing says where it should be: the table says so, the picture has no place for it
+        mine: dict[int, int] = {}
+        for nodes in (w.host_memory or {}).get("by_kind", {}).values():
+            for node, size in nodes.items():
+                mine[int(node)] = mine.get(int(node), 0) + size
+        live.append(picture.LiveWorker(w.pid, w.name, w.expected, w.verdict_words, w.threads, w.outside,
+                                       w.outside_cpus or CpuSet(), tuple(sorted(mine.items()))))
+    from .base.text import counted
+
+    title = f"numapin ps · {socket.gethostname()} · {counted(len(live), 'GPU worker')}"
+    _write_pictures(args, lambda: picture.svg(facts, (), title, live), lambda: picture.html(facts, (), title, live))
 
 
 def cmd_exporter(args: argparse.Namespace) -> int:
@@ -712,10 +761,16 @@ def cmd_ab(args: argparse.Namespace) -> int:
         variants = [replace(v, options=(*v.options, *target)) if v.options else v for v in variants]
     design = Design(args.rounds, args.warmup, args.until_clear, args.max_time, args.timeout, args.seed)
 
+    from .tools.progress import Bar
+
+    # A bar on a terminal; nothing per run otherwise (a log wants the table, and the table says each loss).
+    bar, total, done = Bar(sys.stderr, "numapin ab"), (design.warmup + design.rounds) * len(variants), [0]
+
     def said(run: Run) -> None:
+        done[0] += 1
         shown = f"{run.value:.6g}" if run.value is not None else run.status.value
         stage = "warm-up" if run.round < 0 else f"round {run.round + 1}/{design.rounds}"
-        print(f"numapin ab: {stage}: {run.variant}: {shown}", file=sys.stderr, flush=True)
+        bar.update(done[0] / total, f"{done[0]}/{total} runs · {stage} · {run.variant}: {shown}")
 
     allowed = str(CpuSet(os.sched_getaffinity(0)))
     import signal
@@ -728,6 +783,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
                                    clear=lambda found: clear(found, variants, design, baseline), stop=stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    bar.close()
     report = analyse(runs, command, variants, metric, design, baseline, interrupted=interrupted)
     from .pinning import record
 
@@ -1140,6 +1196,12 @@ def _ps_args(ps: argparse.ArgumentParser) -> None:
                     help="one JSON object: every worker, the count misplaced, and the tally by verdict")
     ps.add_argument("--prometheus", action="store_true",
                     help="Prometheus text exposition format on standard output")
+    ps.add_argument("--svg", metavar="FILE", type=_picture_file(".svg"),
+                    help="also draw the live host as SVG into FILE (- for standard output, instead of the table): "
+                         "each GPU and its workers, each worker's CPUs in its colour, CPUs running a thread outside "
+                         "its placement outlined, its memory by node")
+    ps.add_argument("--html", metavar="FILE", type=_picture_file(".html", ".htm"),
+                    help="the same picture in a self-contained HTML page, with hover text per CPU (- as for --svg)")
     ps.add_argument("--textfile", metavar="DIR",
                     help="write DIR/numapin.prom for node_exporter's textfile collector, replaced whole (a reader "
                          "sees the old file or the new one, never half); exit 0 unless the scan or the write "

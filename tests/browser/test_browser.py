@@ -11,7 +11,7 @@ import png
 import pytest
 
 import needs
-from numapin.tools.picture import PALETTE
+from numapin.tools.picture import PALETTE, STRAY
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 #: Chromium headless, as root in a closed network: no sandbox, no background connections.
@@ -150,3 +150,43 @@ def test_every_label_of_the_ab_picture_stays_on_the_page(tmp_path: Path) -> None
     out, texts = re.search(r'data-out="([^"]*)"', dom), re.search(r'data-texts="(\d+)"', dom)
     assert out and texts and int(texts.group(1)) > 6, "the measuring script did not run"
     assert json.loads(html.unescape(out.group(1))) == [], "a label runs past the picture's right edge"
+
+
+def test_the_live_picture_shows_each_worker_and_where_one_strays(tmp_path: Path) -> None:
+    # numapin ps --html on the live host seen as two GPUs (this host's CPUs as two nodes): two workers, the second
+    # moved onto the first one's node by someone else. Rendered: both workers' colours and the stray outline.
+    import os
+
+    import live
+
+    if not live.NODE0 or not live.NODE1:
+        pytest.skip(f"needs allowed CPUs on both halves of the machine (allowed: {live.BASELINE})")
+    chromium = browser()
+    root = live.write_pair(tmp_path / "root")
+    env = live.without_inputs(dict(os.environ)) | {"NUMAPIN_FSROOT": str(root),
+                                                   "NUMAPIN_RUNTIME_DIR": str(tmp_path / "records")}
+    worker = "import time; print('ready', flush=True); time.sleep(60)"
+    started = [subprocess.Popen([*NUMAPIN, "exec", "--gpu", str(gpu), "--memory", "none", "--", sys.executable, "-c",
+                                 worker], stdout=subprocess.PIPE, text=True, env=env) for gpu in (0, 1)]
+    page = tmp_path / "live.html"
+    try:
+        for proc in started:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.sched_setaffinity(started[1].pid, live.NODE0)
+        subprocess.run([*NUMAPIN, "ps", "--html", str(page), *(str(p.pid) for p in started)], capture_output=True,
+                       timeout=60, env=env)
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    shot = tmp_path / "live.png"
+    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1100,460",
+                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
+    _, _, found = png.pixels(shot.read_bytes())
+    counts = Counter(found)
+    assert counts[(255, 255, 255)] < 0.97 * len(found), "the page rendered blank"
+    for colour in PALETTE[:2]:  # each worker's CPUs, its GPU's swatch and its legend line
+        assert counts[rgb(colour)] > 200, f"{colour}: a worker missing from the live picture"
+    assert counts[rgb(STRAY)] > 20, "the CPU the moved worker strays to is not outlined"
+    text = page.read_text()
+    assert "misplaced (threads)" in text and f"pid {started[1].pid}" in text

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import live
-from conftest import in_child
+from conftest import Python, in_child
 from numapin.compat.numactl_front import ensure_front, front_folder
 
 
@@ -107,3 +107,24 @@ def test_the_front_is_written_where_a_script_may_run_even_in_a_cache_not_made_ye
         assert run.returncode == 0 and run.stdout.startswith("policy: "), run.stderr
     finally:
         subprocess.run(["umount", str(noexec)], capture_output=True)
+
+
+def test_the_front_is_removed_with_the_job_that_put_it_there_unless_a_process_still_needs_it(
+        tmp_path: Path, private_tmp: Path, python: Python) -> None:
+    runtime = private_tmp  # a runtime folder only this user and root may change, as a session's is
+    env = {"PATH": str(tmp_path / "empty"), "NUMAPIN_PATCH": "vllm", "XDG_RUNTIME_DIR": str(runtime)}
+    # The job's first process puts the front on PATH, runs numactl through it, and exits: the front goes with it.
+    alone = python("-c", "import os, subprocess; print(os.environ['PATH'].split(':')[0]); "
+                   "subprocess.run(['numactl', '--show'], check=True, stdout=subprocess.DEVNULL)", **env)
+    assert alone.returncode == 0, alone.stderr
+    folder = Path(alone.stdout.strip())
+    assert folder.is_relative_to(runtime) and not folder.exists(), folder
+    # A worker it started still has it on PATH when it exits: the front stays for that worker.
+    held = python("-c", "import os, subprocess; print(os.environ['PATH'].split(':')[0], flush=True); "
+                  "subprocess.Popen(['/bin/sleep', '30'], start_new_session=True, stdout=subprocess.DEVNULL, "
+                  "stderr=subprocess.DEVNULL)", **env)
+    folder = Path(held.stdout.strip())
+    try:
+        assert held.returncode == 0 and (folder / "numactl").exists(), held.stderr
+    finally:
+        subprocess.run(["pkill", "-f", "^/bin/sleep 30$"], check=False)

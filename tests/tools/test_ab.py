@@ -206,7 +206,7 @@ def test_the_table_the_picture_and_the_page(env: dict[str, str], tmp_path: Path)
     assert drawing.count("<circle") == 6, "one dot per run"
     html = page.read_text()
     assert "<svg" in html and "numapin ab: true" in html and html.count("<circle") == 6
-    assert "numapin ab: round 1/3: " in result.stderr, "each run said as it ends"
+    assert result.stderr == "", "no terminal: nothing per run (the table says each loss)"
 
 
 def test_a_run_that_lives_past_a_second_is_judged_where_it_ran(env: dict[str, str]) -> None:
@@ -254,3 +254,29 @@ def test_the_default_variants_are_the_hosts_and_take_the_gpu_asked_for(env: dict
     assert options["none"] == [] and report["baseline"] == "none", "the baseline places nothing"
     assert options["node-bind"] == ["--mode", "node", "--memory", "bind", "--gpu", "0"]
     assert options["fastest"][-4:] == ["--cores", "fastest", "--gpu", "0"]
+
+
+def test_on_a_terminal_the_runs_show_as_one_progress_line(env: dict[str, str]) -> None:
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([*NUMAPIN, "ab", "--variant", "a=", "--variant", "b=", "--rounds", "2", "--warmup",
+                                 "0", "--", "true"], env=env, stdout=subprocess.PIPE, stderr=follower, text=True)
+        out, _ = proc.communicate(timeout=300)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the terminal's other end is closed: all read
+                break
+            if not chunk:
+                break
+            said += chunk
+    finally:
+        os.close(leader)
+    text = said.decode()
+    assert proc.returncode == 0 and "variant" in out, out
+    assert "\n" not in text.strip("\r\n ") and "numapin ab [" in text and "4/4 runs" in text, repr(text)
+    assert text.endswith("\r"), "the line is cleared before the table"

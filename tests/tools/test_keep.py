@@ -146,6 +146,16 @@ def test_numapin_keep_watches_a_process_it_did_not_start(env: dict[str, str]) ->
             keeper.communicate()
 
 
+def test_numapin_keep_says_at_start_what_had_moved_before_it_came(env: dict[str, str]) -> None:
+    with program(env) as (proc, _):
+        os.sched_setaffinity(proc.pid, NODE1)  # moved before any keeper looks
+        done = run(["keep", str(proc.pid), "--period", "0.05", "--looks", "2"], env)
+    assert done.returncode == 0, done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith(f"numapin keep: {proc.pid}: 1 of 1 threads were already off its placement (CPUs "
+                            f"{cpus(NODE0)})") and "only what moves from now on is drift" in first, done.stderr
+
+
 def test_numapin_keep_ends_when_its_processes_do(env: dict[str, str]) -> None:
     with program(env) as (proc, _):
         keeper = subprocess.Popen([*NUMAPIN, "keep", str(proc.pid), "--period", "0.05"], env=env,

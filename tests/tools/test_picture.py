@@ -172,3 +172,43 @@ def test_the_machine_picture_has_a_legend_and_no_blank_cell(tmp_path: Path) -> N
     texts = ["".join(e.itertext()) for e in root.iter(f"{SVG}text")]
     assert "legend" in texts and any(t.startswith("a CPU, its number inside") for t in texts)
     assert {int(t) for _, _, t in _ids(root)} == set(cpu_cells(root))
+
+
+# -- the live host: ps --svg ----------------------------------------------------------------------
+
+
+def test_the_live_picture_puts_each_worker_where_it_should_run_and_outlines_where_it_strays(
+        pair_root: Path, tmp_path: Path) -> None:
+    import os
+
+    import live
+
+    env = live.without_inputs(dict(os.environ)) | {"NUMAPIN_FSROOT": str(pair_root),
+                                                   "NUMAPIN_RUNTIME_DIR": str(tmp_path / "records")}
+    worker = "import time; print('ready', flush=True); time.sleep(60)"
+    started = [subprocess.Popen([*NUMAPIN, "exec", "--gpu", str(gpu), "--memory", "none", "--", sys.executable, "-c",
+                                 worker], stdout=subprocess.PIPE, text=True, env=env) for gpu in (0, 1)]
+    try:
+        for proc in started:
+            assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.sched_setaffinity(started[1].pid, live.NODE0)  # GPU 1's worker moved onto GPU 0's node
+        out = tmp_path / "live.svg"
+        done = subprocess.run([*NUMAPIN, "ps", "--svg", str(out), *(str(p.pid) for p in started)],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 1 and "misplaced" in done.stdout, done.stdout + done.stderr
+        root = ET.parse(out).getroot()
+    finally:
+        for proc in started:
+            proc.kill()
+            proc.wait()
+    cells = cpu_cells(root)
+    ok, moved = (str(p.pid) for p in started)
+    # Each worker's colour on the CPUs it should run on: worker k (in ps's order) holds its GPU's node's CPUs.
+    assert {cpu for cpu, e in cells.items() if e.get("data-ranks") == "0"} == set(live.NODE0)
+    assert {cpu for cpu, e in cells.items() if e.get("data-ranks") == "1"} == set(live.NODE1)
+    assert {cpu for cpu, e in cells.items() if e.get("data-strays")} == set(live.NODE0)
+    assert all(e.get("data-strays") == moved for e in cells.values() if e.get("data-strays"))
+    gpus = {e.get("id"): "".join(e.itertext()) for e in root.iter(f"{SVG}g") if (e.get("id") or "").startswith("gpu")}
+    assert f"worker {ok}" in gpus["gpu-0"] and f"worker {moved}" in gpus["gpu-1"], gpus
+    legend = " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
+    assert f"pid {moved}" in legend and "misplaced (threads)" in legend and "may run on CPUs" in legend

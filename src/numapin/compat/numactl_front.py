@@ -127,11 +127,42 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
 
 
 def front_report(project: str) -> PatchReport:
-    """What ``NUMAPIN_PATCH=project`` did about numactl, as a patch report. Never raises."""
+    """What ``NUMAPIN_PATCH=project`` did about numactl, as a patch report. Never raises. The process that puts
+    the front on PATH (the job's first) removes it at its exit where no other process still has it on PATH."""
+    before = os.environ.get("PATH", "").split(os.pathsep)
     try:
         folder = ensure_front()
     except Exception as exc:  # a start-up hook never breaks the interpreter
         return PatchReport(f"{project}: numactl", refused=str(exc))
+    if folder is not None and folder not in before:
+        import atexit
+
+        atexit.register(_leave, folder)
     if folder is None:
         return PatchReport(f"{project}: numactl", refused="a numactl is installed: left to it")
     return PatchReport(f"{project}: numactl", replaced=(f"PATH ({folder}/numactl is numapin numactl)",))
+
+
+def _leave(folder: str) -> None:
+    """Remove the front in ``folder`` (and the folder) unless a live process of this user other than this one
+    still has it on PATH: a worker of the job that may yet run numactl. Never raises: one debug line."""
+    from ..facts import procfs
+
+    me, uid = os.getpid(), os.geteuid()
+    for pid in procfs.pids():
+        if pid == me:
+            continue
+        try:
+            if procfs.owner(pid) != uid:
+                continue
+            if folder in procfs.environ(pid).get("PATH", "").split(os.pathsep):
+                log.debug("numactl stand-in kept in %s: process %d still has it on PATH", folder, pid)
+                return
+        except Exception:  # gone, or not ours to read: it holds nothing of ours
+            continue
+    try:
+        with Folder.open(folder, {uid}) as checked:
+            checked.remove(NAME)
+        os.rmdir(folder)
+    except OSError as exc:
+        log.debug("numactl stand-in in %s not removed: %s", folder, exc)

@@ -223,6 +223,11 @@ class Keeper:
         self._born = {tid: born for tid, born in self._born.items() if tid in seen}
         self._settling = {}
 
+    def off_placement(self) -> tuple[int, int]:
+        """Of the threads the last look (or the start) saw, how many were off numapin's masks, and how many
+        there were: at the start, moves made before the keeper came, which it takes as they are."""
+        return sum(1 for _, ours in self._seen.values() if not ours), len(self._seen)
+
     def adopt(self, tid: int) -> None:
         """Count thread ``tid`` as one of numapin's, on the mask it has now."""
         self._seen[tid] = self._get(tid), True

@@ -85,16 +85,14 @@ def describe(report: dict[str, Any]) -> str:
 
 
 def _progress(size: int, stop: threading.Event, out: TextIO | None) -> None:
-    assert out is not None
+    from .progress import Bar
+
+    bar = Bar(out, f"filling {format_size(size)}")
     page = os.sysconf("SC_PAGE_SIZE")
     start = _resident(page)
     while not stop.wait(0.2):
-        done = min(1.0, max(0, _resident(page) - start) / size)
-        bar = "#" * int(30 * done)
-        out.write(f"\rfilling {format_size(size)} [{bar:<30}] {100 * done:3.0f}%")
-        out.flush()
-    out.write("\r" + " " * 60 + "\r")
-    out.flush()
+        bar.update(max(0, _resident(page) - start) / size)
+    bar.close()
 
 
 def _resident(page: int) -> int:

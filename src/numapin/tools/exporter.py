@@ -78,7 +78,7 @@ class Exporter:
         self.timeout = timeout
         self.errors = 0
         self._scan = scan or (lambda deadline: survey(root=root, max_remote=max_remote, deadline=deadline,
-                                                      pod_resources=pod_resources))
+                                                      pod_resources=pod_resources, every_gpu=True))
         self._one = threading.Lock()
         self._counting = threading.Lock()
 

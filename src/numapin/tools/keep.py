@@ -77,6 +77,12 @@ def keep_processes(pids: Sequence[int], facts: Facts, period: float, *, looks: i
     write = out or sys.stdout
     keepers = [keeper_of(pid, facts) for pid in dict.fromkeys(pids)]
     # Said once each is watched: what changes from now on is drift (a script may wait for this line).
+    for keeper in keepers:  # what moved before the keeper came is no drift it sees: said here, not silently taken
+        off, threads = keeper.off_placement()
+        if off:
+            print(f"numapin keep: {keeper.pid}: {off} of {threads} threads were already off its placement (CPUs "
+                  f"{keeper.record.target}) when the keeper started; they are left where they are, and only what "
+                  f"moves from now on is drift (numapin threads {keeper.pid} shows them)", file=sys.stderr)
     print(f"numapin keep: keeping {', '.join(str(k.pid) for k in keepers)} every {period:g} s", file=sys.stderr,
           flush=True)
     seen = made = 0

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from html import escape
 
-from ..base.text import format_size, plural
+from ..base.frozen import frozen, replace
+from ..base.text import counted, format_size, plural
 from ..cpuset import CpuSet
 from ..facts.machine import Facts
 from ..facts.network import Network, assign
@@ -39,7 +40,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["PALETTE", "fit", "html", "svg"]
+__all__ = ["PALETTE", "STRAY", "LiveWorker", "fit", "html", "svg"]
 
 #: Paul Tol's "muted" palette: nine colours for qualitative data that colour-blind readers tell apart
 #: (his pale grey for "no data" is left out: free CPUs are drawn in a grey of their own).
@@ -47,6 +48,9 @@ PALETTE = ("#CC6677", "#332288", "#DDCC77", "#117733", "#88CCEE", "#882255", "#4
 #: The palette's dark colours, on which a CPU's number is written in white.
 _DARK = frozenset({"#332288", "#117733", "#882255", "#AA4499"})
 FREE = "#F2F2F2"
+#: The outline of a CPU running a worker's thread outside its placement (Paul Tol's vibrant red).
+STRAY = "#CC3311"
+_STRAY_STYLE = f"fill:none;stroke:{STRAY};stroke-width:2;stroke-dasharray:3 1.5"
 _FONT = "font-family:sans-serif"
 _MAX_WIDTH = 1400  # cache groups wrap to the next row past this width; labels are cut to it
 _PAD = 6
@@ -99,11 +103,38 @@ class _Canvas:
                           f"{escape(words)}</text>")
 
 
-class _Plan:
-    """Which ranks hold each CPU, GPU and node, which CPUs are reserved, from the placements."""
+@frozen
+class LiveWorker:
+    """A worker as ``ps`` found it, for the picture of the live host: its placement (where it should be), the CPUs
+    its threads outside that placement may run on (their masks, less the placement's), and its own memory by
+    node."""
 
-    def __init__(self, plans: Sequence[Placement], network: Network) -> None:
+    pid: int
+    name: str
+    placement: Placement
+    verdict: str
+    threads: int
+    outside: int
+    outside_cpus: CpuSet
+    memory: tuple[tuple[int, int], ...] = ()
+    """Its own resident memory by node, bytes (empty where it was not read)."""
+
+
+class _Plan:
+    """Which ranks (or, for the live host, workers) hold each CPU, GPU and node, which CPUs are reserved, from
+    the placements; for the live host, which CPUs run a worker's threads outside its placement."""
+
+    def __init__(self, plans: Sequence[Placement], network: Network,
+                 live: Sequence[LiveWorker] = ()) -> None:
         self.plans = plans
+        self.live = live
+        #: The word for what a colour stands for: a rank of the plan, a worker (by its pid) of the live host.
+        self.noun = "worker" if live else "rank"
+        #: Each CPU running a thread of a worker outside its placement: the workers' colour keys.
+        self.strays: dict[int, list[int]] = {}
+        for i, w in enumerate(live):
+            for cpu in w.outside_cpus:
+                self.strays.setdefault(cpu, []).append(i)
         #: Each rank's NIC (None without a GPU or a NIC near it).
         self.nics = assign(network, [(p.rank, p.pci) for p in plans])
         self.ranks: dict[int, list[int]] = {}
@@ -120,8 +151,15 @@ class _Plan:
         self.shared = sorted({tuple(r) for r in self.ranks.values() if len(r) > 1})
 
     def rank(self, i: int) -> int:
+        """Plan ``i``'s colour key: its rank; a live worker's, its place in the list."""
         p = self.plans[i]
-        return i if p.rank is None else p.rank
+        return i if p.rank is None or self.live else p.rank
+
+    def named(self, keys: Sequence[int]) -> str:
+        """``ranks 0-3``, or ``workers 4242,4243`` (by pid) on the live host."""
+        if not self.live:
+            return f"{plural(len(keys), 'rank')} {_ranks(keys)}"
+        return f"{plural(len(keys), 'worker')} {','.join(str(self.live[k].pid) for k in keys)}"
 
     def on(self, cpus: CpuSet) -> list[int]:
         """The ranks whose placement holds any of ``cpus``."""
@@ -153,10 +191,14 @@ def _label(c: _Canvas, x: float, y: float, words: str, size: int = 12) -> float:
     return _text_width(words, size)
 
 
-def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, int, int]:
+def _draw(facts: Facts, plans: Sequence[Placement], title: str,
+          live: Sequence[LiveWorker] = ()) -> tuple[str, int, int]:
     t = facts.topology
     network = facts.network()
-    plan = _Plan(plans, network)
+    if live:  # a worker's GPU by the machine's index (its own is in its own view), found by its PCI address
+        index = {v.gpu.pci: v.index for v in facts.visible}
+        plans = [replace(w.placement, gpu=index.get(w.placement.pci or "", w.placement.gpu)) for w in live]
+    plan = _Plan(plans, network, live)
     cell = 14 if len(t.online) <= 256 else 9
     c = _Canvas()
     _bands(c, plan)
@@ -168,7 +210,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str) -> tuple[str, in
     for v in facts.visible:
         g = v.gpu
         ranks = plan.of_gpu.get(v.index, [])
-        who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+        who = f" · {plan.named(ranks)}" if ranks else ""
         label = f"GPU {v.index}{who} · {g.where} · {g.name}"
         nearest = network.nearest(g.pci)
         if nearest:
@@ -258,7 +300,7 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
         widest = max(widest, row_x - x)
     y = row_y + row_h + _PAD
     ranks = plan.on(cpus)
-    who = f" · {plural(len(ranks), 'rank')} {_ranks(ranks)}" if ranks else ""
+    who = f" · {plan.named(ranks)}" if ranks else ""
     label_width = _label(c, x + _PAD, top + 14, f"node {node_id} · CPUs {cpus} · {_size(node.memory_bytes)}{who}")
     widest = max(widest, label_width + _PAD)
     c.rect(x, top, widest + _PAD, y - top, "fill:none;stroke:#555;stroke-width:1", f' id="node-{node_id}"')
@@ -299,6 +341,9 @@ def _group(c: _Canvas, facts: Facts, plan: _Plan, cores: list[CpuSet], x: float,
         for j, cpu in enumerate(core):
             _cpu(c, t.core_of(cpu), t.node_of(cpu), plan, cpu, cx + j * cell, cy, cell)
         c.rect(cx - 0.5, cy - 0.5, len(core) * cell + 1, cell + 1, "fill:none;stroke:#444;stroke-width:0.8")
+        for j, cpu in enumerate(core):  # over the core's outline: a CPU a worker's thread strays to
+            if cpu in plan.strays:
+                c.rect(cx + j * cell + 1, cy + 1, cell - 2, cell - 2, _STRAY_STYLE, ' class="stray"')
 
 
 def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int, x: float, y: float,
@@ -308,11 +353,14 @@ def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int
     reserved = cpu in plan.reserved
     core_id = "?" if core is None else core.id
     node_id = "?" if node is None else node.id
-    who = "no rank" if not ranks else "rank " + ",".join(map(str, ranks))
-    hover = f"CPU {cpu} · core {core_id} · node {node_id} · {who}" + (" · reserved" if reserved else "")
+    who = f"no {plan.noun}" if not ranks else plan.named(ranks) if plan.live else "rank " + ",".join(map(str, ranks))
+    strays = plan.strays.get(cpu, [])
+    hover = f"CPU {cpu} · core {core_id} · node {node_id} · {who}" + (" · reserved" if reserved else "") + (
+        f" · threads of {plan.named(strays)} may run here, outside their placement" if strays else "")
     stroke = "stroke:#000;stroke-width:2.5" if reserved else "stroke:#FFFFFF;stroke-width:0.5"
     extra = (f' id="cpu-{cpu}" class="cpu" data-cpu="{cpu}" data-core="{core_id}" data-node="{node_id}"'
-             f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else ""))
+             f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else "")
+             + (f' data-strays="{",".join(str(plan.live[k].pid) for k in strays)}"' if strays else ""))
     c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{escape(hover)}</title>")
     # The CPU's number, so that a reader finds CPU 57 (the rank is the colour, the legend and the hover), in the
     # largest size that fits the cell; where none does (a 1024-CPU machine's small cells), the hover says it.
@@ -341,6 +389,16 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
     for i, p in enumerate(plan.plans):
         rank = plan.rank(i)
         c.rect(_PAD, y, 14, 14, f"fill:{_colour(rank)};stroke:#333", f' class="swatch" data-rank="{rank}"')
+        if plan.live:
+            w = plan.live[i]
+            words = (f"pid {w.pid} {w.name} → GPU {p.gpu} ({p.where}) · should run on CPUs {p.workers} · "
+                     f"{w.outside} of {counted(w.threads, 'thread')} outside" + (
+                         f" (may run on CPUs {w.outside_cpus})" if w.outside_cpus else "")
+                     + (" · memory " + ", ".join(f"node {n} {format_size(b)}" for n, b in w.memory)
+                        if w.memory else "") + f" · {w.verdict}")
+            width = max(width, x + _label(c, x, y + 12, words))
+            y += 20
+            continue
         words = (f"rank {rank} → GPU {p.gpu} ({p.where}) · CPUs {p.workers} · memory "
                  f"{plural(len(p.mems), 'node')} {p.mems}")
         if p.reserved:
@@ -353,7 +411,14 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
     if plan.shared:
         ranks = plan.shared[0]
         c.rect(_PAD, y, 14, 14, f"fill:url(#{_bands_id(ranks)});stroke:#333")
-        width = max(width, x + _label(c, x, y + 12, "a CPU several ranks share: a band of each one's colour"))
+        words = f"a CPU several {plan.noun}s share: a band of each one's colour"
+        width = max(width, x + _label(c, x, y + 12, words))
+        y += 20
+    if plan.strays:
+        c.rect(_PAD, y, 14, 14, f"fill:{FREE}")
+        c.rect(_PAD + 1, y + 1, 12, 12, _STRAY_STYLE)
+        words = "dashed red border: a CPU a worker's thread may run on outside its placement (its mask)"
+        width = max(width, x + _label(c, x, y + 12, words))
         y += 20
     if plan.reserved:
         c.rect(_PAD, y, 14, 14, f"fill:{FREE};stroke:#000;stroke-width:2.5")
@@ -363,17 +428,21 @@ def _legend(c: _Canvas, plan: _Plan, y: float) -> tuple[float, float]:
     return y + 2, width
 
 
-def svg(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin") -> str:
-    """The picture as a standalone SVG document."""
-    body, width, height = _draw(facts, plans, title)
+def svg(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin",
+        live: Sequence[LiveWorker] = ()) -> str:
+    """The picture as a standalone SVG document: of the machine and a plan's placements, or, with ``live``, of the
+    live host's workers (each in its colour where it should run, CPUs running a thread outside its placement
+    outlined)."""
+    body, width, height = _draw(facts, plans, title, live)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">\n'
             f'<rect x="0" y="0" width="{width}" height="{height}" style="fill:#FFFFFF"/>\n{body}\n</svg>\n')
 
 
-def html(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin") -> str:
+def html(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin",
+         live: Sequence[LiveWorker] = ()) -> str:
     """The picture in a self-contained HTML page (inline SVG, no script: hover shows each CPU's title)."""
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title>"
             "<style>body{margin:12px;font-family:sans-serif} rect.cpu:hover{stroke:#000;stroke-width:2}</style>"
-            f"</head><body>\n{svg(facts, plans, title)}</body></html>\n")
+            f"</head><body>\n{svg(facts, plans, title, live)}</body></html>\n")

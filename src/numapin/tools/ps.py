@@ -87,8 +87,11 @@ class Worker:
     """What its keeper saw move its placement: each cause and its count, the last seen at the end (its record's)."""
     last_drift: str | None = None
     host_memory: dict[str, Any] | None = None
-    """Its resident memory per node by kind (``by_kind``), and its shared memory off its GPU's node in words
-    (``shared_elsewhere``); None where its memory was not read."""
+    """Its resident memory per node by kind (``by_kind``), its declared buffers, and what lies off its GPU's node
+    in words (``shared_elsewhere``, ``buffers_elsewhere``); None where its memory was not read."""
+    outside_cpus: CpuSet | None = None
+    """The CPUs its threads outside the placement may run on (their masks, less the placement's CPUs); None where
+    none is outside, or it was not judged."""
 
     @property
     def verdict_words(self) -> str:
@@ -130,7 +133,7 @@ class Survey:
     owner or root), or this user's own in another namespace whose root it may not open: any of them may be a GPU
     worker. Always 0 for root, but for other PID namespaces' processes."""
     gpus: tuple[str, ...] = ()
-    """The PCI addresses of the host's GPUs, where the scan was of the whole host (the exporter's per-GPU series
+    """The PCI addresses of the host's GPUs, where a scan of the whole host asked for them (the per-GPU series
     count a GPU without a worker as 0); empty for a scan of chosen processes."""
     pod_names: str | None = None
     """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one; or,
@@ -200,13 +203,15 @@ def survey(
     candidates: bool = False,
     deadline: float | None = None,
     pod_resources: str | None = SOCKET,
+    every_gpu: bool = False,
 ) -> Survey:
     """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are,
     ``max_remote`` bounds the share of its own memory on other nodes (None: not judged); ``candidates`` lists the
     processes known only from their environment too. A PID asked for that is no process (or is a thread's id)
     is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
     :class:`ScanTimeout`. Workers in Kubernetes pods are named by the kubelet's API at ``pod_resources`` (its
-    socket; None: not asked)."""
+    socket; None: not asked). ``every_gpu``: list the host's GPUs (:attr:`Survey.gpus`, for the per-GPU series),
+    reading the machine even where no worker is found."""
     read: list[Facts] = []
 
     def machine() -> Facts:
@@ -270,7 +275,7 @@ def survey(
     unnamed = None
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, machine)
-    gpus = () if asked else tuple(g.pci for g in machine().inventory.gpus if g.pci)
+    gpus = tuple(g.pci for g in machine().inventory.gpus if g.pci) if every_gpu and not asked else ()
     return Survey(tuple(found), unseen, gpus, unnamed)
 
 
@@ -350,6 +355,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
         if not asked:
             return None
         why = "asked for"
+    from ..cpuset import CpuSet
     from ..pinning.verdict import judge
 
     using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
@@ -369,4 +375,6 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
                   held is None, pod_of(pid), drift=() if recorded is None else recorded.drift,
                   last_drift=None if recorded is None else recorded.last_drift,
-                  host_memory=judged.host_memory())
+                  host_memory=judged.host_memory(),
+                  outside_cpus=(CpuSet.union([t.cpus for t in judged.outside if t.cpus is not None])
+                                - (e.target if e is not None else CpuSet())) or None)
