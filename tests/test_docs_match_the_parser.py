@@ -70,3 +70,34 @@ def test_the_guides_path_is_copied_whole_from_a_narrow_terminal() -> None:
         lines = done.stdout.splitlines()
         at = lines.index("Guides:")
         assert lines[at + 1].strip() == _guides(), lines[at:]
+
+
+def _inline_commands() -> list[tuple[str, str, list[str]]]:
+    """Every inline ``numapin CMD --option ...`` or ``CMD --option ...`` of README and docs/, outside code blocks
+    (those are parsed whole by test_docs): its page, the command and the options it names."""
+    options = _options()
+    found = []
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for match in re.finditer(r"`([^`\n]+)`", text):
+            words = match.group(1).split()
+            if len(words) >= 2 and words[0] == "numapin" and words[1] in options:
+                command, rest = words[1], words[2:]
+            elif len(words) >= 2 and words[0] in options and words[1].startswith("--"):
+                command, rest = words[0], words[1:]
+            else:
+                continue
+            rest = rest[:rest.index("--")] if "--" in rest else rest
+            named = [w.split("=")[0].rstrip(",.;:)") for w in rest if w.startswith("--") and len(w) > 2]
+            if command != "numactl" and named:  # numactl's options are numactl's language
+                found.append((page.name, command, named))
+    return found
+
+
+def test_every_option_the_pages_name_inline_is_the_commands() -> None:
+    options = _options()
+    inline = _inline_commands()
+    assert len(inline) >= 30, "the pages name options inline: the reader finds them"
+    unknown = [(page, command, o) for page, command, named in inline for o in named
+               if o not in options[command] | {"--help", "--version", "--verbose"}]
+    assert unknown == [], unknown
