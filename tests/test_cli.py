@@ -269,7 +269,7 @@ def test_plan_help_states_the_rank_rule_as_the_guide_does() -> None:
     ["plan", "--machine", "pair", "--gpus", "9" * 4400],
 ])
 def test_numbers_are_ascii_decimals_or_exit_2(args: list[str]) -> None:
-    # Issue 20, D1: other scripts' digits, superscripts and huge numbers are a one-line error, no traceback.
+    # Other scripts' digits, superscripts and huge numbers are a one-line error, no traceback.
     proc = subprocess.run([*NUMAPIN, *args], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.strip(), proc.stderr
 

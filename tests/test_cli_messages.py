@@ -231,7 +231,7 @@ def test_counts_agree_with_their_nouns() -> None:
     assert "CPU 99 is outside" in proc.stderr
 
 
-# -- options that cannot go together, and input taken too little or too much (issue 38, items 1 and 2) --------
+# -- options that cannot go together, and input taken too little or too much --------
 
 #: Each command line, and the one line it gets (exit 2): nothing given is dropped silently.
 REFUSED = [
@@ -284,7 +284,7 @@ def test_pin_refuses_a_placement_that_is_none(placement: object) -> None:
         numapin.pin(placement=placement)  # type: ignore[arg-type]
 
 
-# -- help and messages (issue 38, items 6 and 7) ---------------------------------------------------
+# -- help and messages ---------------------------------------------------
 
 
 def test_an_argument_no_parser_takes_points_at_the_sub_commands_help() -> None:
@@ -319,7 +319,7 @@ def test_ps_as_root_does_not_advise_running_as_root(tmp_path: Path) -> None:
     assert ("(or root)" in (judged.note or "")) == (os.geteuid() != 0), judged.note
 
 
-# -- rehearsing a large machine on this host (issue 38, item 3) ------------------------------------------
+# -- rehearsing a large machine on this host ------------------------------------------
 
 
 def _rehearsal_only() -> None:

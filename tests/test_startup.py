@@ -171,7 +171,7 @@ def test_a_huge_bad_fsroot_is_quoted_short_in_the_warning() -> None:
 @pytest.mark.parametrize(("value", "on"), [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False),
                                          ("false", False), ("No", False), ("off", False), ("", False)])
 def test_autopin_takes_the_words_for_on_and_off(value: str, on: bool) -> None:
-    # Issue 38, item 2: NUMAPIN_AUTOPIN=true or yes was refused.
+    # NUMAPIN_AUTOPIN=true or yes was refused.
     from numapin.startup import _autopin
 
     try:

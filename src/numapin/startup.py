@@ -29,12 +29,30 @@ value is one warning on stderr and the interpreter starts as usual.
 """
 
 # Every Python process of a job with NUMAPIN_AUTOPIN or NUMAPIN_PATCH exported runs this module, and most
-# of them are no workers: it imports only os and the environment's names (no ``from __future__``, no
-# records, no errors module), and those processes import nothing more (benchmarks/startup.py measures it).
-# The rest is imported where it is used, by the processes that pin or patch.
+# of them are no workers. What each may import is the rule below, written once and checked against a started
+# interpreter's modules (tests/test_startup_imports.py); the rest is imported where it is used.
 import os
 
 from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, KEEP, PATCH
+
+#: The start-up import rule. A process that is no worker (no rank, not one GPU visible) imports these of
+#: numapin and nothing more: the environment's names and the glance at the PCI devices.
+NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", "numapin.base.environment",
+                                  "numapin.facts", "numapin.facts.glance"})
+#: A worker pinned at start imports at most these of numapin: the machine read, the decision, the walk, the
+#: record (not the judge, the tools' commands, the network or interrupts, the synthetic machines).
+WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
+    "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen",
+    "numapin.base.logger", "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gpu",
+    "numapin.facts.gpus", "numapin.facts.host", "numapin.facts.kinds", "numapin.facts.machine", "numapin.facts.pci",
+    "numapin.facts.procfs", "numapin.facts.topology", "numapin.kernel", "numapin.kernel.affinity",
+    "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision", "numapin.pinning.memory",
+    "numapin.pinning.process", "numapin.pinning.record", "numapin.pinning.results", "numapin.pinning.state",
+    "numapin.pinning.walk", "numapin.placement", "numapin.placement.modes", "numapin.placement.ranks",
+    "numapin.tools", "numapin.tools.exec"})
+#: Standard modules neither may import: each costs a start more than the work it would do (typing, dataclasses,
+#: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
+NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -43,7 +61,8 @@ if TYPE_CHECKING:
     from .compat.patching import PatchReport
     from .pinning.results import PinResult
 
-__all__ = ["PATCHES", "Activation", "activate", "at_start"]
+__all__ = ["NEVER_AT_START", "NOT_A_WORKER_IMPORTS", "PATCHES", "WORKER_IMPORTS", "Activation", "activate",
+           "at_start"]
 
 
 def _tensorrt_llm() -> "tuple[PatchReport, ...]":

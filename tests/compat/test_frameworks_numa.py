@@ -84,7 +84,7 @@ def test_sglangs_numa_bind_to_node_pins_every_thread(pair_root: Path, tmp_path: 
 def test_the_front_is_written_where_a_script_may_run_even_in_a_cache_not_made_yet(private_tmp: Path) -> None:
     # Hardened hosts mount /run (and /tmp) noexec: a numactl written there could not run, and the frameworks'
     # probe would fail. The front then goes to the next candidate, ~/.cache, which a fresh account has not
-    # made yet (issue 37, item 16: the probe of its parent failed, and the noexec folder was used).
+    # made yet (before, the probe of its parent failed, and the noexec folder was used).
     noexec, home = private_tmp / "runtime", private_tmp / "home"
     noexec.mkdir()
     home.mkdir()

@@ -147,7 +147,7 @@ def test_a_module_without_the_function_is_reported(stand_in: Path) -> None:
     in_child(child)
 
 
-# -- nothing odd breaks an import or raises out of install() (issue 25, defects 2, 7, 8, 9) --
+# -- nothing odd breaks an import or raises out of install() --
 
 
 def _numapin_hooks() -> list[object]:
@@ -301,7 +301,7 @@ def test_another_finder_that_asks_every_finder_does_not_recurse(stand_in: Path, 
         else:
             compat.install()
             sys.meta_path.insert(0, _AsksEveryone())
-        worker = _import(stand_in, "tensorrt_llm.worker")  # RecursionError before (issue 37, item 10)
+        worker = _import(stand_in, "tensorrt_llm.worker")  # RecursionError before
         assert _ours(worker.configure_cpu_affinity)
 
     in_child(child)

@@ -1,4 +1,4 @@
-"""TensorRT-LLM in a shared process (issue 30; TensorRT-LLM#18847): what configure_cpu_affinity applied is
+"""TensorRT-LLM in a shared process (TensorRT-LLM#18847): what configure_cpu_affinity applied is
 given back — by release(), and by the worker's shutdown once NUMAPIN_PATCH's patch is installed — so that
 two LLM() objects one after the other on different GPUs each get their own placement, and the process its
 own mask in between."""

@@ -1,5 +1,5 @@
 """Fuzzing each surface another user or a broken host can write, through the command line in this process:
-any answer (exit 0, 1 or 2, a refusal on one line) but never a traceback (issue 37: "0 tracebacks").
+any answer (exit 0, 1 or 2, a refusal on one line) but never a traceback.
 
 - records: any file names and contents in a record folder;
 - sysfs trees: any content in any file of a small machine, any name for a folder its readers list;

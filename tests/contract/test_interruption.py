@@ -1,4 +1,4 @@
-"""A pin interrupted, a process forked in the middle: what numapin leaves behind (issue 25, defects 3 to 5).
+"""A pin interrupted, a process forked in the middle: what numapin leaves behind.
 
 The contract: a pin interrupted by an exception (KeyboardInterrupt, a signal
 handler's exception) either completes, or rolls back what it changed, or

@@ -1,9 +1,8 @@
-"""Reliability probes of the second fuzzing round: errors that cross process boundaries,
-results that pickle, start-up warnings of bounded size, names that stay what they are.
+"""Reliability across process boundaries: errors that cross them, results that pickle, start-up warnings of
+bounded size, names that stay what they are.
 
-Each test reproduces one defect found then (issue 25's list, numbered as there) and
-failed before its fix. The timing-based probes (a signal in the middle of a walk, a fork
-while another thread pins) are in ``test_interruption.py``.
+Each test reproduces a defect that was there, and failed before its fix. The timing-based probes (a signal in
+the middle of a walk, a fork while another thread pins) are in ``test_interruption.py``.
 """
 
 from __future__ import annotations
@@ -148,7 +147,7 @@ def test_identical_pins_whose_memory_steps_down_warn_once(refusing_root: Path,
 
     messages = in_child(child)
     assert len(messages) == 1, messages
-    # Issue 28: it names the node, and says why in plain words (the kernel has no such node).
+    # It names the node, and says why in plain words (the kernel has no such node).
     assert messages[0].startswith(f"memory not placed on node {live.MISSING_NODE}: this kernel has no memory on "
                                   f"node {live.MISSING_NODE} (its memory "), messages[0]
     assert "EINVAL" not in messages[0]

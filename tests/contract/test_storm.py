@@ -144,7 +144,7 @@ def test_native_thread_storm(storm_library: Path, pair_root: Path) -> None:
 
 
 def test_the_storm_benchmark_ends_in_one_line_past_its_deadline() -> None:
-    # Issue 38, item 9: a loaded machine ended benchmarks/storm.py in a TimeoutExpired traceback.
+    # A loaded machine ended benchmarks/storm.py in a TimeoutExpired traceback.
     if shutil.which("cc") is None and shutil.which("gcc") is None:
         pytest.skip("no C compiler: the storm is a small C library")
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "storm.py"

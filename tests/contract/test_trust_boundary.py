@@ -170,7 +170,7 @@ def _planted_numactl(other: Other, folder: str) -> bool:
 
 def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
         other: Other, private_tmp: Path) -> None:
-    """Issue 37, item 2: the stand-in stayed first on PATH at a predictable name in /tmp; once a cleaner
+    """The stand-in stayed first on PATH at a predictable name in /tmp; once a cleaner
     removed it, another user could make it again with their own numactl, which root's next worker ran."""
     import hashlib
 
@@ -194,7 +194,7 @@ def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
 
 
 def test_a_place_another_user_took_gives_way_to_the_next(other: Other, private_tmp: Path) -> None:
-    """Issue 37, item 6: another user making the stand-in's folder first left root with no numactl."""
+    """Another user making the stand-in's folder first left root with no numactl."""
     runtime, home = private_tmp / "run", private_tmp / "home"
     (runtime / "numapin").mkdir(parents=True)
     home.mkdir()
@@ -224,7 +224,7 @@ def _records(folder: Path) -> list[str]:
 
 def test_a_pid_namespace_never_judges_nor_removes_anothers_records(private_tmp: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37, item 15: a reader in one PID namespace deleted the live records of another sharing the folder
+    """A reader in one PID namespace deleted the live records of another sharing the folder
     (a container with -v /tmp:/tmp): ids there name other processes, or none."""
     if shutil.which("unshare") is None:
         pytest.fail("unshare (util-linux) is needed to make a PID namespace")
@@ -302,7 +302,7 @@ sys.exit(numapin.cli.main(sys.argv[3:]))
 
 def test_a_user_sees_roots_workers_by_their_records_and_says_what_it_could_not_read(
         other: Other, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Issue 39, item 6: a user's ps judged root's workers `unreadable`, though their masks and records are
+    # A user's ps judged root's workers `unreadable`, though their masks and records are
     # readable by anyone; and said nothing of the processes it could not look into.
     top = Path(tempfile.mkdtemp(prefix="numapin-view-"))
     top.chmod(0o755)  # root's records, readable by every user, as /run/numapin is

@@ -1,4 +1,4 @@
-"""Issue 27: what numapin applied to a process, seen from outside it — the host's ledger, ``threads``,
+"""What numapin applied to a process, seen from outside it — the host's ledger, ``threads``,
 ``doctor --pid``, ``current()``, and ``numapin ps`` over every worker of the host (with its Prometheus text)."""
 
 from __future__ import annotations
@@ -370,7 +370,7 @@ def test_a_killed_workers_record_is_not_taken_for_a_live_one(pair_root: Path, re
 
 
 def test_the_textfile_is_replaced_whole_and_a_timer_gets_exit_0(tmp_path: Path, workers: Workers) -> None:
-    # Issue 39: `ps --prometheus > DIR/numapin.prom` let node_exporter read half a file, and exit 1 for a
+    # `ps --prometheus > DIR/numapin.prom` let node_exporter read half a file, and exit 1 for a
     # misplaced worker made the timer's unit fail.
     import threading
 

@@ -1,4 +1,4 @@
-"""Issue 39: a real Prometheus scrapes ``numapin exporter``, a real node_exporter serves ``numapin ps --textfile``;
+"""A real Prometheus scrapes ``numapin exporter``, a real node_exporter serves ``numapin ps --textfile``;
 each is asked through its own HTTP API for the series of each worker."""
 
 from __future__ import annotations

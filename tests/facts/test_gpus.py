@@ -453,7 +453,7 @@ def test_rank_values_are_ascii_decimals_or_a_usage_error(text: str) -> None:
 def test_rank_to_gpu_mapping() -> None:
     assert [gpu_for_rank(r, 4) for r in range(4)] == [0, 1, 2, 3]
     assert [gpu_for_rank(r, 1) for r in range(3)] == [0, 0, 0], "one GPU in view: the launcher gave it its own"
-    # Issue 38, item 2: more local ranks than GPUs in view is a launcher's misconfiguration, named.
+    # More local ranks than GPUs in view is a launcher's misconfiguration, named.
     with pytest.raises(UsageError, match="local rank 12, but 8 GPUs are visible"):
         gpu_for_rank(12, 8)
     assert [gpu_for_rank(r, 4, "3,2,1,0") for r in range(4)] == [3, 2, 1, 0]

@@ -228,7 +228,7 @@ def test_container_cpuset_smaller_than_online(machine_root: Callable[[str], Path
 
 
 def test_an_unparsable_cgroup_cpuset_is_said_not_swallowed(tmp_path: Path) -> None:
-    # Issue 20, D7: the restriction is ignored (nothing else can be done), but the user hears of it.
+    # The restriction is ignored (nothing else can be done), but the user hears of it.
     from numapin.facts import synthetic as machines
 
     root = machines.write("pair", tmp_path / "root")
@@ -277,7 +277,7 @@ def test_reads_inside_a_held_folder_are_reads_of_the_whole_path(
 
 
 def test_a_node_of_a_terabyte_or_more_reads_its_memory(machine_root: Callable[[str], Path]) -> None:
-    # Issue 38, item 10: MemTotal of a 1 TiB node is ten digits of kB, past a nine-digit parser.
+    # MemTotal of a 1 TiB node is ten digits of kB, past a nine-digit parser.
     from numapin.facts import synthetic as machines
 
     spec = machines.shape_named("dgx-h100")

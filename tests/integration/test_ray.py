@@ -29,7 +29,7 @@ def test_ray_actors_land_on_their_gpus_cpus(run: Run, autopin: str) -> None:
 
 
 def test_autopin_alone_pins_every_gpu_worker_when_ray_hands_it_gpus(run: Run) -> None:
-    # Issue 30: NUMAPIN_AUTOPIN=1 in the job's environment, and not one numapin call in the job.
+    # NUMAPIN_AUTOPIN=1 in the job's environment, and not one numapin call in the job.
     require("ray")
     require_startup_file()
     found = json.loads(run("python", HERE / "ray_autopin_driver.py", **{AUTOPIN: "1",

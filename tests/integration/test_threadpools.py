@@ -1,5 +1,5 @@
 """pin(threadpools=True) with torch loaded: torch's own count and its OpenMP pool follow the placement, and
-the report says only what holds (issue 38, item 5: resized underneath, torch put its own count back)."""
+the report says only what holds (resized underneath, torch put its own count back)."""
 
 from __future__ import annotations
 

@@ -500,7 +500,7 @@ def test_nested_leases(pair_root: Path) -> None:
 
 
 def test_a_pin_inside_a_lease_is_part_of_it(pair_root: Path) -> None:
-    # Issue 20, D4: the lease's exit takes back what a pin inside it applied,
+    # The lease's exit takes back what a pin inside it applied,
     # and numapin's record is what it was before the lease.
     def body() -> None:
         workers = Workers(2)
@@ -519,7 +519,7 @@ def test_a_pin_inside_a_lease_is_part_of_it(pair_root: Path) -> None:
 
 
 def test_leases_from_two_threads_may_not_overlap(pair_root: Path) -> None:
-    # Issue 20, D8: overlapping, non-nested leases would each undo half of the
+    # Overlapping, non-nested leases would each undo half of the
     # other's work; the second is refused before it changes anything.
     def body() -> str:
         entered, leave = threading.Event(), threading.Event()

@@ -173,7 +173,7 @@ def test_launcher_rank_picks_the_gpu(gb300: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_a_clone_in_flight_at_the_last_listing_is_caught(gb300: Path) -> None:
-    # Issue 20, D9: a thread cloned from a parent that was not yet pinned becomes
+    # A thread cloned from a parent that was not yet pinned becomes
     # visible just after the listing that found nobody new; the walk lists once
     # more before it trusts that listing.
     kernel = ModelKernel(ALL, threads=4)
@@ -190,7 +190,7 @@ def test_a_clone_in_flight_at_the_last_listing_is_caught(gb300: Path) -> None:
 
 
 def test_a_reused_thread_id_is_not_its_predecessor(gb300: Path) -> None:
-    # Issue 20, D3: a thread pins itself on purpose (here to the whole machine)
+    # A thread pins itself on purpose (here to the whole machine)
     # and exits; a new thread gets its id and the process mask. It is a new
     # thread: the process-wide pin moves it.
     kernel = ModelKernel(ALL, threads=3)

@@ -244,7 +244,7 @@ def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: 
 @pytest.mark.parametrize("placed", ["pin"], indirect=True)
 def test_threads_takes_the_placement_options_doctor_and_exec_take(placed: int,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    # Issue 38, item 4: threads had no --local-rank or --mode. The process is pinned for GPU 1 (node 1).
+    # Threads had no --local-rank or --mode. The process is pinned for GPU 1 (node 1).
     by_rank = _json(capsys, "threads", str(placed), "--local-rank", "1", "--json")
     by_gpu = _json(capsys, "threads", str(placed), "--gpu", "1", "--json")
     assert (by_rank["verdict"], by_rank["placement"]) == (by_gpu["verdict"], by_gpu["placement"]) == (

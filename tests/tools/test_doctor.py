@@ -54,7 +54,8 @@ def doctor_cli(root: Path, env: dict[str, str], *args: str) -> tuple[int, dict[s
     return proc.returncode, json.loads(proc.stdout) if proc.stdout else {"stderr": proc.stderr}
 
 
-def test_the_four_findings_of_the_issue_and_the_clean_case(pair: Path) -> None:
+def test_a_launchers_binding_openmp_oversized_pools_and_numa_balancing_each_found_and_the_clean_case(
+        pair: Path) -> None:
     outside = min(NODE1)  # a CPU that is not GPU 0's
     balance(pair, 1)
     env = {"OMP_NUM_THREADS": "64", "KMP_AFFINITY": "compact", "SLURM_CPU_BIND": f"map_cpu:{outside}"}
@@ -189,7 +190,7 @@ def test_a_gpu_without_a_numa_node(tmp_path: Path) -> None:
     assert ids(found) == ["gpu-node-unknown"] and "taken as node 0" in found.findings[0].sees
 
 
-# -- Slurm's binding, read as srun writes it (issue 30) ------------------------------------------
+# -- Slurm's binding, read as srun writes it ------------------------------------------
 
 
 @pytest.mark.parametrize(("listing", "error"), [("0,1", False), ("1,0", True)])
@@ -380,7 +381,7 @@ def test_the_variables_without_the_start_up_file_are_an_error(tmp_path: Path) ->
 
 
 def test_the_interrupt_fixes_agree_and_say_how_many(tmp_path: Path) -> None:
-    # Issue 38, item 6: "1 of the 1 interrupt"; and irq-other-node's fix moved interrupts onto the reserved cores
+    # "1 of the 1 interrupt"; and irq-other-node's fix moved interrupts onto the reserved cores
     # that irq-on-reserved moves them off.
     root = machines.write("dgx-h100", tmp_path / "root")
     hot = plan_reserved(root)
@@ -411,7 +412,7 @@ def test_doctor_with_no_gpu_does_not_judge_by_one(tmp_path: Path) -> None:
 
 
 def test_doctor_reserve_judges_as_exec_reserve_places(tmp_path: Path) -> None:
-    # Issue 38, item 4: doctor had no --reserve; the reserved cores came only from NUMAPIN_RESERVED.
+    # Doctor had no --reserve; the reserved cores came only from NUMAPIN_RESERVED.
     root = machines.write("dgx-h100", tmp_path / "root")
     hot = plan_reserved(root)
     _deliver(root, _irqs(root, "0000:48:00.0")[:1], str(hot.first()))

@@ -1,4 +1,4 @@
-"""Issue 40, item 2: doctor checks the kubelet's CPU and topology decisions for a GPU worker in a pod. The
+"""Doctor checks the kubelet's CPU and topology decisions for a GPU worker in a pod. The
 worker is a real process in a real cgroup laid out as the kubelet does (its container's cpuset the
 kubelet's choice); the kubelet's files are written in their real formats (``KubeletConfiguration`` as
 kubeadm writes /var/lib/kubelet/config.yaml; the CPU manager's checkpoint as

@@ -281,7 +281,7 @@ def test_strict_exec_under_a_conflicting_outside_mask_exits_2_naming_the_fix(env
 
 
 def test_thread_pools_are_sized_to_the_ranks_share_of_a_shared_node() -> None:
-    # Issue 38, item 5b: mode node gave each of a node's four ranks OMP_NUM_THREADS=112 on 112 CPUs.
+    # Mode node gave each of a node's four ranks OMP_NUM_THREADS=112 on 112 CPUs.
     from numapin.facts import synthetic as machines
 
     spec = machines.shape_named("dgx-h100")

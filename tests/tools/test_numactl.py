@@ -1,4 +1,4 @@
-"""``numapin numactl``: numactl's language carried out by numapin (issue 30), on the live kernel."""
+"""``numapin numactl``: numactl's language carried out by numapin, on the live kernel."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def test_exec_refuses_nodes_it_cannot_bind() -> None:
         assert proc.returncode == 2 and missing in proc.stderr and proc.stdout == "", proc.stderr
 
 
-# -- numbers and lists as libnuma reads them (issue 37, item 18) ----------------------------------------
+# -- numbers and lists as libnuma reads them ----------------------------------------
 
 _LIBC = ctypes.CDLL(None)
 _LIBC.strtoul.restype = ctypes.c_ulong

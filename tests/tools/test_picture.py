@@ -154,7 +154,7 @@ def _ids(root: ET.Element) -> list[tuple[float, float, str]]:
 
 
 def test_every_cell_shows_its_cpus_number(tmp_path: Path) -> None:
-    # Issue 38, item 7: the cells showed rank numbers; a reader looking for CPU 57 could not find it.
+    # The cells showed rank numbers; a reader looking for CPU 57 could not find it.
     _, root = draw(tmp_path, "plan", "--machine", "dgx-h100", "--mode", "exclusive")
     cells = cpu_cells(root)
     ids = _ids(root)
