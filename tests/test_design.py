@@ -33,7 +33,7 @@ FACE = {"startup", "cli", "__main__", "__init__"}
 
 def layer_of(module: str) -> int:
     top = module.split(".")[0]
-    if module in FACE:
+    if top in FACE:  # the command line is a folder of the face: a module per command
         return LAYERS.index("face")
     if module == "version":
         return LAYERS.index("base")

@@ -118,17 +118,17 @@ def _invocations(text: str) -> list[list[str]]:
     return found
 
 
-COMMANDS = [(page, words) for page, _, text in SHELL for words in _invocations(text)]
+EXAMPLES = [(page, words) for page, _, text in SHELL for words in _invocations(text)]
 
 
 def test_the_examples_hold_many_commands() -> None:
-    assert len(COMMANDS) >= 25 and {w[0] for _, w in COMMANDS} >= {"show", "plan", "exec", "threads", "doctor",
+    assert len(EXAMPLES) >= 25 and {w[0] for _, w in EXAMPLES} >= {"show", "plan", "exec", "threads", "doctor",
                                                                   "snapshot", "machine"}
     assert _invocations("NUMAPIN_AUTOPIN=1 torchrun x.py && numapin exec --gpu 1 -- python -v t.py | head") == [
         ["exec", "--gpu", "1"]]
 
 
-@pytest.mark.parametrize(("page", "words"), COMMANDS, ids=[f"{p}:{' '.join(w)}" for p, w in COMMANDS])
+@pytest.mark.parametrize(("page", "words"), EXAMPLES, ids=[f"{p}:{' '.join(w)}" for p, w in EXAMPLES])
 def test_every_command_example_parses_and_synthetic_ones_run(page: str, words: list[str], tmp_path: Path) -> None:
     from numapin.cli import build_parser
 
@@ -150,8 +150,8 @@ def test_every_command_example_parses_and_synthetic_ones_run(page: str, words: l
         assert proc.returncode in ((0, 1) if words[0] == "doctor" else (0,)), proc.stderr
 
 
-@pytest.mark.parametrize(("page", "words"), [c for c in COMMANDS if c[1][0] != "numactl"],
-                         ids=[f"{p}:{' '.join(w)}" for p, w in COMMANDS if w[0] != "numactl"])
+@pytest.mark.parametrize(("page", "words"), [c for c in EXAMPLES if c[1][0] != "numactl"],
+                         ids=[f"{p}:{' '.join(w)}" for p, w in EXAMPLES if w[0] != "numactl"])
 def test_a_command_parses_alike_with_only_its_own_parser_built(page: str, words: list[str]) -> None:
     # main() builds only the named sub-command's parser: what it makes of the words must be what the whole
     # parser makes of them.
@@ -161,25 +161,25 @@ def test_a_command_parses_alike_with_only_its_own_parser_built(page: str, words:
 
 
 def test_numapin_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
-    from numapin.cli import _COMMANDS, main
+    from numapin.cli import COMMANDS, main
 
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
     listed = {line.split()[0] for line in capsys.readouterr().out.splitlines() if line.startswith("    ")}
-    assert exc.value.code == 0 and set(_COMMANDS) <= listed
+    assert exc.value.code == 0 and set(COMMANDS) <= listed
 
 
 # -- the reference pages name everything ------------------------------------------------------
 
 
 def test_the_cli_reference_names_every_command_and_option() -> None:
-    from numapin.cli import _COMMANDS, build_parser
+    from numapin.cli import COMMANDS, build_parser
 
     page = (REPO / "docs" / "cli.md").read_text()
     headings = {line[3:].strip() for line in page.splitlines() if line.startswith("## ")}
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    missing = [name for name in _COMMANDS if name not in headings]
+    missing = [name for name in COMMANDS if name not in headings]
     for name, command in sub.choices.items():  # type: ignore[union-attr]
         missing += [f"{name} {o}" for a in command._actions for o in a.option_strings
                     if o.startswith("--") and o != "--help" and f"`{o}" not in page and f" {o}" not in page]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from numapin.cli import _COMMANDS, _READ_THE_MACHINE, _guides, build_parser
+from numapin.cli import COMMANDS, READ_THE_MACHINE, build_parser, guides
 
 CLI = (REPO / "docs" / "cli.md").read_text()
 README = (REPO / "README.md").read_text()
@@ -25,14 +25,14 @@ def _options() -> dict[str, set[str]]:
 
 def test_the_command_table_lists_every_command_and_no_other() -> None:
     table = re.findall(r"^\| \[`([a-z]+)`\]\(#\1\) \|", CLI, re.M)
-    assert table == list(_COMMANDS), set(table) ^ set(_COMMANDS)
+    assert table == list(COMMANDS), set(table) ^ set(COMMANDS)
 
 
 def test_the_commands_said_to_read_a_machine_are_those_that_take_machine_and_root() -> None:
     options = _options()
     taking = {name for name, opts in options.items() if "--machine" in opts}
     assert taking == {name for name, opts in options.items() if "--root" in opts}
-    assert set(_READ_THE_MACHINE) == taking  # what `numapin --help` says
+    assert set(READ_THE_MACHINE) == taking  # what `numapin --help` says
     for page, text in (("README.md", README), ("docs/cli.md", CLI)):
         said = re.search(r"The commands that read the machine — ([^—]+) —", text.replace("\n", " "))
         assert said is not None, f"{page} no longer says which commands take --machine"
@@ -60,7 +60,7 @@ def test_the_quick_suites_time_is_stated_once_in_readme() -> None:
 def test_plain_numapin_prints_the_help() -> None:
     done = subprocess.run([sys.executable, "-m", "numapin"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == ""
-    assert done.stdout.startswith("usage: numapin") and all(name in done.stdout for name in _COMMANDS)
+    assert done.stdout.startswith("usage: numapin") and all(name in done.stdout for name in COMMANDS)
 
 
 def test_the_guides_path_is_copied_whole_from_a_narrow_terminal() -> None:
@@ -69,7 +69,7 @@ def test_the_guides_path_is_copied_whole_from_a_narrow_terminal() -> None:
                               timeout=60, env={**os.environ, "COLUMNS": columns})
         lines = done.stdout.splitlines()
         at = lines.index("Guides:")
-        assert lines[at + 1].strip() == _guides(), lines[at:]
+        assert lines[at + 1].strip() == guides(), lines[at:]
 
 
 def _inline_commands() -> list[tuple[str, str, list[str]]]:
@@ -101,3 +101,22 @@ def test_every_option_the_pages_name_inline_is_the_commands() -> None:
     unknown = [(page, command, o) for page, command, named in inline for o in named
                if o not in options[command] | {"--help", "--version", "--verbose"}]
     assert unknown == [], unknown
+
+
+def test_the_exit_codes_are_one_enum_and_the_reference_lists_each() -> None:
+    from numapin.cli.common import Exit
+
+    said = re.search(r"Exit codes \(`numapin\.cli\.common\.Exit`[^\n]*(?:\n(?!\n)[^\n]*)*", CLI)
+    assert said is not None, "docs/cli.md no longer lists the exit codes"
+    listed = {int(n) for n in re.findall(r"(?<![\w.])(\d+)\s+[a-z`]", said.group(0))}
+    assert listed == {int(code) for code in Exit}, listed
+
+
+def test_each_command_is_a_module_of_its_own_behind_a_dispatcher() -> None:
+    import importlib
+
+    entry = REPO / "src" / "numapin" / "cli" / "__init__.py"
+    assert len(entry.read_text().splitlines()) <= 250, "the entry module dispatches; commands live in their modules"
+    for name in COMMANDS:
+        module = importlib.import_module(f"numapin.cli.{name}")
+        assert isinstance(module.HELP, str) and callable(module.arguments) and callable(module.run), name

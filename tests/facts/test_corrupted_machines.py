@@ -25,7 +25,7 @@ import pytest
 
 from kernel_model import ModelKernel
 from numapin.base.errors import NumapinError
-from numapin.cli import _show_json, _show_text
+from numapin.cli.show import _show_json, _show_text
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
 from numapin.facts.machine import gather

@@ -177,7 +177,7 @@ def test_nvml_disagreement_is_reported(machine_root: Callable[[str], Path]) -> N
 
 
 def test_show_reports_the_disagreement(machine_root: Callable[[str], Path]) -> None:
-    from numapin.cli import _show_json, _show_text
+    from numapin.cli.show import _show_json, _show_text
     from numapin.facts.machine import gather
 
     topo, table = _dgx(machine_root)
