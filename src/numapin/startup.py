@@ -48,8 +48,8 @@ WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.facts.procfs", "numapin.facts.topology", "numapin.kernel", "numapin.kernel.affinity",
     "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision", "numapin.pinning.memory",
     "numapin.pinning.process", "numapin.pinning.record", "numapin.pinning.results", "numapin.pinning.state",
-    "numapin.pinning.walk", "numapin.placement", "numapin.placement.modes", "numapin.placement.ranks",
-    "numapin.tools", "numapin.tools.exec"})
+    "numapin.pinning.request", "numapin.pinning.walk", "numapin.placement", "numapin.placement.modes",
+    "numapin.placement.ranks"})
 #: Standard modules neither may import: each costs a start more than the work it would do (typing, dataclasses,
 #: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
 NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")
@@ -194,7 +194,7 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     if visible is not None and visible != 1:
         why = not_a_worker(visible)
         if any(env.get(name, "").strip() for name in AUTOPIN_OPTIONS.values()):
-            from .tools.exec import autopin_request
+            from .pinning.request import autopin_request
 
             autopin_request(env)  # a bad option value is named in every process, worker or not
         import sys
@@ -207,7 +207,7 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
         # GPUs before a task: then it is placed for them.
         _watch(unplaced=why if visible > 1 else None)
         return None, why
-    from .tools.exec import autopin_request, pin_running
+    from .pinning.request import autopin_request, pin_running
 
     pinned = pin_running(autopin_request(env), env)
     _watch(ray=False)

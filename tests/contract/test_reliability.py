@@ -155,8 +155,9 @@ def test_identical_pins_whose_memory_steps_down_warn_once(refusing_root: Path,
 
 def test_facts_placements_and_reports_pickle_equal_under_every_protocol(pair_root: Path) -> None:
     from numapin.facts.machine import gather
+    from numapin.pinning.request import ExecRequest
     from numapin.tools.doctor import diagnose
-    from numapin.tools.exec import ExecRequest, prepare_exec
+    from numapin.tools.exec import prepare_exec
 
     facts = gather(None, {})
     objects: list[object] = [

@@ -21,7 +21,7 @@ from numapin.cpuset import CpuSet
 from numapin.facts.machine import gather
 from numapin.facts.network import Network, Relation, assign, read_network, read_nics, relation
 from numapin.facts.topology import read_topology
-from numapin.tools.exec import autopin_request
+from numapin.pinning.request import autopin_request
 
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text())
 NUMAPIN = [sys.executable, "-m", "numapin"]

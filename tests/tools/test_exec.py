@@ -15,7 +15,8 @@ import pytest
 from live import ALL, NODE0, NODE1, NODE1_REAL, cpus, without_inputs
 from numapin.base.environment import LOCAL_RANK_VARIABLES
 from numapin.cpuset import CpuSet
-from numapin.tools.exec import ExecRequest, prepare_exec
+from numapin.pinning.request import ExecRequest
+from numapin.tools.exec import prepare_exec
 
 NUMAPIN = [sys.executable, "-m", "numapin"]
 

@@ -25,16 +25,9 @@ HELP = "pin, then replace this process with PROGRAM (bind at birth)"
 
 def run(args: argparse.Namespace) -> int:
     from ..pinning.memory import parse_memory_mode
+    from ..pinning.request import ExecRequest, parse_cores, parse_exec_policy, parse_nics
     from ..placement.modes import parse_mode
-    from ..tools.exec import (
-        ExecRequest,
-        apply_exec,
-        exec_program,
-        parse_cores,
-        parse_exec_policy,
-        parse_nics,
-        prepare_exec,
-    )
+    from ..tools.exec import apply_exec, exec_program, prepare_exec
 
     program = after_dashes(args.program, "no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
     if args.json and not args.dry_run:
@@ -119,7 +112,7 @@ def arguments(ex: argparse.ArgumentParser) -> None:
                     help="keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread")
     add_cores(ex)
     from ..pinning.memory import MemoryMode
-    from ..tools.exec import EXEC_POLICIES, Nics
+    from ..pinning.request import EXEC_POLICIES, Nics
 
     ex.add_argument("--nics", choices=[n.value for n in Nics], default="none",
                     help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "

@@ -22,8 +22,8 @@ import os
 from ..base.environment import CUDA_VISIBLE_DEVICES
 from ..base.frozen import replace
 from ..base.logger import log
+from ..pinning.request import autopin_request, pin_running
 from ..pinning.results import PinResult
-from ..tools.exec import autopin_request, pin_running
 from .patching import FunctionPatch, PatchReport
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

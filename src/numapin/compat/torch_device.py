@@ -123,7 +123,7 @@ class Follower:
 def _place(gpu: int) -> PinResult | None:
     """The start-up hook's whole request (the ``NUMAPIN_*`` options), for ``gpu``."""
     from ..base.frozen import replace
-    from ..tools.exec import autopin_request, pin_running
+    from ..pinning.request import autopin_request, pin_running
 
     return pin_running(replace(autopin_request(os.environ), gpu=gpu))
 

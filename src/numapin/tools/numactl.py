@@ -308,8 +308,9 @@ def run(argv: Sequence[str], environ: Mapping[str, str] | None = None) -> int:
     """
     from ..base.environment import APPLIED
     from ..pinning.process import pin
+    from ..pinning.request import ExecRequest, PreparedExec
     from ..pinning.state import acting
-    from .exec import ExecRequest, PreparedExec, exec_program, which
+    from .exec import exec_program, which
 
     env = dict(os.environ if environ is None else environ)
     request = parse_numactl(argv)
