@@ -43,8 +43,8 @@ from ..facts.topology import Topology, free_hugepages, read_topology
 from ..kernel.mapping import HUGE_PAGES
 from ..pinning import record
 from ..pinning.decision import MaskOwner, classify
+from ..pinning.judge import Expected, Judgement, Verdict, expected, judge
 from ..pinning.state import exec_marker
-from ..pinning.verdict import Expected, Judgement, Verdict, expected, judge
 from ..placement.modes import Placement, PlacementMode, parse_mode, rank_share, resolve
 from ..placement.ranks import LocalRank, gpu_for_rank, local_rank, requested_rank
 
@@ -137,7 +137,7 @@ def diagnose(
     process says (a pin made inside the process is there too), else its
     launcher's local rank. The mode is ``mode``, else the record's, else
     ``node``. With ``pid``, the placement and the verdict are the one judge's
-    (:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``ps`` give them.
+    (:func:`numapin.pinning.judge.judge`), as ``threads`` and ``ps`` give them.
     What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
     checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
     ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``, ``lock``), checked

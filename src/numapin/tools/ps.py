@@ -7,7 +7,7 @@ launcher's local rank, or ``CUDA_VISIBLE_DEVICES``, in its environment: every
 shell, ``sleep`` and ``tmux`` of a Slurm step or a container carries them) is a
 *candidate*: listed with ``--all`` (or when asked for by PID), judged, never
 counted as a worker nor as misplaced. Each is judged by the one judge
-(:func:`numapin.pinning.verdict.judge`), as ``threads`` and ``doctor --pid`` judge it.
+(:func:`numapin.pinning.judge.judge`), as ``threads`` and ``doctor --pid`` judge it.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..facts.host import Host
 from ..facts.pod import Pod, pod_of
 from ..facts.podresources import SOCKET
 from ..pinning import record
-from ..pinning.outcome import REMOTE_BOUND, Verdict, verdict_words
+from ..pinning.verdict import REMOTE_BOUND, Verdict, verdict_words
 
 # The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
 # shells, a login node) reads each process's open files and nothing of the machine.
@@ -356,7 +356,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
             return None
         why = "asked for"
     from ..cpuset import CpuSet
-    from ..pinning.verdict import judge
+    from ..pinning.judge import judge
 
     using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:

@@ -8,7 +8,7 @@ from ..base.errors import UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
-from ..pinning.verdict import REMOTE_BOUND, Judgement, Verdict, judge
+from ..pinning.judge import REMOTE_BOUND, Judgement, Verdict, judge
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ __all__ = ["ThreadsReport", "threads_report"]
 
 @frozen
 class ThreadsReport:
-    """Every thread of a process against where it should be (:func:`numapin.pinning.verdict.judge`)."""
+    """Every thread of a process against where it should be (:func:`numapin.pinning.judge.judge`)."""
 
     judgement: Judgement
 

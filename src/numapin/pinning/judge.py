@@ -1,0 +1,385 @@
+"""The one judge of a process: where should it be, and is it there?
+
+``numapin threads``, ``numapin ps`` and ``numapin doctor --pid`` all ask
+:func:`judge`, so they cannot disagree. What the process should have comes from
+the first of these that applies, and the judgement says which (its ``basis``):
+
+1. the caller's own question: a GPU by its index *in the process's own view*
+   (its ``CUDA_VISIBLE_DEVICES``), or explicit CPUs;
+2. numapin's record of the process: the decision as it was applied, whole
+   (mode, GPU, reserved cores, kind of cores, the CPUs it was narrowed to), never
+   decided again;
+3. the ``numapin exec`` marker in its environment (the CPUs exec applied), when
+   no record could be written;
+4. its launcher's local rank, or its one visible GPU, in its own view: what
+   ``numapin exec`` would decide for it;
+5. the one GPU it has open (``/dev/nvidiaN``, an AMD GPU's render node), or NVML lists it on.
+
+A process is ``misplaced`` when a thread runs outside those CPUs, or (when the
+caller sets a bound) too much of its own memory lies outside their nodes.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..base.errors import AccessDenied, NumapinError, ProcessError
+from ..base.frozen import frozen, replace
+from ..base.text import format_size
+from ..cpuset import CpuSet
+from ..facts import procfs
+from ..facts.host import Host
+from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
+from ..kernel.affinity import LinuxThreads
+from ..kernel.residency import Residency, residency
+from ..placement.modes import Placement, PlacementMode, resolve
+from ..placement.ranks import LocalRank, local_rank
+from . import record as records
+from .record import Declared, Record
+from .state import exec_marker, state
+from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Collection, Mapping
+    from typing import Any
+
+__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
+           "placed_by", "verdict_words"]
+
+
+@frozen
+class Expected:
+    """Where a process should be, and what says so."""
+
+    placement: Placement
+    target: CpuSet
+    """The CPUs every thread must lie within (a record's target; else the placement's workers)."""
+    basis: str
+    """What says so, in words: ``numapin's record (exec)``, ``GPU 1 in its view, as asked``..."""
+    record: Record | None = None
+
+    @property
+    def mems(self) -> CpuSet:
+        return self.placement.mems
+
+
+@frozen
+class ThreadState:
+    """One thread of the judged process."""
+
+    tid: int
+    name: str | None
+    cpus: CpuSet | None
+    """None when it exited while being read."""
+    last_cpu: int | None
+    inside: bool | None
+    """None when there is nothing to judge it by."""
+    numapin: bool
+    """Whether its mask is one numapin applied (the record's, the exec marker's, a deliberate one)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"tid": self.tid, "name": self.name, "cpus": None if self.cpus is None else str(self.cpus),
+                "last_cpu": self.last_cpu, "inside": self.inside, "numapin": self.numapin}
+
+
+@frozen
+class Judgement:
+    """One process judged: the verdict, and everything it rests on."""
+
+    pid: int
+    name: str
+    verdict: Verdict
+    expected: Expected | None
+    threads: tuple[ThreadState, ...]
+    placed_by: str
+    memory: Residency | None = None
+    """Where its pages live; None when not read (another user's process, or not asked)."""
+    note: str | None = None
+    """Why there is no verdict, or what had to be assumed."""
+    marker: CpuSet | None = None
+    max_remote: float | None = None
+    """The bound on :meth:`remote_share` the verdict used (0..1), None when memory was not judged."""
+    buffers: tuple[Declared, ...] = ()
+    """The host buffers it declared (:func:`numapin.host_buffer`), verified against :attr:`memory`."""
+
+    @property
+    def outside(self) -> tuple[ThreadState, ...]:
+        return tuple(t for t in self.threads if t.inside is False)
+
+    @property
+    def misplaced_by(self) -> tuple[str, ...]:
+        """What makes it misplaced: ``threads`` (one outside the target), ``memory`` (more of its own memory on
+        other nodes than the bound allows); empty when it is not."""
+        share = self.remote_share()
+        return tuple(why for why, found in (
+            ("threads", bool(self.outside)),
+            ("memory", self.max_remote is not None and share is not None and share > self.max_remote)) if found)
+
+    @property
+    def verdict_words(self) -> str:
+        return verdict_words(self.verdict, self.misplaced_by)
+
+    def shared_elsewhere(self) -> tuple[int, CpuSet] | None:
+        """Its shared memory (where ``cudaHostAlloc`` puts pinned buffers) lying mostly off the expected nodes:
+        the bytes off them and the nodes they are on; None where it is not (or under :data:`SHARED_NOTED`)."""
+        if self.expected is None or self.memory is None:
+            return None
+        shared = self.memory.by_kind.get("shmem", {})
+        off = {n: b for n, b in shared.items() if n not in self.expected.mems}
+        total, away = sum(shared.values()), sum(off.values())
+        return (away, CpuSet(off)) if away >= SHARED_NOTED and 2 * away > total else None
+
+    def shared_words(self) -> str | None:
+        """:meth:`shared_elsewhere` in words, or None."""
+        found = self.shared_elsewhere()
+        if found is None or self.expected is None:
+            return None
+        away, nodes = found
+        return (f"{format_size(away)} of its shared memory lies on node(s) {nodes}, off its GPU's node(s) "
+                f"{self.expected.mems}: likely pinned buffers (cudaHostAlloc makes shared memory) made before its "
+                "placement or by a thread elsewhere")
+
+    def verified_buffers(self) -> list[dict[str, Any]]:
+        """Each declared buffer with where its pages are (``on_nodes``, from ``numa_maps``) and whether most of them
+        lie on the node(s) it was made for (``on_its_node``)."""
+        found = []
+        for buffer in self.buffers:
+            on = {} if self.memory is None else self.memory.in_ranges.get(buffer.address, {})
+            there = sum(b for n, b in on.items() if n in buffer.nodes)
+            found.append({**buffer.as_dict(), "on_nodes": {str(n): b for n, b in sorted(on.items()) if b},
+                          "on_its_node": 2 * there > sum(on.values())})
+        return found
+
+    def buffer_words(self) -> list[str]:
+        """The declared buffers lying mostly off the node(s) they were made for, or made for other nodes than the
+        process's GPU's, in words (what it likely is, what fixes it)."""
+        said = []
+        for buffer, seen in zip(self.buffers, self.verified_buffers(), strict=True):
+            what = f"host buffer at {buffer.address:#x} ({format_size(buffer.nbytes)}, made for node(s) {buffer.nodes})"
+            on = CpuSet(int(n) for n in seen["on_nodes"])
+            if not on:
+                said.append(f"{what}: none of its pages is resident (closed or swapped out since it was declared)")
+            elif not seen["on_its_node"]:
+                said.append(f"{what} lies mostly on node(s) {on - buffer.nodes}: its node(s) ran out of free memory "
+                            "(numapin buffer --node N sizes what fits)")
+            elif self.expected is not None and not buffer.nodes <= self.expected.mems:
+                said.append(f"{what} lies off its GPU's node(s) {self.expected.mems}: right for a GPU on node(s) "
+                            f"{buffer.nodes}; for its own GPU, numapin.host_buffer(nbytes, gpu=N)")
+        return said
+
+    def host_memory(self) -> dict[str, Any] | None:
+        """Its resident memory per node by kind, its declared buffers verified, and what lies away from its GPU in
+        words (:meth:`shared_words`, :meth:`buffer_words`), as the tools print them (``host_memory`` of ``threads
+        --json`` and ``ps --json``); None where its memory was not read."""
+        if self.memory is None:
+            return None
+        return {**self.memory.host_memory(), "buffers": self.verified_buffers(),
+                "shared_elsewhere": self.shared_words(), "buffers_elsewhere": self.buffer_words()}
+
+    def remote_share(self) -> float | None:
+        """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
+        if self.expected is None or self.memory is None:
+            return None
+        return self.memory.share_outside(self.expected.mems, own=True)
+
+
+def gpu_words(placement: Placement) -> str | None:
+    """``GPU 0 in its view (0000:1a:00.0)``: an index means nothing without the view it is in."""
+    if placement.gpu is None:
+        return None
+    seen = f"GPU {placement.gpu} in its view"
+    return f"{seen} ({placement.where})" if placement.pci else seen
+
+
+def expected(
+    facts: Facts,
+    environ: Mapping[str, str],
+    *,
+    record: Record | None = None,
+    gpu: int | None = None,
+    cpus: CpuSet | None = None,
+    mode: PlacementMode | None = None,
+    rank: LocalRank | None = None,
+    reserve: int = 0,
+    devices: Collection[str] = (),
+) -> tuple[Expected | None, str | None]:
+    """Where a process with this environment (its own view in ``facts``) and record should be, and what says
+    so; or None and why nothing does. ``devices`` are the GPUs it has open, by :attr:`Gpu.where` (the PCI
+    address, and the partition where the GPU is one).
+
+    Raises :class:`UsageError` when the caller's own question (``gpu``, ``rank``, ``cpus``, ``mode``,
+    ``reserve``) cannot be answered.
+    """
+    if gpu is not None or cpus is not None or mode is not None or rank is not None or reserve:
+        if gpu is None and cpus is None and rank is None and record is not None:
+            gpu = record.placement.gpu  # another mode for the GPU numapin placed it for
+        asked = resolve(facts, environ, gpu=gpu, cpus=cpus, rank=rank, mode=mode or PlacementMode.NODE,
+                        reserve=reserve)
+        what = (f"CPUs {cpus}" if cpus is not None else f"{rank}: {gpu_words(asked)}" if rank is not None
+                else gpu_words(asked) or "its local rank's GPU")
+        return Expected(asked, asked.workers, f"{what}, as asked" + (f", mode {mode}" if mode else "")), None
+    if record is not None:
+        basis = f"numapin's record ({record.how}: {gpu_words(record.placement) or record.placement.reason}, " \
+                f"mode {record.placement.mode})"
+        return Expected(record.placement, record.target, basis, record), None
+    marker = exec_marker(environ)
+    if marker is not None:
+        placement = Placement(marker, facts.topology.nodes_of(marker), "the CPUs numapin exec applied",
+                              PlacementMode.EXPLICIT)
+        return Expected(placement, marker, "numapin exec's marker (no record of numapin's)"), None
+    try:
+        rank = local_rank(environ)
+        if rank is not None or len(facts.visible) == 1:
+            placement = resolve(facts, environ, rank=rank)
+            said = str(rank) if rank is not None else "its one visible GPU"
+            return Expected(placement, placement.workers, f"{said} (no record of numapin's)"), None
+        if len(set(devices)) == 1:
+            where = next(iter(devices))
+            index = next((v.index for v in facts.visible if v.gpu.where == where), None)
+            if index is not None:
+                placement = resolve(facts, environ, gpu=index)
+                return Expected(placement, placement.workers, f"the one GPU it uses, {gpu_words(placement)}"), None
+    except NumapinError as exc:
+        return None, str(exc)
+    return None, "no record, no local rank, and not one GPU of its own: nothing says which GPU it drives"
+
+
+def placed_by(pid: int, record: Record | None, environ: Mapping[str, str], mask: CpuSet | None,
+              known: Mapping[int, Record], baseline: CpuSet, parent: int | None = None) -> str:
+    """Who put the process where it runs (its main thread's mask is the process's); ``parent``, its parent's
+    pid when already read."""
+    if record is not None:
+        return record.how if mask == record.mask else f"{record.how}, since moved by someone else"
+    marker = exec_marker(environ)
+    if marker is not None and mask == marker:
+        return "exec"
+    parent, depth = parent if parent is not None else _parent(pid), 0
+    while parent and depth < 8:  # a data loader, a compile worker: forked by a worker numapin placed
+        above = known.get(parent) if parent in known else records.lookup(parent)
+        if above is not None and mask == above.mask:
+            return f"inherited from {parent} ({above.how})"
+        parent, depth = _parent(parent), depth + 1
+    if mask is None or mask == baseline:
+        return "nobody"
+    return "someone else"
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return procfs.stat(pid).ppid
+    except ProcessError:
+        return None
+
+
+def judge(
+    pid: int,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    gpu: int | None = None,
+    cpus: CpuSet | None = None,
+    mode: PlacementMode | None = None,
+    rank: LocalRank | None = None,
+    reserve: int = 0,
+    environ: Mapping[str, str] | None = None,
+    devices: Collection[str] = (),
+    known: Mapping[int, Record] | None = None,
+    memory: bool = True,
+    max_remote: float | None = REMOTE_BOUND,
+    stat: procfs.Stat | None = None,
+    small_memory: bool = True,
+    facts: Facts | None = None,
+) -> Judgement:
+    """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
+
+    ``gpu`` is an index in the process's own view; ``rank`` a local rank, its GPU in that view; ``mode`` and
+    ``reserve`` as for ``numapin exec``. ``environ`` is read unless
+    given; ``known`` are the records of the host's processes when the caller
+    read them all (``ps``), else the process's own record is looked up (and its
+    parent's, to say a child inherited its pin).
+    ``max_remote`` (0..1, default :data:`REMOTE_BOUND`; None: memory not judged) bounds the share of its own
+    memory outside the expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
+    ``small_memory`` False leaves unread where the memory of a process too small to be judged by it lies
+    (``ps``, judging every worker of the host, has no use for it; ``threads`` shows it).
+    ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`), when the caller has
+    it; else read (cached) under ``root`` and cut to the GPUs the process's root holds.
+    Raises :class:`NoSuchProcess` for a process that is gone or exited,
+    :class:`UsageError` for a question that cannot be answered.
+    """
+    if stat is None or stat.exited:
+        stat = procfs.alive(pid)
+    found = known.get(pid) if known is not None else records.lookup(pid)
+    unreadable = False
+    if environ is None:
+        try:
+            environ = os.environ if pid == os.getpid() else procfs.environ(pid)
+        except AccessDenied:
+            environ, unreadable = {}, True
+    if facts is None:
+        facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
+    want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
+                          devices=devices)
+    marker = exec_marker(environ)
+    ops = LinuxThreads(pid)
+    own = state().thread_masks() if pid == os.getpid() else set()
+    own |= {m for m in (marker, None if found is None else found.mask) if m is not None}
+    threads = []
+    for tid in sorted(procfs.tasks(pid)):
+        try:
+            mask = ops.get_affinity(tid)
+        except OSError:
+            continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
+        seen = stat if tid == pid else ops.stat(tid)  # its name and last CPU (the main thread's: read above)
+        threads.append(ThreadState(tid, None if seen is None else seen.name, mask,
+                                   None if seen is None else seen.last_cpu,
+                                   None if want is None or mask is None else mask <= want.target,
+                                   mask is not None and mask in own))
+    pages, size, hidden = None, None, False
+    buffers: tuple[Declared, ...] = ()
+    if memory:
+        buffers = records.declared(pid, stat.start)
+        try:
+            # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
+            # which walks every page of every mapping (and any user may read status). Declared buffers are read.
+            size = None if small_memory or max_remote is None or buffers else procfs.own_memory(pid)
+            if size is None or size >= JUDGED_MEMORY:
+                pages = residency(pid, [(b.address, b.nbytes) for b in buffers])
+        except AccessDenied:
+            hidden = True  # another user's process: its numa_maps is for its owner or root
+        except ProcessError:
+            pass  # gone meanwhile: its threads, read above, say so
+    main = next((t.cpus for t in threads if t.tid == pid), None)
+    # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
+    # machine's other CPUs exist nowhere, and no process was kept from them).
+    live = Host(facts.topology.root).is_live  # this host: no other CPUs or nodes to leave out (nothing read)
+    baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
+    who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
+    if want is None:
+        verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
+        if unreadable:
+            note = ("its environment cannot be read, even by root (another PID namespace's process, or a ptrace "
+                    "restriction such as a container's)" if os.geteuid() == 0 else
+                    "another user's process: its environment is for its owner (or root) to read")
+        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
+                         buffers)
+    if max_remote is not None and (pages is not None or size is not None or hidden):
+        unjudged = None
+        lacking = CpuSet() if live else want.mems - this_host_nodes()
+        made = sum(pages.own_bytes.values()) if pages is not None else size
+        if lacking:
+            # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
+            # be there, so where pages lie says nothing of the placement.
+            unjudged = f"node(s) {lacking} are not this host's"
+        elif hidden:
+            unjudged = "another user's process, whose numa_maps only its owner or root may read"
+        elif made is not None and made < JUDGED_MEMORY:
+            # What an interpreter made before a late pin dominates a small process; a worker's data does not.
+            unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
+        if unjudged is not None:
+            note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
+            max_remote = None
+    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
+                       buffers)
+    if judged.misplaced_by:
+        return replace(judged, verdict=Verdict.MISPLACED)
+    return judged
