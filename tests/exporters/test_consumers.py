@@ -153,7 +153,7 @@ def test_prometheus_scrapes_the_exporter_and_holds_each_workers_series(services:
     workers = until("both workers' series in Prometheus", both)
     verdicts = {pid: next(s for s in workers if f'pid="{pid}"' in s) for pid in (ok, moved)}
     assert 'verdict="ok"' in verdicts[ok] and 'placed_by="exec"' in verdicts[ok], verdicts
-    assert 'verdict="misplaced"' in verdicts[moved] and 'placed_by="exec, since moved' in verdicts[moved]
+    assert 'verdict="misplaced"' in verdicts[moved] and 'placed_by="moved"' in verdicts[moved]
     assert set(query(f'numapin_worker_misplaced_threads{{pid="{moved}"}}').values()) == {1.0}
     assert set(query(f'numapin_worker_misplaced_threads{{pid="{ok}"}}').values()) == {0.0}
     assert set(query(f'numapin_worker_threads_outside{{pid="{moved}"}}').values()) == {1.0}
