@@ -27,19 +27,24 @@ def rgb(colour: str) -> tuple[int, int, int]:
     return int(colour[1:3], 16), int(colour[3:5], 16), int(colour[5:7], 16)
 
 
+def screenshot(chromium: str, page: Path, tmp_path: Path, size: str) -> tuple[int, int, Counter[tuple[int, int, int]]]:
+    """``page`` rendered by Chromium in a window of ``size`` (``W,H``): its width, height and pixels by colour."""
+    shot = tmp_path / f"{page.stem}.png"
+    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={size}",
+                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
+    width, height, found = png.pixels(shot.read_bytes())
+    return width, height, Counter(found)
+
+
 def test_the_plans_page_shows_every_ranks_colour(tmp_path: Path) -> None:
     chromium = browser()
     page = tmp_path / "plan.html"
     subprocess.run([*NUMAPIN, "plan", "--machine", "dgx-h100", "--mode", "exclusive", "--reserve", "1",
                     "--html", str(page)], check=True, capture_output=True)
-    shot = tmp_path / "plan.png"
-    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1500,1100",
-                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
-    width, height, found = png.pixels(shot.read_bytes())
+    width, height, counts = screenshot(chromium, page, tmp_path, "1500,1100")
     assert (width, height) == (1500, 1100)
-    counts = Counter(found)
     white = counts[(255, 255, 255)]
-    assert white < 0.97 * len(found), "the page rendered blank"
+    assert white < 0.97 * counts.total(), "the page rendered blank"
     # Eight ranks, eight of the palette's nine colours: every one of them is on the screen,
     # each over many pixels (a cell's inside, not an edge's anti-aliasing).
     for colour in PALETTE[:8]:
@@ -100,11 +105,7 @@ def test_node_mode_shows_every_ranks_colour_in_a_real_browser(tmp_path: Path) ->
     chromium = browser()
     page = tmp_path / "plan.html"
     subprocess.run([*NUMAPIN, "plan", "--machine", "dgx-h100", "--html", str(page)], check=True, capture_output=True)
-    shot = tmp_path / "plan.png"
-    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1500,1100",
-                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
-    _, _, found = png.pixels(shot.read_bytes())
-    counts = Counter(found)
+    _, _, counts = screenshot(chromium, page, tmp_path, "1500,1100")
     # Shared CPUs in bands, GPUs' swatches, the legend: each of the 8 ranks' colours over many pixels.
     for colour in PALETTE[:8]:
         assert counts[rgb(colour)] > 300, f"{colour} missing from the node picture"
@@ -117,12 +118,8 @@ def test_the_ab_page_shows_every_run_of_every_variant(tmp_path: Path) -> None:
     variants = [arg for name in ("one", "two", "three") for arg in ("--variant", f"{name}=")]
     subprocess.run([*NUMAPIN, "ab", *variants, "--rounds", "4", "--warmup", "0", "--html", str(page), "--", "true"],
                    check=True, capture_output=True, timeout=300)
-    shot = tmp_path / "ab.png"
-    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,700",
-                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
-    _, _, found = png.pixels(shot.read_bytes())
-    counts = Counter(found)
-    assert counts[(255, 255, 255)] < 0.97 * len(found), "the page rendered blank"
+    _, _, counts = screenshot(chromium, page, tmp_path, "1000,700")
+    assert counts[(255, 255, 255)] < 0.97 * counts.total(), "the page rendered blank"
     for colour in PALETTE[:3]:
         assert counts[rgb(colour)] > 60, f"{colour}: a variant's runs missing from the rendered page"
     assert counts[rgb(PALETTE[3])] == 0, "three variants, three colours"
@@ -179,12 +176,8 @@ def test_the_live_picture_shows_each_worker_and_where_one_strays(tmp_path: Path)
         for proc in started:
             proc.kill()
             proc.wait()
-    shot = tmp_path / "live.png"
-    subprocess.run([chromium, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1100,460",
-                    f"--screenshot={shot}", page.as_uri()], check=True, capture_output=True, timeout=120)
-    _, _, found = png.pixels(shot.read_bytes())
-    counts = Counter(found)
-    assert counts[(255, 255, 255)] < 0.97 * len(found), "the page rendered blank"
+    _, _, counts = screenshot(chromium, page, tmp_path, "1100,460")
+    assert counts[(255, 255, 255)] < 0.97 * counts.total(), "the page rendered blank"
     for colour in PALETTE[:2]:  # each worker's CPUs, its GPU's swatch and its legend line
         assert counts[rgb(colour)] > 200, f"{colour}: a worker missing from the live picture"
     assert counts[rgb(STRAY)] > 20, "the CPU the moved worker strays to is not outlined"
