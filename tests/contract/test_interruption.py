@@ -49,6 +49,8 @@ def _one_mask() -> set[frozenset[int]]:
 @pytest.mark.parametrize("inside_lease", [False, True], ids=["pin", "lease"])
 def test_an_interrupted_pin_is_rolled_back_or_complete_never_split(pair_root: Path, inside_lease: bool) -> None:
     def child() -> tuple[int, int]:
+        # ^C is what is sent: a shell's background job inherits SIGINT ignored, and Python then raises nothing.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         done = _crowd(MANY)
         numapin.pin(1)
         started = time.perf_counter()
