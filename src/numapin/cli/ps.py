@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
                           "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
                          indent=2))
     else:
-        from ..tools.prometheus import placed_by_label
+        from ..pinning.verdict import placed_by_label
 
         if args.wide:
             header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",

@@ -102,6 +102,8 @@ class Judgement:
     """The bound on :meth:`remote_share` the verdict used (0..1), None when memory was not judged."""
     buffers: tuple[Declared, ...] = ()
     """The host buffers it declared (:func:`numapin.host_buffer`), verified against :attr:`memory`."""
+    unjudged: str | None = None
+    """Why its memory was not judged (``under 32 MiB of its own memory``...); None where it was, or was not read."""
 
     @property
     def outside(self) -> tuple[ThreadState, ...]:
@@ -362,8 +364,8 @@ def judge(
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
                          buffers)
+    unjudged = None
     if max_remote is not None and (pages is not None or size is not None or hidden):
-        unjudged = None
         lacking = CpuSet() if live else want.mems - this_host_nodes()
         made = sum(pages.own_bytes.values()) if pages is not None else size
         if lacking:
@@ -379,7 +381,7 @@ def judge(
             note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
             max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
-                       buffers)
+                       buffers, unjudged)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged

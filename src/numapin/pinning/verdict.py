@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..base.choices import Choice
 
-__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "SHARED_NOTED", "Verdict", "verdict_words"]
+__all__ = ["JUDGED_MEMORY", "PLACED_BY", "REMOTE_BOUND", "SHARED_NOTED", "Verdict", "placed_by_label", "verdict_words"]
 
 
 class Verdict(Choice):
@@ -40,3 +40,19 @@ SHARED_NOTED = 32 << 20
 def verdict_words(verdict: Verdict, misplaced_by: tuple[str, ...]) -> str:
     """The verdict as tables print it: ``misplaced (memory)`` says which."""
     return f"{verdict} ({', '.join(misplaced_by)})" if verdict is Verdict.MISPLACED and misplaced_by else str(verdict)
+
+
+#: Who placed a process, as a closed set: the judge's words (:func:`numapin.pinning.judge.placed_by`) name a
+#: parent's pid, which on a series would make a new one at every restart; ``ps``'s narrow table says these too.
+PLACED_BY = ("exec", "autopin", "pin", "lease", "compat", "moved", "inherited", "nobody", "other")
+
+
+def placed_by_label(words: str | None) -> str:
+    """The judge's words for who placed a process (``exec, since moved by someone else``), as one of
+    :data:`PLACED_BY`."""
+    text = words or ""
+    if text.startswith("inherited from "):
+        return "inherited"
+    if ", since moved" in text:
+        return "moved"
+    return text if text in PLACED_BY else "other"

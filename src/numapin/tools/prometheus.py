@@ -14,9 +14,10 @@ is the empty string, which Prometheus treats as absent.
 from __future__ import annotations
 
 from ..base.text import printable
+from ..pinning.verdict import placed_by_label
 from .ps import Survey, Verdict, Worker
 
-__all__ = ["METRICS", "PLACED_BY", "TEXTFILE", "exposition", "placed_by_label", "write_textfile"]
+__all__ = ["METRICS", "TEXTFILE", "exposition", "write_textfile"]
 
 #: The file ``--textfile DIR`` writes (node_exporter reads every ``*.prom`` of its folder).
 TEXTFILE = "numapin.prom"
@@ -54,21 +55,6 @@ METRICS = {
                                           "files are for their owner or root), any of which may be a GPU worker; "
                                           "0 when it runs as root."),
 }
-
-
-#: What ``placed_by`` says on the series: a closed set (the words of ``ps`` name a parent's pid, which would make
-#: a new series at every restart).
-PLACED_BY = ("exec", "autopin", "pin", "lease", "compat", "moved", "inherited", "nobody", "other")
-
-
-def placed_by_label(words: str | None) -> str:
-    """``ps``'s words for who placed a worker, as one of :data:`PLACED_BY`."""
-    text = words or ""
-    if text.startswith("inherited from "):
-        return "inherited"
-    if ", since moved" in text:
-        return "moved"
-    return text if text in PLACED_BY else "other"
 
 
 def _value(text: object) -> str:

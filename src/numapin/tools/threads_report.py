@@ -59,8 +59,7 @@ class ThreadsReport:
         if share is not None and j.max_remote is not None:
             parts[-1] += f" (bound {100 * j.max_remote:.0f}%)"
         elif share is not None and j.expected is not None:
-            parts[-1] += " (not judged: " + (j.note or "").rpartition("memory not judged: ")[2] + ")" \
-                if j.note and "memory not judged: " in j.note else " (not judged)"
+            parts[-1] += f" (not judged: {j.unjudged})" if j.unjudged else " (not judged)"
         parts.append(f"verdict: {j.verdict_words}")
         summary = "; ".join(parts)
         shared = j.shared_words()
