@@ -1,0 +1,142 @@
+"""The doctor's findings about the job's memory: a refused memory policy, pinned host memory, host buffers."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ...base.errors import ProcessError, UsageError
+from ...base.text import format_size, plural
+from ...cpuset import CpuSet
+from ...facts import procfs
+from ...facts.machine import Facts
+from ...facts.topology import free_hugepages
+from ...kernel.mapping import HUGE_PAGES
+from ...pinning import record
+from ...pinning.judge import Judgement
+from ...placement.modes import Placement
+from ...placement.ranks import local_rank
+from .finding import Finding
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+__all__ = ["host_buffers", "memory_refused", "pinned_memory"]
+
+
+def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding]:
+    """``memory-policy-refused``: PID's record says its memory policy was refused; without ``pid``, this process
+    asks the kernel for its own policy (what a worker started here would meet)."""
+    from ...pinning.memory import LIFT, REFUSER, MemoryPolicyError, get_mempolicy, refused_by
+
+    if pid is None:
+        try:
+            get_mempolicy()
+            return []
+        except MemoryPolicyError as exc:
+            if exc.errno != "EPERM":
+                return []
+            who = refused_by()
+            sees = f"{exc}: this process's {REFUSER[who]} refuses it"
+    else:
+        if found is None or found.memory_refused is None:
+            return []
+        who = found.memory_refused
+        sees = (f"its record: the memory policy asked for on node(s) {found.placement.mems} was refused by its "
+                f"{REFUSER[who]}")
+    return [Finding(
+        "memory-policy-refused", "warning", sees,
+        "numapin keeps the CPU placement and runs on: pages touched from then on follow the CPUs under the kernel's "
+        "local default, but pages already elsewhere stay, a memory-only node cannot be reached, and numactl "
+        "--membind fails outright (vLLM's and SGLang's binders then bind CPUs only)",
+        LIFT[who])]
+
+
+_REGISTER_POOL = re.compile(r"(?:^|,)\s*pinned_use_cuda_host_register\s*:\s*(?:true|1)\s*(?:,|$)", re.IGNORECASE)
+
+
+def pinned_memory(env: Mapping[str, str], facts: Facts, judged: Judgement | None, named: bool) -> list[Finding]:
+    """What will put a process's pinned host memory off its GPU's node: PyTorch's register pool in a process not
+    wholly on one node, and one process seeing GPUs on several nodes (PyTorch's cache reuses pinned blocks
+    across them), where nothing names its one GPU (``named``: an option, or numapin's record of a pin for one).
+    ``judged``: the process's judgement (``--pid``); without it, this process's own mask."""
+    found = []
+    topology = facts.topology
+    if _REGISTER_POOL.search(env.get("PYTORCH_CUDA_ALLOC_CONF", "")):
+        masks = [t.cpus for t in judged.threads if t.cpus is not None] if judged is not None \
+            else [CpuSet(os.sched_getaffinity(0))]
+        nodes = topology.nodes_of(CpuSet.union(masks)) if masks else CpuSet()
+        if len(nodes) > 1:
+            found.append(Finding(
+                "pinned-register-pool-unbound", "warning", "PYTORCH_CUDA_ALLOC_CONF sets "
+                f"pinned_use_cuda_host_register, and the process's threads run on {plural(len(nodes), 'node')} {nodes}",
+                "PyTorch pre-faults each pinned block from a pool of up to 128 threads that nothing binds, then "
+                "registers it: its pages land wherever those threads run, and registered pages cannot move",
+                "place the whole process on its GPU's node first (numapin exec, NUMAPIN_AUTOPIN): the pool's threads "
+                "inherit the mask; or drop the setting (cudaHostAlloc then makes them in the calling thread)"))
+    try:
+        ranked = local_rank(env) is not None
+    except UsageError:
+        ranked = True  # a malformed rank: launcher-rank says it
+    if not ranked and not named:
+        spread = CpuSet(v.gpu.node for v in facts.visible if v.gpu.node is not None)
+        if len(spread) > 1:
+            found.append(Finding(
+                "gpus-on-several-nodes", "info", f"this process sees {len(facts.visible)} GPUs on "
+                f"{plural(len(spread), 'node')} {spread}, and no launcher rank",
+                "a process that drives GPUs on several nodes cannot be placed for all of them, and PyTorch's pinned "
+                "memory cache hands a block made for one GPU to another (pytorch/pytorch#160420)",
+                "one process per GPU (a launcher's ranks), or each GPU's buffers made inside "
+                "numapin.allocating_for(gpu=N) and pools with numapin.host_buffer(nbytes, gpu=N)"))
+    return found
+
+
+def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, judged: Judgement | None,
+                 size: int | None, hugepages: str | None, lock: bool) -> list[Finding]:
+    """What a host buffer asked for does not get: huge pages not free on the GPU's node (a process's declared
+    buffer that stepped down to base pages; or ``size`` of ``hugepages`` planned), and ``RLIMIT_MEMLOCK`` under
+    ``size`` to lock."""
+    found = []
+    for b in () if judged is None else judged.buffers:
+        if b.asked_page_size > b.page_size:
+            found.append(Finding(
+                "hugepages-not-free", "warning", f"its host buffer at {b.address:#x} ({format_size(b.nbytes)}) asked "
+                f"for {format_size(b.asked_page_size)} pages and got {format_size(b.page_size)} pages: node(s) "
+                f"{b.nodes} had too few free", _HUGE_WHY, _huge_fix(b.nodes, b.asked_page_size, b.nbytes)))
+    if size is None:
+        return found
+    if hugepages is not None and placement is not None and placement.mems:
+        page = HUGE_PAGES[hugepages]
+        free = [free_hugepages(facts.topology.root, n, page) for n in placement.mems]
+        needed = -(-size // page)
+        if all(f is not None for f in free) and sum(f or 0 for f in free) < needed:
+            found.append(Finding(
+                "hugepages-not-free", "warning", f"{hugepages} pages: node(s) {placement.mems} have "
+                f"{sum(f or 0 for f in free)} free, {needed} needed for {format_size(size)}",
+                _HUGE_WHY, _huge_fix(placement.mems, page, size)))
+    if lock:
+        try:
+            limit = procfs.locked_memory_limit(os.getpid() if pid is None else pid)
+        except ProcessError:
+            limit = None
+        if limit is not None and limit < size:
+            found.append(Finding(
+                "memlock-too-low", "error", f"RLIMIT_MEMLOCK is {format_size(limit)}, under the {format_size(size)} "
+                "to lock", "mlock past the limit is refused: host_buffer(lock=True) and numapin buffer --lock fail",
+                "raise it where the job starts: ulimit -l unlimited, LimitMEMLOCK=infinity (systemd), docker run "
+                "--ulimit memlock=-1, limits.conf's memlock; or leave the buffer unlocked (cudaHostRegister "
+                "pins it for the GPU without mlock)"))
+    return found
+
+
+_HUGE_WHY = ("the buffer steps down to base pages: a large pool then needs 512 times as many page-table entries, "
+             "and its copies miss the TLB more")
+
+
+def _huge_fix(nodes: CpuSet, page: int, size: int) -> str:
+    kib = page >> 10
+    return (f"reserve {-(-size // page)} on node(s) {nodes} before the job: echo N > /sys/devices/system/node/"
+            f"nodeX/hugepages/hugepages-{kib}kB/nr_hugepages (1G pages are surest reserved at boot: "
+            f"hugepagesz={'1G' if page >= 1 << 30 else '2M'} hugepages=N)")
