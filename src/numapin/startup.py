@@ -47,9 +47,9 @@ WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.facts.gpus", "numapin.facts.host", "numapin.facts.kinds", "numapin.facts.machine", "numapin.facts.pci",
     "numapin.facts.procfs", "numapin.facts.topology", "numapin.kernel", "numapin.kernel.affinity",
     "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision", "numapin.pinning.memory",
-    "numapin.pinning.process", "numapin.pinning.record", "numapin.pinning.results", "numapin.pinning.state",
-    "numapin.pinning.request", "numapin.pinning.walk", "numapin.placement", "numapin.placement.modes",
-    "numapin.placement.ranks"})
+    "numapin.pinning.process", "numapin.pinning.folders", "numapin.pinning.record", "numapin.pinning.results",
+    "numapin.pinning.state", "numapin.pinning.request", "numapin.pinning.walk", "numapin.placement",
+    "numapin.placement.modes", "numapin.placement.ranks"})
 #: Standard modules neither may import: each costs a start more than the work it would do (typing, dataclasses,
 #: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
 NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")

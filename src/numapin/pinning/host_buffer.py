@@ -15,7 +15,7 @@ pegaflow#277; ``../shared/research/host-memory.md``). So a buffer is:
 4. optionally locked (``mlock``) and registered with CUDA (in chunks of at most 64 GiB, through the CUDA runtime
    the process already loaded: PyTorch's, or a ``libcudart`` already mapped; numapin never loads one);
 5. read back: the nodes its pages are on come from the kernel (``numa_maps``), never assumed;
-6. declared beside the process's record (:func:`numapin.pinning.record.declare`): its range, nodes and pages, which
+6. declared beside the process's record (:func:`numapin.pinning.declaration.declare`): its range, nodes and pages, which
    ``numapin threads``, ``ps`` and ``doctor --pid`` verify against ``numa_maps`` from outside.
 """
 
@@ -76,7 +76,7 @@ class HostBuffer(mmap.mmap):
     """Its resident bytes by node, as the kernel counted them after the fill."""
     _unregister: Any
     _declared: Any
-    """What the process's declaration says of it (:class:`numapin.pinning.record.Declared`)."""
+    """What the process's declaration says of it (:class:`numapin.pinning.declaration.Declared`)."""
 
     def __enter__(self) -> HostBuffer:
         return self
@@ -166,7 +166,7 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
         raise
     for note in notes:
         log.info("host buffer: %s", note)
-    from .record import Declared
+    from .declaration import Declared
 
     buffer._declared = Declared(buffer.address, buffer.nbytes, nodes, buffer.page_size,
                                 mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE), buffer.locked)
@@ -401,7 +401,7 @@ def _extent(address: int) -> int | None:
 
 def _declare() -> None:
     """This process's open buffers, declared beside its record (a closed one leaves the declaration)."""
-    from .record import declare
+    from .declaration import declare
 
     declare(sorted((b._declared for b in list(_OPEN)), key=lambda d: d.address))
 

@@ -35,7 +35,8 @@ from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
-from .record import Declared, Record
+from .declaration import Declared, declared
+from .record import Record
 from .state import exec_marker, state
 from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
 
@@ -339,7 +340,7 @@ def judge(
     pages, size, hidden = None, None, False
     buffers: tuple[Declared, ...] = ()
     if memory:
-        buffers = records.declared(pid, stat.start)
+        buffers = declared(pid, stat.start)
         try:
             # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
             # which walks every page of every mapping (and any user may read status). Declared buffers are read.

@@ -34,7 +34,6 @@ from __future__ import annotations
 import os
 import time
 
-from ..base.environment import RUNTIME_DIR
 from ..base.errors import ProcessError
 from ..base.files import Folder
 from ..base.frozen import frozen, replace
@@ -42,6 +41,21 @@ from ..base.logger import log
 from ..base.text import decimal, json_text, json_value, printable
 from ..cpuset import CpuSet
 from ..facts import procfs
+from .folders import (
+    DECLARATION,
+    Where,
+    file_name,
+    folders,
+    folders_of,
+    inside,
+    namespace,
+    namespaces,
+    owner,
+    places,
+    reading_folders,
+    root_of,
+    start_time,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -52,9 +66,11 @@ if TYPE_CHECKING:
     from .decision import ExternalMaskPolicy
     from .memory import MemoryMode
 
-__all__ = ["HOW", "VERSION", "Declared", "Record", "Where", "across", "declare", "declared", "drift_words", "entries",
-           "file_name", "folders", "locate", "lookup", "namespace",
-           "publish", "rewrite", "stamp", "start_time", "withdraw"]
+# Where records lie, and whose process each names, is :mod:`numapin.pinning.folders`'s; the names a reader of
+# records uses most are given here too (``record.start_time``, ``record.folders``).
+__all__ = ["CAP", "HOW", "VERSION", "Record", "Where", "across", "drift_words", "entries", "exact_int", "file_name",
+           "folders", "locate", "lookup", "namespace", "owner", "publish", "rewrite", "stamp", "start_time",
+           "withdraw"]
 
 #: The record format; a reader skips files of another.
 VERSION = 3
@@ -139,7 +155,7 @@ class Record:
             memory, policy = data.get("memory"), data.get("policy")
             refused = data.get("memory_refused")
             return cls(
-                pid=_int(data["pid"]), start=_int(data["start"]), how=str(data["how"]),
+                pid=exact_int(data["pid"]), start=exact_int(data["start"]), how=str(data["how"]),
                 mask=CpuSet.parse(str(data["mask"])), target=CpuSet.parse(str(data["target"])),
                 placement=Placement.from_dict(data["placement"]),
                 memory=None if memory is None else MemoryMode(memory),
@@ -182,7 +198,7 @@ def drift_words(drift: tuple[tuple[str, int], ...]) -> str:
 
 
 def _count(value: object) -> int:
-    found = _int(value)
+    found = exact_int(value)
     if found < 0:
         raise ValueError(f"not a count: {value!r}")
     return found
@@ -201,84 +217,11 @@ def _causes(drift: Mapping[str, object]) -> tuple[tuple[str, int], ...]:
     return tuple(counts.items())
 
 
-def _int(value: object) -> int:
+def exact_int(value: object) -> int:
+    """``value`` where it is an int (a bool is none): what a file of numapin's holds, or TypeError."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"not an int: {value!r}")
     return value
-
-
-# -- where ------------------------------------------------------------------------------
-
-
-def folders(uid: int | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The folders a process of user ``uid`` (default: this one) keeps its record in, first choice first.
-
-    ``$NUMAPIN_RUNTIME_DIR`` alone when it is set: an operator who names the
-    folder wants the records there, or nowhere.
-    """
-    me = os.geteuid()
-    user = me if uid is None else uid
-    return _folders_of(user, os.environ if environ is None else environ, own=user == me)
-
-
-def _folders_of(user: int, env: Mapping[str, str], *, own: bool) -> list[str]:
-    """The folders of :func:`folders` for a process of ``user`` whose environment is ``env`` (``own``: its
-    ``XDG_RUNTIME_DIR`` is that user's own, not the reader's)."""
-    explicit = env.get(RUNTIME_DIR)
-    if explicit:
-        return [explicit]
-    found = []
-    if user == 0:
-        found.append("/run/numapin")
-    runtime = env.get("XDG_RUNTIME_DIR") if own else None
-    found.append(os.path.join(runtime, "numapin") if runtime else f"/run/user/{user}/numapin")
-    found.append(f"/tmp/numapin-{user}")
-    return list(dict.fromkeys(found))
-
-
-def _reading_folders(uids: Iterable[int]) -> list[str]:
-    """Every folder a record of these users may lie in: each other user's own first, then the reader's (its
-    explicit folder first). A process's own record comes before any copy another user made of it: root's
-    keeper of a user's worker writes into that user's folder, and a copy left in root's folder by an older
-    keeper never shadows the worker's later pins."""
-    me = os.geteuid()
-    seen: dict[str, None] = {}
-    for uid in uids:
-        if uid != me:
-            seen.update(dict.fromkeys(folders(uid, environ={})))
-    for folder in folders():
-        seen.setdefault(folder, None)
-    return list(seen)
-
-
-def owner(pid: int) -> int | None:
-    """The user id that owns process ``pid``; None when it is gone."""
-    try:
-        return procfs.owner(pid)
-    except ProcessError:
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """Process ``pid``'s start time in clock ticks since boot; None when it is gone."""
-    try:
-        return procfs.stat(pid).start
-    except ProcessError:
-        return None
-
-
-def namespace() -> int:
-    """This process's PID namespace (the inode of ``/proc/self/ns/pid``); 0 where it cannot be read."""
-    try:
-        return os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return 0
-
-
-def file_name(pid: int, start: int, ns: int | None = None) -> str:
-    """The name of the record of process ``pid`` started at ``start`` in PID namespace ``ns`` (default: this
-    process's)."""
-    return f"{pid}-{start}-{namespace() if ns is None else ns}.json"
 
 
 # -- writing ----------------------------------------------------------------------------
@@ -332,10 +275,10 @@ def _stale(name: str, ns: int, start_of: Callable[[int], int | None] = start_tim
     if name.endswith(".tmp"):
         record, _, rest = name.rpartition(".json.")
         writer = decimal(rest.removesuffix(".tmp"))
-        named = _named(f"{record}.json".replace(_DECLARED, ".json"))
+        named = _named(f"{record}.json".replace(DECLARATION, ".json"))
         return named is not None and named[2] == ns and writer is not None and writer > 0 \
             and not os.path.exists(f"/proc/{writer}")
-    named = named or _named(name.replace(_DECLARED, ".json"))  # a declaration is stale with its process
+    named = named or _named(name.replace(DECLARATION, ".json"))  # a declaration is stale with its process
     return named is not None and named[2] == ns and start_of(named[0]) != named[1]
 
 
@@ -383,7 +326,7 @@ def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int
     if named is None or named[2] != (namespace() if ns is None else ns) or uid is None \
             or folder.owner not in (uid, 0):
         return None
-    found = folder.read(name, _CAP)
+    found = folder.read(name, CAP)
     if found is None or found[1] not in (uid, 0):
         return None
     data = json_value(found[0])
@@ -392,46 +335,7 @@ def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int
 
 
 #: The largest record a reader takes (a real one is under a kilobyte).
-_CAP = 1 << 16
-
-
-@frozen
-class Where:
-    """Where a process's record lies: a folder as the process sees it, and the file's name there. For a process
-    of another mount or PID namespace (a container's), the folder lies under ``/proc/THROUGH/root`` and the
-    record names the process by its id in its own namespace, ``inner``."""
-
-    folder: str
-    name: str
-    through: int | None = None
-    inner: int | None = None
-
-    def open(self, owners: set[int]) -> Folder:
-        """The folder, checked (PermissionError, OSError as :class:`Folder` says them)."""
-        if self.through is None:
-            return Folder.open(self.folder, owners)
-        root = _root_of(self.through)
-        try:
-            return _inside(root, self.through, self.folder, owners)
-        finally:
-            os.close(root)
-
-
-def _root_of(pid: int) -> int:
-    """A descriptor of process ``pid``'s root (``/proc/PID/root``: its mount namespace's ``/``); OSError where
-    this user may not look."""
-    return os.open(f"/proc/{pid}/root", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-def _inside(root: int, through: int, folder: str, owners: set[int]) -> Folder:
-    """``folder`` of the root ``root`` (process ``through``'s), as :meth:`Folder.inside` checks it."""
-    return Folder.inside(root, folder, owners, f"/proc/{through}/root{folder}")
-
-
-def _namespaces(pid: int | str) -> tuple[int, int]:
-    """Process ``pid``'s mount and PID namespaces (``"self"``: this one's); ProcessError where it may not be looked
-    into."""
-    return procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid")
+CAP = 1 << 16
 
 
 def lookup(pid: int) -> Record | None:
@@ -442,29 +346,24 @@ def lookup(pid: int) -> Record | None:
 
 
 def locate(pid: int) -> tuple[Record, Where] | None:
-    """The record of the live process ``pid`` and where it lies (where a keeper writes it again). A process of
-    another mount or PID namespace (a container's) is looked for in its own root, under its own id there."""
+    """The record of the live process ``pid`` and where it lies (where a keeper writes it again), looked for in
+    the folders :func:`numapin.pinning.folders.places` names."""
     start, uid = start_time(pid), owner(pid)
-    if start is None or uid is None:
+    looked = None if start is None or uid is None else places(pid, start, uid)
+    if looked is None or start is None or uid is None:
         return None
-    if pid != os.getpid():
+    inner, ns, where = looked
+    name = file_name(inner, start, ns)
+    for path, through in where:
         try:
-            theirs = _namespaces(pid)
-            elsewhere = theirs != _namespaces("self")
-        except ProcessError:
-            elsewhere = False  # not ours to look into: only this namespace's folders, as for any process
-        if elsewhere:
-            found, _ = _in_namespace(theirs[1], [pid], lambda _: start, lambda _: uid)
-            return found.get(pid)
-    name = file_name(pid, start)
-    for path in _reading_folders({uid}):
-        try:
-            with Folder.open(path, {uid, 0}) as folder:
-                found_here = _read(folder, name, uid)
-        except OSError:
+            with Where(path, name, through).open({uid, 0}) as folder:
+                found = _read(folder, name, uid, (inner, start, ns), ns)
+        except (OSError, ValueError):
             continue
-        if found_here is not None:
-            return found_here, Where(path, name)
+        if found is not None:
+            if through is None:
+                return found, Where(path, name)
+            return replace(found, pid=pid), Where(path, name, through, inner)
     return None
 
 
@@ -494,11 +393,11 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
     read in its own root under its own id; and how many of them could not be looked into (a process whose
     root this user may not open). Another user's processes, whose namespaces only their owner or root may
     see, are not counted: ``ps`` counts them once, as processes it could not look into."""
-    mine = _namespaces("self")
+    mine = namespaces("self")
     groups: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
         try:
-            key = _namespaces(pid)
+            key = namespaces(pid)
         except ProcessError:
             continue
         if key != mine:
@@ -525,7 +424,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
     through, root = None, -1
     for pid in pids:
         try:
-            root = _root_of(pid)
+            root = root_of(pid)
         except OSError:
             continue
         through = pid
@@ -545,7 +444,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
             if start is None or uid is None or inner_uid is None:
                 continue
             name = file_name(inner, start, ns)
-            for path in _folders_of(inner_uid, env, own=True):
+            for path in folders_of(inner_uid, env, own=True):
                 wanted.setdefault(path, []).append((pid, uid, name, inner, start))
         found: dict[int, tuple[Record, Where]] = {}
         for path, looked in wanted.items():
@@ -553,7 +452,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
             if not looked:
                 continue
             try:
-                folder = _inside(root, through, path, {uid for _, uid, *_ in looked} | {0})
+                folder = inside(root, through, path, {uid for _, uid, *_ in looked} | {0})
             except (OSError, ValueError):
                 continue
             with folder:
@@ -581,7 +480,7 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
     ns = namespace()
     found: dict[int, Record] = {}
     by_owner: set[int] = set()  # the processes whose record came from their owner's own folder
-    for path in _reading_folders(owners):
+    for path in reading_folders(owners):
         try:
             with Folder.open(path, owners | {0}) as folder:
                 for name in folder.names():
@@ -603,108 +502,3 @@ def entries(uids: Iterable[int] = (), start_of: Callable[[int], int | None] = st
         except OSError:
             continue
     return found
-
-
-# -- declared host buffers --------------------------------------------------------------
-#
-# A process's host buffers (numapin.host_buffer) are declared in a file of their own beside its record,
-# ``PID-START-NS.buffers.json``, under the same names, folders and owner rules. Apart, because the process
-# that needs them most has no pin to record (one process driving GPUs on two nodes, a buffer for each), and a
-# buffer made or closed must never rewrite what a pin recorded (or the keeper's drift counts).
-
-_DECLARED = ".buffers.json"
-
-
-@frozen
-class Declared:
-    """A host buffer as its process declared it: its range, the nodes it was made for, its pages."""
-
-    address: int
-    nbytes: int
-    nodes: CpuSet
-    page_size: int
-    asked_page_size: int
-    """The page size asked for (``hugepages=``): larger than ``page_size`` where the node had too few free."""
-    locked: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
-                "asked_page_size": self.asked_page_size, "locked": self.locked}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Declared | None:
-        try:
-            found = cls(_int(data["address"]), _int(data["nbytes"]), CpuSet.parse(str(data["node"])),
-                        _int(data["page_size"]), _int(data["asked_page_size"]), data.get("locked") is True)
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-        return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 else None
-
-
-def declare(buffers: Iterable[Declared]) -> None:
-    """Declare this process's open host buffers (none: the declaration is removed). Never raises: one debug
-    line, as a record's write."""
-    listed = [b.as_dict() for b in buffers]
-    pid, start = os.getpid(), start_time(os.getpid())
-    if start is None:
-        return
-    name = file_name(pid, start).replace(".json", _DECLARED)
-    data = json_text({"version": VERSION, "pid": pid, "start": start, "buffers": listed}).encode()
-    for path in folders():
-        try:
-            with Folder.open(path, {os.geteuid()}, create=bool(listed)) as folder:
-                if listed:
-                    folder.replace(name, data, 0o644)
-                else:
-                    folder.remove(name)
-        except OSError as exc:
-            log.debug("host buffers not declared in %s: %s", path, exc)
-            continue
-        return
-
-
-def declared(pid: int, start: int | None = None) -> tuple[Declared, ...]:
-    """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
-    its owner's folders, of its namespace, naming it); a process of another mount or PID namespace is read in
-    its own root, under its own id there. Nothing where none is declared or none can be believed. ``start``: its
-    start time, where the caller read it."""
-    start, uid = start if start is not None else start_time(pid), owner(pid)
-    if start is None or uid is None:
-        return ()
-    try:
-        theirs = _namespaces(pid)
-        elsewhere = pid != os.getpid() and theirs != _namespaces("self")
-    except ProcessError:
-        theirs, elsewhere = (0, namespace()), False
-    places: list[tuple[str, int | None]]
-    if not elsewhere:
-        places = [(path, None) for path in _reading_folders({uid})]
-        inner, ns = pid, namespace()
-    else:
-        try:
-            inner, inner_uid = procfs.inner_pid(pid), procfs.inner_uid(pid, uid)
-            env = procfs.environ(pid)
-        except ProcessError:
-            return ()
-        if inner_uid is None:
-            return ()
-        places = [(path, pid) for path in _folders_of(inner_uid, env, own=True)]
-        ns = theirs[1]
-    name = file_name(inner, start, ns).replace(".json", _DECLARED)
-    for path, through in places:
-        try:
-            with Where(path, name, through).open({uid, 0}) as folder:
-                if folder.owner not in (uid, 0):
-                    continue
-                found = folder.read(name, _CAP)
-        except (OSError, ValueError):
-            continue
-        if found is None or found[1] not in (uid, 0):
-            continue
-        data = json_value(found[0])
-        if not isinstance(data, dict) or data.get("version") != VERSION or data.get("pid") != inner \
-                or data.get("start") != start or not isinstance(data.get("buffers"), list):
-            continue
-        return tuple(b for b in (Declared.from_dict(item) for item in data["buffers"] if isinstance(item, dict))
-                     if b is not None)
-    return ()

@@ -1,0 +1,105 @@
+"""A process's declared host buffers (:func:`numapin.host_buffer`): what it made, for which node, with which
+pages, in a file beside its record that numapin's tools read from outside.
+
+The file is ``PID-START-NS.buffers.json``, under the record's names, folders and owner rules
+(:mod:`numapin.pinning.folders`). Apart from the record, because the process that needs buffers most has no
+pin to record (one process driving GPUs on two nodes, a buffer for each), and a buffer made or closed must
+never rewrite what a pin recorded (or the keeper's drift counts).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..base.files import Folder
+from ..base.frozen import frozen
+from ..base.logger import log
+from ..base.text import json_text, json_value
+from ..cpuset import CpuSet
+from .folders import Where, declaration_name, folders, owner, places, start_time
+from .record import CAP, VERSION, exact_int
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+
+__all__ = ["Declared", "declare", "declared"]
+
+
+@frozen
+class Declared:
+    """A host buffer as its process declared it: its range, the nodes it was made for, its pages."""
+
+    address: int
+    nbytes: int
+    nodes: CpuSet
+    page_size: int
+    asked_page_size: int
+    """The page size asked for (``hugepages=``): larger than ``page_size`` where the node had too few free."""
+    locked: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
+                "asked_page_size": self.asked_page_size, "locked": self.locked}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Declared | None:
+        try:
+            found = cls(exact_int(data["address"]), exact_int(data["nbytes"]), CpuSet.parse(str(data["node"])),
+                        exact_int(data["page_size"]), exact_int(data["asked_page_size"]), data.get("locked") is True)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 else None
+
+
+def declare(buffers: Iterable[Declared]) -> None:
+    """Declare this process's open host buffers (none: the declaration is removed). Never raises: one debug
+    line, as a record's write."""
+    listed = [b.as_dict() for b in buffers]
+    pid, start = os.getpid(), start_time(os.getpid())
+    if start is None:
+        return
+    name = declaration_name(pid, start)
+    data = json_text({"version": VERSION, "pid": pid, "start": start, "buffers": listed}).encode()
+    for path in folders():
+        try:
+            with Folder.open(path, {os.geteuid()}, create=bool(listed)) as folder:
+                if listed:
+                    folder.replace(name, data, 0o644)
+                else:
+                    folder.remove(name)
+        except OSError as exc:
+            log.debug("host buffers not declared in %s: %s", path, exc)
+            continue
+        return
+
+
+def declared(pid: int, start: int | None = None) -> tuple[Declared, ...]:
+    """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
+    its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.record.places`
+    says. Nothing where none is declared or none can be believed. ``start``: its start time, where the caller
+    read it."""
+    start, uid = start if start is not None else start_time(pid), owner(pid)
+    looked = None if start is None or uid is None else places(pid, start, uid)
+    if looked is None or start is None or uid is None:
+        return ()
+    inner, ns, where = looked
+    name = declaration_name(inner, start, ns)
+    for path, through in where:
+        try:
+            with Where(path, name, through).open({uid, 0}) as folder:
+                if folder.owner not in (uid, 0):
+                    continue
+                found = folder.read(name, CAP)
+        except (OSError, ValueError):
+            continue
+        if found is None or found[1] not in (uid, 0):
+            continue
+        data = json_value(found[0])
+        if not isinstance(data, dict) or data.get("version") != VERSION or data.get("pid") != inner \
+                or data.get("start") != start or not isinstance(data.get("buffers"), list):
+            continue
+        return tuple(b for b in (Declared.from_dict(item) for item in data["buffers"] if isinstance(item, dict))
+                     if b is not None)
+    return ()
