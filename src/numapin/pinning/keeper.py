@@ -34,11 +34,10 @@ import errno
 import os
 import time
 
-from ..base.choices import Choice
 from ..base.errors import EnvironmentProblem, UsageError, errno_name
-from ..base.frozen import frozen, replace
+from ..base.frozen import replace
 from ..base.logger import log
-from ..base.text import counted, printable
+from ..base.text import counted
 from ..cpuset import CpuSet
 from ..facts.cgroup import Cgroup, read_cgroup
 from ..facts.host import Host
@@ -46,7 +45,7 @@ from ..facts.machine import forget as forget_facts
 from ..kernel.affinity import LinuxThreads, walk_calls
 from . import record as records
 from .decision import ExternalMaskPolicy
-from .drift import DriftCause
+from .drift import Drift, DriftCause, Response, respond
 from .record import Record
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -70,62 +69,6 @@ DEFAULT_PERIOD = 1.0
 #: right after, and a look in between must not take that pin for someone else's move (nor undo it). Inside
 #: the process the keeper looks under the pin lock, and a look never falls between the two.
 SETTLE_SECONDS = 0.5
-
-
-class Response(Choice):
-    """What the keeper did about one drift."""
-
-    RESTORED = "put back"
-    REPLACED = "placed again inside the new cpuset"
-    HELD = "nothing to put back: the placement holds"
-    REPORTED = "reported, left alone"
-    LEFT = "left to the cgroup"
-
-
-def respond(cause: DriftCause, policy: ExternalMaskPolicy) -> Response:
-    """The whole rule, for one drift: the policy × what moved. No kernel call.
-
-    A cpuset change is answered by :meth:`Keeper.check` with :attr:`Response.REPLACED` (or
-    :attr:`Response.HELD`/:attr:`Response.LEFT`, by what the new cpuset holds): the placement was numapin's.
-    """
-    if cause in (DriftCause.MOVED, DriftCause.INHERITED):
-        return Response.RESTORED if policy is ExternalMaskPolicy.OVERRIDE else Response.REPORTED
-    if cause is DriftCause.MEMS:
-        return Response.REPORTED
-    if cause is DriftCause.CPUSET:
-        return Response.REPLACED
-    raise AssertionError(f"drift cause {cause} has no response")  # a new cause must be answered here
-
-
-@frozen
-class Drift:
-    """One event: what moved, when, from what to what, and what the keeper did."""
-
-    when: float
-    cause: DriftCause
-    response: Response
-    before: CpuSet | None
-    after: CpuSet | None
-    tid: int | None = None
-    name: str | None = None
-    note: str | None = None
-
-    def __str__(self) -> str:
-        stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
-        if self.tid is None:
-            what = f"cgroup's allowed {'CPUs' if self.cause is DriftCause.CPUSET else 'memory nodes'}"
-        else:
-            # A thread's name is any bytes its process chose: escaped, so a log or a terminal never acts on it.
-            what = f"thread {self.tid}" + (f" ({printable(self.name)})" if self.name else "")
-        change = f"new {what} on {self.after}" if self.cause is DriftCause.INHERITED else \
-            f"{what} changed {self.before} -> {self.after}"
-        return f"{stamp} {self.cause.value}: {change}: {self.response.value}" + (f" ({self.note})" if self.note else "")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"when": self.when, "cause": self.cause.value, "response": self.response.value,
-                "before": None if self.before is None else str(self.before),
-                "after": None if self.after is None else str(self.after),
-                "tid": self.tid, "name": self.name, "note": self.note}
 
 
 def parse_period(text: str | float, what: str = "period") -> float:
