@@ -42,14 +42,14 @@ NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", 
 #: A worker pinned at start imports at most these of numapin: the machine read, the decision, the walk, the
 #: record (not the judge, the tools' commands, the network or interrupts, the synthetic machines).
 WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
-    "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen",
-    "numapin.base.logger", "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gpu",
-    "numapin.facts.gpus", "numapin.facts.host", "numapin.facts.kinds", "numapin.facts.machine", "numapin.facts.pci",
-    "numapin.facts.procfs", "numapin.facts.topology", "numapin.kernel", "numapin.kernel.affinity",
-    "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision", "numapin.pinning.memory",
-    "numapin.pinning.process", "numapin.pinning.folders", "numapin.pinning.record", "numapin.pinning.results",
-    "numapin.pinning.state", "numapin.pinning.request", "numapin.pinning.walk", "numapin.placement",
-    "numapin.placement.modes", "numapin.placement.ranks"})
+    "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen", "numapin.base.logger",
+    "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gpu", "numapin.facts.gpus",
+    "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.kinds", "numapin.facts.machine",
+    "numapin.facts.pci", "numapin.facts.procfs", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
+    "numapin.kernel.affinity", "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision",
+    "numapin.pinning.folders", "numapin.pinning.memory", "numapin.pinning.process", "numapin.pinning.record",
+    "numapin.pinning.request", "numapin.pinning.results", "numapin.pinning.state", "numapin.pinning.walk",
+    "numapin.placement", "numapin.placement.modes", "numapin.placement.ranks"})
 #: Standard modules neither may import: each costs a start more than the work it would do (typing, dataclasses,
 #: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
 NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")

@@ -17,10 +17,11 @@ from ..base.frozen import frozen, replace
 from ..base.text import counted, plural, printable
 from ..cpuset import CpuSet, CpuSpec
 from ..facts.gpus import Gpu, Inventory, VisibleGpu
+from ..facts.grouping import Core
 from ..facts.kinds import CpuKinds
 from ..facts.machine import Facts
 from ..facts.pci import is_function
-from ..facts.topology import Core, Topology
+from ..facts.topology import Topology
 from .ranks import LocalRank, gpu_for_rank, local_rank
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

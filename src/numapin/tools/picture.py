@@ -31,9 +31,10 @@ from html import escape
 from ..base.frozen import frozen, replace
 from ..base.text import counted, format_size, plural
 from ..cpuset import CpuSet
+from ..facts.grouping import Core
 from ..facts.machine import Facts
 from ..facts.network import Network, assign
-from ..facts.topology import Core, Node
+from ..facts.topology import Node
 from ..placement.modes import Placement
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
