@@ -332,3 +332,33 @@ def test_every_file_the_guest_tier_runs_in_its_guests_is_there() -> None:
                   and any(isinstance(t, ast.Name) and t.id == "KERNEL_FACING" for t in node.targets))
     missing = [path for path in listed if not (PACKAGE.parents[1] / path).is_file()]
     assert len(listed) >= 5 and missing == [], missing
+
+
+def test_no_module_is_a_house_of_its_own() -> None:
+    # A module past 600 lines holds more than one room: split it where its ideas part.
+    sizes = {path.relative_to(PACKAGE).as_posix(): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert sizes, "no module found (the check below can fail)"
+    assert {name: size for name, size in sizes.items() if size > 600} == {}
+
+
+def test_each_accelerator_vendor_id_is_written_in_one_module() -> None:
+    # The accelerators' table (facts.glance.ACCELERATORS) is the one place of their PCI ids and drivers; the
+    # synthetic machines' writer makes sysfs as each driver does, and writes them too.
+    from numapin.facts.glance import ACCELERATORS
+
+    for vendor_id, _, _, _ in ACCELERATORS.values():
+        spellings = [f"{vendor_id:#06x}", f"{vendor_id:#06X}".replace("0X", "0x")]
+        holders = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+                         if path.name != "synthetic.py" and any(s in path.read_text() for s in spellings))
+        assert holders == ["facts/glance.py"], (f"{vendor_id:#06x}", holders)
+
+
+def test_the_accelerators_table_names_every_vendor_and_its_reader() -> None:
+    import importlib
+
+    from numapin.facts.glance import ACCELERATORS
+    from numapin.facts.gpu import Vendor
+
+    assert set(ACCELERATORS) == {v.value for v in Vendor}
+    for _, _, driver, reader in ACCELERATORS.values():
+        assert driver and importlib.import_module(f"numapin.facts.{reader}") is not None

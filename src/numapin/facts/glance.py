@@ -27,22 +27,41 @@ from ..base.environment import (
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["AMD", "AMD_CLASSES", "DISPLAY_CLASSES", "DRIVERS", "GAUDI", "NVIDIA", "held_by", "load_nvml",
-           "machine_gpus", "no_worker", "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent",
-           "shows_drivers", "visible_without_rank"]
+__all__ = ["ACCELERATORS", "accelerator", "held_by", "load_nvml", "machine_gpus", "no_worker", "not_a_worker",
+           "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers", "visible_without_rank"]
 
-#: NVIDIA's PCI vendor id, and the PCI classes of a GPU (base class 0x03: 0x0300 VGA, 0x0302 3D controller).
-NVIDIA = 0x10DE
-DISPLAY_CLASSES = (0x0300, 0x0302)
-#: AMD's (ATI's) PCI vendor id for its GPUs, and their classes: display ones, 0x0380 (other display, as
-#: MI100-MI250 show), and 0x1200, processing accelerator (MI300X and later are no display devices).
-AMD = 0x1002
-AMD_CLASSES = (0x0300, 0x0302, 0x0380, 0x1200)
-#: Habana Labs' (Intel Gaudi's) PCI vendor id: every device of it is an accelerator the habanalabs driver drives.
-GAUDI = 0x1DA3
+#: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value): its PCI vendor id, the PCI classes of
+#: its accelerators (``class >> 8``; None: every function of it is one), the kernel driver its runtime needs its
+#: devices held by, and the module of ``numapin.facts`` that reads its devices and says which a process sees.
+#: The only place these ids and drivers are written, but for the synthetic machines' writer, which makes sysfs
+#: as each driver does. A GPU's classes are base class 0x03 (0x0300 VGA, 0x0302 3D controller); AMD's add 0x0380
+#: (other display: MI100-MI250) and 0x1200 (processing accelerator: MI300X and later); Habana Labs' (Intel
+#: Gaudi's) functions are all accelerators. Kept here, not in the vendors' modules: every Python process of a job
+#: with the start-up file asks this table, and importing three modules more costs each start more than its work.
+ACCELERATORS = {
+    "nvidia": (0x10DE, (0x0300, 0x0302), "nvidia", "gpus"),
+    "amd": (0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm"),
+    "gaudi": (0x1DA3, None, "habanalabs", "gaudi"),
+}
+_BY_ID = {row[0]: (name, row[1]) for name, row in ACCELERATORS.items()}
+
+
+def accelerator(vendor: "int | None", pci_class: "Callable[[], int | None]") -> "str | None":
+    """Whose accelerator a PCI function of vendor id ``vendor`` is (a row's name of :data:`ACCELERATORS`), or None
+    (another device: a bridge, a NIC, a display card of no vendor read here). ``pci_class`` reads the function's
+    class, asked only of a vendor whose accelerators are some of its classes."""
+    found = None if vendor is None else _BY_ID.get(vendor)
+    if found is None:
+        return None
+    if found[1] is None:
+        return found[0]
+    pci_class_now = pci_class()
+    return found[0] if pci_class_now is not None and pci_class_now >> 8 in found[1] else None
+
+
 _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO under a test root never blocks the hook
 
@@ -117,8 +136,6 @@ def _minor(data: bytes | None) -> int | None:
 
 
 _DRIVERS = "sys/bus/pci/drivers"
-#: The kernel driver each vendor's runtime needs its devices held by.
-DRIVERS = {NVIDIA: "nvidia", AMD: "amdgpu", GAUDI: "habanalabs"}
 
 
 def shows_drivers(root: str) -> bool:
@@ -218,32 +235,25 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
     ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
     then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
-    amd = gaudi = 0
-    nvidia_functions = []
+    found: dict[str, list[str]] = {name: [] for name in ACCELERATORS}
     devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
     drivers = shows_drivers(root)
     try:
         if drivers:
-            # sysfs names each function's driver: the GPU drivers' own lists are all there is to read (the
+            # sysfs names each function's driver: the accelerator drivers' own lists are all there is to read (the
             # runtimes use only the devices their drivers hold), where a scan would read every function's vendor
             # (hundreds on a GPU host: bridges, switches, NICs, disks).
-            held = {vendor: _held(root, driver) for vendor, driver in DRIVERS.items()}
-            nvidia_functions = [n for n in held[NVIDIA] if (_hex(f"{n}/class", devices) or 0) >> 8 in DISPLAY_CLASSES]
-            amd = sum((_hex(f"{n}/class", devices) or 0) >> 8 in AMD_CLASSES for n in held[AMD])
-            gaudi = len(held[GAUDI])
-        elif devices is not None:
-            for name in os.listdir(devices):
-                vendor = _hex(f"{name}/vendor", devices)
-                gaudi += vendor == GAUDI
-                if vendor in (NVIDIA, AMD):
-                    pci_class = _hex(f"{name}/class", devices)
-                    if pci_class is not None and vendor == NVIDIA and pci_class >> 8 in DISPLAY_CLASSES:
-                        nvidia_functions.append(name)
-                    elif pci_class is not None and vendor == AMD:
-                        amd += pci_class >> 8 in AMD_CLASSES
+            names = [n for row in ACCELERATORS.values() for n in _held(root, row[2])]
+        else:
+            names = os.listdir(devices) if devices is not None else []
+        for name in names:
+            which = accelerator(_hex(f"{name}/vendor", devices), lambda: _hex(f"{name}/class", devices))  # noqa: B023
+            if which is not None:
+                found[which].append(name)
     finally:
         if devices is not None:
             os.close(devices)
+    nvidia_functions, amd, gaudi = found["nvidia"], len(found["amd"]), len(found["gaudi"])
     nvidia = len(nvidia_usable(root, nvidia_functions, held=drivers)[0]) if nvidia_functions else 0
     if amd or _listdir(os.path.join(root, "sys/class/kfd")):
         kfd = _kfd_gpus(root)

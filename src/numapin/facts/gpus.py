@@ -44,12 +44,8 @@ from ..base.text import counted, decimal, plural
 from ..cpuset import CpuSet
 from . import pci as pci_address
 from .glance import (
-    AMD,
-    AMD_CLASSES,
-    DISPLAY_CLASSES,
-    DRIVERS,
-    GAUDI,
-    NVIDIA,
+    ACCELERATORS,
+    accelerator,
     load_nvml,
     nvidia_driver_loaded,
     nvidia_usable,
@@ -154,40 +150,29 @@ def _hex(text: str | None) -> int | None:
 _DEVICES = "sys/bus/pci/devices"
 
 
-def _scan(host: Host, driver_bdfs: set[str]) -> tuple[list[str], list[str], list[str]]:
-    """The PCI functions (sysfs names) of NVIDIA GPUs, AMD GPUs and Gaudis, from every function's vendor (a capture
-    must be read so: it names no driver), on a GPU host hundreds: opened inside the folder held open, the class
-    read only of a GPU vendor's function. A capture may omit ``vendor``; the NVIDIA driver's entry then tells."""
-    nvidia, amd, gaudi = [], [], []
+def _functions(host: Host, driver_bdfs: set[str], *, held: bool) -> dict[str, list[str]]:
+    """The PCI functions (sysfs names) of each vendor's accelerators (:data:`numapin.facts.glance.ACCELERATORS`).
+    ``held``: sysfs names each function's driver, and the accelerator drivers' own lists are all there is to read
+    (the runtimes use no other function); else every function's vendor is read (a capture must be read so: it
+    names no driver), on a GPU host hundreds, opened inside the folder held open, the class read only of an
+    accelerator vendor's function. A capture may omit ``vendor``: the NVIDIA driver's entry then tells."""
+    found: dict[str, list[str]] = {name: [] for name in ACCELERATORS}
+    nvidia = ACCELERATORS["nvidia"][0]
     with host.folder(_DEVICES) as devices:
-        for name in sorted(host.listdir(_DEVICES)):
+        if held:
+            names = sorted({n for row in ACCELERATORS.values() for n in host.listdir(f"sys/bus/pci/drivers/{row[2]}")})
+        else:
+            names = sorted(host.listdir(_DEVICES))
+        for name in names:
             if not pci_address.split(name):
                 continue
             vendor = _hex(host.read_in(devices, f"{name}/vendor"))
-            if vendor == GAUDI:
-                gaudi.append(name)
-                continue
-            is_nvidia = vendor == NVIDIA or (vendor is None and pci_address.normalize(name) in driver_bdfs)
-            if vendor != AMD and not is_nvidia:
-                continue
-            pci_class = _hex(host.read_in(devices, f"{name}/class"))
-            if pci_class is not None and vendor == AMD and pci_class >> 8 in AMD_CLASSES:
-                amd.append(name)
-            elif pci_class is not None and is_nvidia and pci_class >> 8 in DISPLAY_CLASSES:
-                nvidia.append(name)
-    return nvidia, amd, gaudi
-
-
-def _held(host: Host) -> tuple[list[str], list[str], list[str]]:
-    """The same where sysfs names each function's driver: the functions the GPU drivers hold (the runtimes use
-    no other), from their own lists, their vendor and class read and no other function's."""
-    found: list[list[str]] = []
-    with host.folder(_DEVICES) as devices:
-        for vendor, classes in ((NVIDIA, DISPLAY_CLASSES), (AMD, AMD_CLASSES), (GAUDI, None)):
-            names = sorted(n for n in host.listdir(f"sys/bus/pci/drivers/{DRIVERS[vendor]}") if pci_address.split(n))
-            found.append([name for name in names if _hex(host.read_in(devices, f"{name}/vendor")) == vendor and (
-                classes is None or (_hex(host.read_in(devices, f"{name}/class")) or 0) >> 8 in classes)])
-    return found[0], found[1], found[2]
+            if vendor is None and not held and pci_address.normalize(name) in driver_bdfs:
+                vendor = nvidia
+            which = accelerator(vendor, lambda: _hex(host.read_in(devices, f"{name}/class")))  # noqa: B023
+            if which is not None:
+                found[which].append(name)
+    return found
 
 
 def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[str],
@@ -197,9 +182,10 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
     Gaudi functions are added to ``amd`` and ``gaudi``."""
     driver_bdfs = {pci_address.normalize(b) for b in host.listdir("proc/driver/nvidia/gpus") if pci_address.split(b)}
     drivers = shows_drivers(host.root)
-    functions, amd_functions, gaudi_functions = _held(host) if drivers else _scan(host, driver_bdfs)
-    amd += [pci_address.normalize(name) for name in amd_functions]
-    gaudi += [pci_address.normalize(name) for name in gaudi_functions]
+    found = _functions(host, driver_bdfs, held=drivers)
+    functions = found["nvidia"]
+    amd += [pci_address.normalize(name) for name in found["amd"]]
+    gaudi += [pci_address.normalize(name) for name in found["gaudi"]]
     gpus = {name: _sysfs_gpu(topology, host, name, warnings) for name in functions}
     # The minors just read (each driver entry read once, and through the host, which a snapshot records).
     _, why_not = nvidia_usable(host.root, functions, held=drivers,
@@ -210,7 +196,7 @@ def _sysfs_gpus(topology: Topology, host: Host, warnings: list[str], amd: list[s
         if not drivers:
             return hidden  # every NVIDIA GPU function was read above
         host.check()  # a root removed since (a synthetic machine's folder) is an error, not a machine without them
-        others = [name for name in _scan(host, driver_bdfs)[0] if name not in gpus]
+        others = [name for name in _functions(host, driver_bdfs, held=False)["nvidia"] if name not in gpus]
         _, why = nvidia_usable(host.root, others)
         # What their files lack is no warning about the GPUs the process uses: those were read before.
         elsewhere = [HiddenGpu(_sysfs_gpu(topology, host, name, []), why[name]) for name in others if name in why]
