@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from numapin.base.environment import RUNTIME_DIR
 from numapin.cpuset import CpuSet
 from numapin.pinning import record
 from numapin.placement.modes import Placement, PlacementMode
@@ -68,7 +69,7 @@ def main() -> None:
     baseline = [procps, "-e", "-L", "-o", "pid,tid,psr"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMAPIN_")}
     with tempfile.TemporaryDirectory() as tmp:
-        env[record.RUNTIME_DIR] = os.environ[record.RUNTIME_DIR] = tmp
+        env[RUNTIME_DIR] = os.environ[RUNTIME_DIR] = tmp
         print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios (wall)")
         plain = {k: v for k, v in env.items() if not k.startswith(("LOCAL_RANK", "CUDA_VISIBLE"))}
         for name, worker_env, bound in (

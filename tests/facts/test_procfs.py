@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -138,3 +139,27 @@ def test_kernel_threads_are_told_from_processes() -> None:
                 told[int(name)] = (stat.kernel_thread, own is None)
     assert told and all(flag == memoryless for flag, memoryless in told.values()), told
     assert told[os.getpid()] == (False, False)
+
+
+def test_a_namespace_is_the_inode_of_its_file_for_this_process_and_a_child_in_new_ones() -> None:
+    # Read from the link's text: the same inode a stat of the namespace's file gives, here and in a child given
+    # a PID and a mount namespace of its own (as root; else only this process's).
+    assert {kind: procfs.namespace("self", kind) for kind in ("mnt", "pid")} == \
+           {kind: os.stat(f"/proc/self/ns/{kind}").st_ino for kind in ("mnt", "pid")}
+    if os.geteuid() != 0:
+        return
+    child = subprocess.Popen(["unshare", "--pid", "--mount", "--fork", "--kill-child", "sleep", "30"])
+    try:
+        for _ in range(200):  # unshare forks the sleep once its namespaces are made
+            inner = [int(t) for t in Path(f"/proc/{child.pid}/task/{child.pid}/children").read_text().split()]
+            if inner:
+                break
+            time.sleep(0.01)
+        assert inner, "unshare made no child"
+        for kind in ("mnt", "pid"):
+            read = procfs.namespace(inner[0], kind)
+            assert read == os.stat(f"/proc/{inner[0]}/ns/{kind}").st_ino
+            assert read != procfs.namespace("self", kind)
+    finally:
+        child.kill()
+        child.wait()

@@ -122,8 +122,8 @@ def test_a_gpu_is_named_in_the_process_view_beside_its_pci_address(
 
 
 @needs_two
-def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ps_reads_the_machine_once_and_each_file_of_a_worker_once(pair_root: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import numapin
     from numapin.facts import machine as facts_machine
     from numapin.facts import procfs
@@ -142,12 +142,18 @@ def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
             return real(*args, **kwargs)
         return spy
 
-    real_stat = procfs.stat
+    real_stat, real_read = procfs.stat, procfs._read
+    files: dict[tuple[int, str], int] = {}
 
     def stat_spy(pid: int, tid: int | None = None) -> procfs.Stat:
         if tid is None:
             stats[pid] = stats.get(pid, 0) + 1
         return real_stat(pid, tid)
+
+    def read_spy(pid: int, tid: int | None, name: str, cap: int = 1 << 21) -> bytes:
+        if tid is None:  # every file of /proc/PID the scan opens (a thread's own are read once a thread)
+            files[pid, name] = files.get((pid, name), 0) + 1
+        return real_read(pid, tid, name, cap)
 
     try:
         for child in children:
@@ -156,6 +162,7 @@ def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
         monkeypatch.setattr(facts_machine, "read_topology", counting("topology", facts_machine.read_topology))
         monkeypatch.setattr(facts_machine, "read_gpus", counting("gpus", facts_machine.read_gpus))
         monkeypatch.setattr(procfs, "stat", stat_spy)
+        monkeypatch.setattr(procfs, "_read", read_spy)
         found = survey([c.pid for c in children], root=str(pair_root))
     finally:
         for child in children:
@@ -165,6 +172,9 @@ def test_ps_reads_the_machine_once_and_each_workers_stat_once(pair_root: Path,
     assert {w.pci for w in found.workers} == {v.gpu.pci for v in facts_machine.cached(str(pair_root), {}).visible}
     assert counts == {"topology": 1, "gpus": 1}, "the machine is read once, whatever the workers' views"
     assert {pid: stats.get(pid) for pid in (c.pid for c in children)} == {c.pid: 1 for c in children}
+    for child in children:  # status, environ, cgroup... each opened once a scan
+        read = {name: n for (pid, name), n in files.items() if pid == child.pid}
+        assert {"stat", "status", "environ"} <= set(read) and set(read.values()) == {1}, read
 
 
 @needs_two

@@ -2,8 +2,9 @@
 
 A Gaudi is a PCI function of Habana Labs' vendor id (its row of :data:`numapin.facts.glance.ACCELERATORS`; the
 driver's table names Gaudi ``0x1000``, Gaudi 2 ``0x1020``, Gaudi 3 ``0x1060`` and their variants). Its NUMA node
-and local CPUs are the PCI device's, as for every GPU. Its device file is ``/dev/accel/accelN`` (``sys/class/accel/accelN`` leads to the function; before
-the accel subsystem, ``/dev/hlN`` under ``sys/class/habanalabs``).
+and local CPUs are the PCI device's, as for every GPU. Its device file is ``/dev/accel/accelN``
+(``sys/class/accel/accelN`` leads to the function; before the accel subsystem, ``/dev/hlN`` under
+``sys/class/habanalabs``).
 
 Intel's runtime selects a Gaudi by its *module id* (the OAM slot its firmware reports), not by a place in a list
 (Intel Gaudi documentation, "Gaudi-to-process Assignment"): with ``HABANA_VISIBLE_MODULES=m0,m1,...`` local rank

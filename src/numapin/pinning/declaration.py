@@ -16,15 +16,15 @@ from ..base.frozen import frozen
 from ..base.logger import log
 from ..base.text import json_text, json_value
 from ..cpuset import CpuSet
-from .folders import Where, declaration_name, folders, owner, places, start_time
+from .folders import DECLARATION, Where, declaration_name, folders, owner, places, reading_folders, start_time
 from .record import CAP, VERSION, exact_int
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Container, Iterable, Mapping
     from typing import Any
 
-__all__ = ["Declared", "declare", "declared"]
+__all__ = ["Declared", "declare", "declared", "present"]
 
 
 @frozen
@@ -75,17 +75,32 @@ def declare(buffers: Iterable[Declared]) -> None:
         return
 
 
-def declared(pid: int, start: int | None = None) -> tuple[Declared, ...]:
+def present(uids: Iterable[int]) -> frozenset[str]:
+    """The names of the declarations in this namespace's folders of these users (and this one's): listed once by
+    a caller that asks :func:`declared` of many processes (``ps``), so that a process that declared nothing
+    costs no folder opened."""
+    names: set[str] = set()
+    for path in reading_folders({*uids, os.geteuid()}):
+        try:
+            names.update(name for name in os.listdir(path) if name.endswith(DECLARATION))
+        except OSError:
+            continue
+    return frozenset(names)
+
+
+def declared(pid: int, start: int | None = None, listed: Container[str] | None = None) -> tuple[Declared, ...]:
     """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
-    its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.record.places`
+    its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.folders.places`
     says. Nothing where none is declared or none can be believed. ``start``: its start time, where the caller
-    read it."""
+    read it; ``listed``: what :func:`present` found in this namespace's folders, where the caller listed them."""
     start, uid = start if start is not None else start_time(pid), owner(pid)
     looked = None if start is None or uid is None else places(pid, start, uid)
     if looked is None or start is None or uid is None:
         return ()
     inner, ns, where = looked
     name = declaration_name(inner, start, ns)
+    if listed is not None and name not in listed and all(through is None for _, through in where):
+        return ()  # this namespace's folders, listed already: it declared nothing
     for path, through in where:
         try:
             with Where(path, name, through).open({uid, 0}) as folder:

@@ -42,7 +42,7 @@ from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Collection, Mapping
+    from collections.abc import Collection, Container, Mapping
     from typing import Any
 
 __all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
@@ -292,6 +292,7 @@ def judge(
     stat: procfs.Stat | None = None,
     small_memory: bool = True,
     facts: Facts | None = None,
+    declarations: Container[str] | None = None,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
@@ -305,7 +306,9 @@ def judge(
     ``small_memory`` False leaves unread where the memory of a process too small to be judged by it lies
     (``ps``, judging every worker of the host, has no use for it; ``threads`` shows it).
     ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`), when the caller has
-    it; else read (cached) under ``root`` and cut to the GPUs the process's root holds.
+    it; else read (cached) under ``root`` and cut to the GPUs the process's root holds. ``declarations``: the
+    host-buffer declarations in this namespace's folders (:func:`numapin.pinning.declaration.present`), where
+    the caller listed them for many processes.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
@@ -340,7 +343,7 @@ def judge(
     pages, size, hidden = None, None, False
     buffers: tuple[Declared, ...] = ()
     if memory:
-        buffers = declared(pid, stat.start)
+        buffers = declared(pid, stat.start, declarations)
         try:
             # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
             # which walks every page of every mapping (and any user may read status). Declared buffers are read.

@@ -30,7 +30,7 @@ from ..pinning.verdict import REMOTE_BOUND, Verdict, verdict_words
 # shells, a login node) reads each process's open files and nothing of the machine.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
     from typing import Any
 
     from ..cpuset import CpuSet
@@ -173,9 +173,11 @@ def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], F
     """Process id → the PCI addresses of the GPUs NVML says it runs on (empty without NVML, or off this host)."""
     if not Host.at(root).is_live:
         return {}
-    from ..facts.glance import load_nvml
+    from ..facts.glance import load_nvml, nvidia_driver_loaded
 
-    nvml = load_nvml()
+    # Without the NVIDIA driver NVML lists nothing, and looking for pynvml where it is not installed searches
+    # every folder of the path: on a host of no NVIDIA GPU, a scan asks neither.
+    nvml = load_nvml() if nvidia_driver_loaded("/") else None
     if nvml is None:
         return {}
     found: dict[int, set[str]] = {}
@@ -222,9 +224,13 @@ def survey(
             read.append(cached(root, {}))
         return read[0]
 
-    chosen = list(dict.fromkeys(pids)) if pids is not None else procfs.pids()  # ps PID PID lists it once
+    listed = procfs.pids()
+    chosen = list(dict.fromkeys(pids)) if pids is not None else listed  # ps PID PID lists it once
     asked = pids is not None
+    processes = set(listed) if asked else set()
     for pid in chosen if asked else ():
+        if pid in processes:
+            continue  # /proc lists processes, not threads: its status is read once, by the judge
         group = procfs.status(pid).get("Tgid", str(pid)).strip()  # NoSuchProcess when there is none
         if group != str(pid):
             raise NoSuchProcess(pid, f"{pid} is a thread of process {group}, not a process")
@@ -256,6 +262,9 @@ def survey(
     # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
     elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], start_of, owner_of)
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
+    from ..pinning.declaration import present
+
+    declarations = present(set(owners.values()))  # the host buffers declared here, listed once a scan
     nvml = _nvml_processes(root, machine)
     found: list[Worker] = []
     for pid in chosen:
@@ -264,7 +273,7 @@ def survey(
         if pid == me and not asked:
             continue
         try:
-            worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, asked=asked,
+            worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, declarations, asked=asked,
                            candidates=candidates)
         except AccessDenied:
             seen = stat_of(pid)
@@ -316,8 +325,8 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
           nvml: Mapping[int, set[str]], machine: Callable[[], Facts], root: str | os.PathLike[str] | None,
-          memory: bool,
-          max_remote: float | None, *, asked: bool, candidates: bool) -> Worker | None:
+          memory: bool, max_remote: float | None, declarations: Container[str], *, asked: bool,
+          candidates: bool) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
     be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
     ``candidates``: its environment read even when nothing it holds makes it a worker."""
@@ -361,7 +370,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
-                       stat=stat, max_remote=max_remote, small_memory=False)
+                       stat=stat, max_remote=max_remote, small_memory=False, declarations=declarations)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
