@@ -22,8 +22,8 @@ from numapin.facts.gpus import (
     read_gpus,
     resolve_visible,
     select_gpu,
-    sysfs_gaps,
 )
+from numapin.facts.nvidia import sysfs_gaps
 from numapin.facts.synthetic import SHAPES
 from numapin.facts.topology import read_topology
 from numapin.placement.ranks import gpu_for_rank, local_rank

@@ -20,15 +20,19 @@ from __future__ import annotations
 from ..base.environment import HABANA_VISIBLE_MODULES, HLS_MODULE_ID
 from ..base.text import decimal
 from ..cpuset import CpuSet
+from . import pci as pci_address
 from .gpu import Gpu, Vendor, device_locality, list_end
 from .host import Host
 from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
-__all__ = ["MODELS", "gaudi_visible", "read_gaudi"]
+    from .gpu import HiddenGpu, Reading
+
+__all__ = ["MODELS", "gaudi_visible", "in_view", "read", "read_gaudi", "visible"]
 
 #: Model names by PCI device id, from the habanalabs driver's table of ids.
 MODELS = {0x1000: "Intel Gaudi", 0x1001: "Intel Gaudi", 0x1010: "Intel Gaudi", 0x1011: "Intel Gaudi",
@@ -101,3 +105,24 @@ def gaudi_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[s
         return chosen, None
     notes.append(cut)
     return [], cut
+
+
+# -- the vendor's module, as numapin.facts.gpus asks every vendor's ------------------------------------------
+
+
+def read(topology: Topology, host: Host, functions: list[str], warnings: list[str], *, nvml: Any,
+         scan: Callable[[], dict[str, list[str]]]) -> Reading:
+    """The Gaudis (:func:`read_gaudi`) of the PCI functions sysfs shows of Habana's; every one is the process's
+    to use (numapin reads no Gaudi's device file in another view yet)."""
+    return read_gaudi(topology, host, [pci_address.normalize(name) for name in functions], warnings), list, None
+
+
+def visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str], nvml: Any = None
+            ) -> tuple[list[Gpu], str | None]:
+    """:func:`gaudi_visible`, as every vendor's module answers it."""
+    return gaudi_visible(gpus, environ, notes)
+
+
+def in_view(gpus: Sequence[Gpu], root: str) -> list[HiddenGpu]:
+    """None of the Gaudis is taken for out of another root's view: their device files are not checked there."""
+    return []

@@ -35,16 +35,18 @@ __all__ = ["ACCELERATORS", "accelerator", "held_by", "load_nvml", "machine_gpus"
 
 #: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value): its PCI vendor id, the PCI classes of
 #: its accelerators (``class >> 8``; None: every function of it is one), the kernel driver its runtime needs its
-#: devices held by, and the module of ``numapin.facts`` that reads its devices and says which a process sees.
+#: devices held by, the module of ``numapin.facts`` that reads its devices and says which a process sees, and
+#: the folders that show its driver loaded where sysfs shows none of its functions (a bare container's NVIDIA
+#: GPUs, which NVML lists; AMD's KFD topology).
 #: The only place these ids and drivers are written, but for the synthetic machines' writer, which makes sysfs
 #: as each driver does. A GPU's classes are base class 0x03 (0x0300 VGA, 0x0302 3D controller); AMD's add 0x0380
 #: (other display: MI100-MI250) and 0x1200 (processing accelerator: MI300X and later); Habana Labs' (Intel
 #: Gaudi's) functions are all accelerators. Kept here, not in the vendors' modules: every Python process of a job
 #: with the start-up file asks this table, and importing three modules more costs each start more than its work.
 ACCELERATORS = {
-    "nvidia": (0x10DE, (0x0300, 0x0302), "nvidia", "gpus"),
-    "amd": (0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm"),
-    "gaudi": (0x1DA3, None, "habanalabs", "gaudi"),
+    "nvidia": (0x10DE, (0x0300, 0x0302), "nvidia", "nvidia", ("proc/driver/nvidia/gpus", "sys/module/nvidia")),
+    "amd": (0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm", ("sys/class/kfd",)),
+    "gaudi": (0x1DA3, None, "habanalabs", "gaudi", ()),
 }
 _BY_ID = {row[0]: (name, row[1]) for name, row in ACCELERATORS.items()}
 
@@ -266,8 +268,7 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
 def nvidia_driver_loaded(root: str) -> bool:
     """Whether the NVIDIA driver is loaded under ``root`` (its GPU entries or its module show): where sysfs shows
     no GPU of its, NVML then lists the GPUs of a bare container."""
-    return bool(_listdir(os.path.join(root, "proc/driver/nvidia/gpus"))
-                or _listdir(os.path.join(root, "sys/module/nvidia")))
+    return any(_listdir(os.path.join(root, folder)) for folder in ACCELERATORS["nvidia"][4])
 
 
 def machine_gpus(root: str) -> int | None:

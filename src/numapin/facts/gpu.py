@@ -1,8 +1,7 @@
 """One GPU, of any vendor: the model every layer above reads (placement, pinning and the tools never ask
 whose GPU it is), the errors of naming one, and where a PCI device sits (its node and local CPUs).
 
-The readers of each vendor's GPUs (:mod:`numapin.facts.gpus` for NVIDIA's and the dispatch,
-:mod:`numapin.facts.rocm` for AMD's) build these records.
+The readers of each vendor's GPUs (a module per vendor, behind :mod:`numapin.facts.gpus`) build these records.
 """
 
 from __future__ import annotations
@@ -17,7 +16,13 @@ from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from typing import Any
+    from collections.abc import Callable
+    from typing import Any, TypeAlias
+
+    #: What a vendor's module reads of its devices (``read``): the GPUs a process may use, in its runtime's order;
+    #: how to find those it may not (asked only when wanted: it may read every PCI function); and NVML's status
+    #: (NVIDIA's reader; None from the others).
+    Reading: TypeAlias = "tuple[list[Gpu], Callable[[], list[HiddenGpu]], str | None]"
 
 __all__ = ["Gpu", "HiddenGpu", "NoGpuVisible", "NvmlError", "UnknownGpu", "Vendor", "VisibleGpu", "device_locality",
            "indices", "list_end"]

@@ -30,6 +30,7 @@ from __future__ import annotations
 from ..base.environment import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
 from ..base.text import decimal
 from ..cpuset import CpuSet
+from . import pci as pci_address
 from .glance import render_node_absent
 from .gpu import Gpu, HiddenGpu, Vendor, device_locality, indices, list_end
 from .host import Host
@@ -37,9 +38,12 @@ from .topology import Topology
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Any
 
-__all__ = ["KFD_NODES", "MODELS", "read_amd", "rocm_visible"]
+    from .gpu import Reading
+
+__all__ = ["KFD_NODES", "MODELS", "in_view", "read", "read_amd", "rocm_visible", "visible"]
 
 #: The KFD topology's nodes, as libhsakmt (ROCr's reader) finds them.
 KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
@@ -225,3 +229,28 @@ def rocm_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[st
     if cut is None and not agents and gpus and used:
         cut = f"{' then '.join(used)} leave no GPU"
     return agents, cut
+
+
+# -- the vendor's module, as numapin.facts.gpus asks every vendor's ------------------------------------------
+
+
+def read(topology: Topology, host: Host, functions: list[str], warnings: list[str], *, nvml: Any,
+         scan: Callable[[], dict[str, list[str]]]) -> Reading:
+    """AMD's GPUs (:func:`read_amd`) of the PCI functions sysfs shows of AMD's GPUs, and those whose render node
+    is not in this view (found with them). NVML and the scan of every function are not ROCm's to ask."""
+    hidden: list[HiddenGpu] = []
+    gpus = read_amd(topology, host, [pci_address.normalize(name) for name in functions], warnings, hidden)
+    return gpus, lambda: hidden, None
+
+
+def visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[str], nvml: Any = None
+            ) -> tuple[list[Gpu], str | None]:
+    """:func:`rocm_visible`, as every vendor's module answers it."""
+    return rocm_visible(gpus, environ, notes)
+
+
+def in_view(gpus: Sequence[Gpu], root: str) -> list[HiddenGpu]:
+    """Of AMD's ``gpus``, those a process whose root is ``root`` may not use: their render node is not there
+    (libhsakmt skips such a GPU)."""
+    return [HiddenGpu(g, f"its render node {g.devices[0]} is not in this view") for g in gpus
+            if g.minor is not None and g.devices and render_node_absent(root, g.minor)]
