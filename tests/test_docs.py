@@ -187,7 +187,7 @@ def test_the_cli_reference_names_every_command_and_option() -> None:
 
 
 def test_the_doctor_page_lists_every_finding() -> None:
-    source = (REPO / "src" / "numapin" / "tools" / "doctor.py").read_text()
+    source = "".join(path.read_text() for path in (REPO / "src" / "numapin" / "tools" / "doctor").glob("*.py"))
     ids = set(re.findall(r'Finding\(\s*"([a-z][a-z-]+)"', source))
     table = set(re.findall(r"^\| `([a-z][a-z-]+)` \|", (REPO / "docs" / "doctor.md").read_text(), re.M))
     assert len(ids) >= 12 and ids == table, (ids ^ table)

@@ -39,17 +39,19 @@ from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN
 #: numapin and nothing more: the environment's names and the glance at the PCI devices.
 NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", "numapin.base.environment",
                                   "numapin.facts", "numapin.facts.glance"})
-#: A worker pinned at start imports at most these of numapin: the machine read, the decision, the walk, the
-#: record (not the judge, the tools' commands, the network or interrupts, the synthetic machines).
+#: A worker pinned at start imports at most these of numapin: the machine read (its GPUs' vendor's module), the
+#: decision, the walk, the record (not the judge, the tools' commands, the network or interrupts, the synthetic
+#: machines).
 WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen", "numapin.base.logger",
-    "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gpu", "numapin.facts.gpus",
-    "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.kinds", "numapin.facts.machine",
-    "numapin.facts.pci", "numapin.facts.procfs", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
+    "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gaudi", "numapin.facts.gpu",
+    "numapin.facts.gpus", "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.kinds",
+    "numapin.facts.machine", "numapin.facts.nvidia", "numapin.facts.pci", "numapin.facts.procfs",
+    "numapin.facts.rocm", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
     "numapin.kernel.affinity", "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision",
-    "numapin.pinning.folders", "numapin.pinning.memory", "numapin.pinning.process", "numapin.pinning.record",
-    "numapin.pinning.request", "numapin.pinning.results", "numapin.pinning.state", "numapin.pinning.walk",
-    "numapin.placement", "numapin.placement.modes", "numapin.placement.ranks"})
+    "numapin.pinning.folders", "numapin.pinning.memory", "numapin.pinning.options", "numapin.pinning.process",
+    "numapin.pinning.record", "numapin.pinning.request", "numapin.pinning.results", "numapin.pinning.state",
+    "numapin.pinning.walk", "numapin.placement", "numapin.placement.modes", "numapin.placement.ranks"})
 #: Standard modules neither may import: each costs a start more than the work it would do (typing, dataclasses,
 #: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
 NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")

@@ -235,23 +235,35 @@ def memory_size(value: int | None) -> str:
     return "memory unknown" if value is None else format_size(value)
 
 
+def add_option(parser: Any, name: str, **overrides: Any) -> None:
+    """Placement option ``name`` as its declaration says (:data:`numapin.pinning.options.OPTIONS`: flag, kind,
+    default, help), ``overrides`` applied (a command whose default differs says so in its help too)."""
+    from ..pinning.options import OPTIONS
+
+    option = OPTIONS[name]
+    kwargs: dict[str, Any] = {"help": option.help}
+    if option.kind == "switch":
+        kwargs["action"] = "store_true"
+    elif option.kind == "choice":
+        kwargs.update(choices=list(option.words), default=option.default)
+    else:
+        kwargs.update(type={"count": count_arg, "cpus": cpuset_arg, "text": str}[option.kind], default=option.default,
+                      metavar=option.metavar)
+    kwargs.update(overrides)
+    parser.add_argument(option.flag, **kwargs)
+
+
 def add_target(parser: argparse.ArgumentParser, mode_default: str | None = "node") -> None:
     """--gpu or --local-rank, and --mode: which GPU's placement (exec and doctor)."""
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--gpu", type=count_arg, metavar="N",
-                        help="logical GPU index (under CUDA_VISIBLE_DEVICES, or ROCm's variables on an AMD host)")
-    target.add_argument("--local-rank", default="auto", metavar="auto|N",
-                        help="the launcher's local rank (default auto: read it from the environment)")
-    parser.add_argument("--mode", choices=modes(),
-                        help="placement mode (default: " + (mode_default or "the process's record's, else node") + ")")
+    add_option(target, "gpu")
+    add_option(target, "local_rank")
+    add_option(parser, "mode", default=None,
+               help="placement mode (default: " + (mode_default or "the process's record's, else node") + ")")
 
 
 def add_cores(parser: argparse.ArgumentParser) -> None:
-    from ..placement.modes import Cores
-
-    parser.add_argument("--cores", choices=[c.value for c in Cores], default="all",
-                        help="fastest: only the fastest kind of core among the placement's, where the machine has "
-                             "CPU kinds (P-cores, priority cores; see numapin show); all: every one (default)")
+    add_option(parser, "cores")
 
 
 def add_remote_bound(parser: argparse.ArgumentParser) -> None:

@@ -9,12 +9,10 @@ from ..base.environment import LOCAL_RANK_VARIABLES
 from .common import (
     CliError,
     Exit,
-    add_cores,
+    add_option,
     add_root,
     add_target,
     after_dashes,
-    count_arg,
-    cpuset_arg,
     machine_root,
     refuse_together,
     seconds_arg,
@@ -24,9 +22,8 @@ HELP = "pin, then replace this process with PROGRAM (bind at birth)"
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pinning.memory import parse_memory_mode
-    from ..pinning.request import ExecRequest, parse_cores, parse_exec_policy, parse_nics
-    from ..placement.modes import parse_mode
+    from ..pinning.options import OPTIONS
+    from ..pinning.request import ExecRequest
     from ..tools.exec import apply_exec, exec_program, prepare_exec
 
     program = after_dashes(args.program, "no PROGRAM given (numapin exec [options] -- PROGRAM [ARGS...])")
@@ -47,23 +44,10 @@ def run(args: argparse.Namespace) -> int:
     # Everything that reads the machine happens inside machine_root(): a synthetic
     # machine's folder is removed before the program replaces this process.
     with machine_root(args) as root:
-        request = ExecRequest(
-            program=program,
-            gpu=args.gpu,
-            local_rank=args.local_rank,
-            mode=parse_mode(args.mode or "node"),
-            cpus=args.cpus,
-            reserve=args.reserve,
-            memory=parse_memory_mode(args.memory),
-            policy=parse_exec_policy(args.policy),
-            strict=args.strict,
-            root=root,
-            threads=args.threads,
-            nodes=args.nodes,
-            mems=args.mems,
-            cores=parse_cores(args.cores),
-            nics=parse_nics(args.nics),
-        )
+        # Each option parsed once, here, by its declaration's parser (what argparse typed already is kept).
+        request = ExecRequest(program=program, root=root, **{
+            name: option.parse(value) if isinstance(value, str) and option.kind in ("choice", "text") else value
+            for name, option in OPTIONS.items() if (value := getattr(args, name)) is not None})
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:
             if args.json:
@@ -102,31 +86,8 @@ def arguments(ex: argparse.ArgumentParser) -> None:
                       "PROGRAM: same pid, same stdio, PROGRAM's own exit code and signals. Local ranks are read "
                       "from " + ", ".join(LOCAL_RANK_VARIABLES) + " (first set wins).")
     add_target(ex)
-    ex.add_argument("--cpus", type=cpuset_arg, metavar="LIST", help="explicit cpulist instead of a mode")
-    ex.add_argument("--nodes", type=cpuset_arg, metavar="LIST",
-                    help="node-only binding: the CPUs of these NUMA nodes (as numactl -N), instead of a GPU's")
-    ex.add_argument("--mems", type=cpuset_arg, metavar="LIST",
-                    help="the memory policy's nodes instead of the placement's; alone (no --gpu, --cpus, --nodes): "
-                         "memory-only binding, the CPUs left as they are (as numactl -m)")
-    ex.add_argument("--reserve", type=count_arg, default=0, metavar="K",
-                    help="keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread")
-    add_cores(ex)
-    from ..pinning.memory import MemoryMode
-    from ..pinning.request import EXEC_POLICIES, Nics
-
-    ex.add_argument("--nics", choices=[n.value for n in Nics], default="none",
-                    help="auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never "
-                         "over a value already set; NCCL is left to choose its own); none: nothing (default)")
-    ex.add_argument("--memory", choices=[m.value for m in MemoryMode], default="preferred",
-                    help="memory policy for the GPU's node (default: preferred)")
-    ex.add_argument("--policy", choices=[p.value for p in EXEC_POLICIES], default="respect",
-                    help="what to do with a mask someone else set (default: respect)")
-    ex.add_argument("--threads", default="auto", metavar="keep|auto|N",
-                    help="thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) when unset: "
-                         "auto sizes them to the rank's share of the placement's CPUs (default; mode node: the "
-                         "node's CPUs over its GPUs), N to N, keep leaves them; a value already set is never changed")
-    ex.add_argument("--strict", action="store_true",
-                    help="exit 2 instead of stepping down or running unpinned")
+    for name in ("cpus", "nodes", "mems", "reserve", "cores", "nics", "memory", "policy", "threads", "strict"):
+        add_option(ex, name)
     ex.add_argument("--keep", action="store_true",
                     help="keep the placement while PROGRAM runs, any program: a small watcher process notices "
                          "a cpuset change or a thread someone else moved, answers by --policy and ends with "

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 
-from ..base.choices import Choice, parse_choice
-from ..base.environment import APPLIED, AUTOPIN_OPTIONS, NIC_VARIABLES, RESERVED, THREAD_POOLS
-from ..base.errors import EnvironmentProblem, UsageError, quoted
+from ..base.environment import APPLIED, NIC_VARIABLES, RESERVED, THREAD_POOLS
+from ..base.errors import EnvironmentProblem, UsageError
 from ..base.frozen import frozen, replace
 from ..base.logger import log
-from ..base.text import decimal, plural
+from ..base.text import plural
 from ..cpuset import CpuSet
 from ..facts.host import Host
 from ..facts.machine import Facts, this_host_cpus
@@ -24,38 +23,20 @@ from ..facts.machine import cached as cached_facts
 from ..placement.modes import Cores, Placement, PlacementMode, parse_mode, rank_share, resolve
 from ..placement.ranks import LocalRank, requested_rank
 from .decision import ExternalMaskPolicy
-from .memory import MemoryMode, MemoryNodes, parse_memory_mode, place_memory
+from .memory import MemoryMode, MemoryNodes, place_memory
+from .options import OPTIONS, Nics, default, parse_nics, parse_threads
 from .process import pin
 from .results import PinResult
 from .state import acting
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from ..facts.network import RankNic
 
-__all__ = ["EXEC_POLICIES", "ExecRequest", "Nics", "PreparedExec", "autopin_request", "bind", "parse_cores",
-           "parse_count", "parse_exec_policy", "parse_nics", "parse_threads", "pin_running", "prepare"]
-
-
-#: The policies ``numapin exec`` (and ``NUMAPIN_AUTOPIN``) take: it never resets or ignores a launcher's mask.
-EXEC_POLICIES = (ExternalMaskPolicy.RESPECT, ExternalMaskPolicy.OVERRIDE)
-
-
-def parse_exec_policy(policy: str | ExternalMaskPolicy) -> ExternalMaskPolicy:
-    return parse_choice(ExternalMaskPolicy, policy, "policy", among=EXEC_POLICIES)
-
-
-class Nics(Choice):
-    """Whether ``numapin exec`` tells the program's network libraries its GPU's NIC."""
-
-    AUTO = "auto"
-    """Export the GPU's nearest RDMA NIC to the libraries that take one per process (:data:`NIC_VARIABLES`)."""
-
-    NONE = "none"
-    """Set nothing network-related (the default): the libraries choose."""
+__all__ = ["ExecRequest", "PreparedExec", "autopin_request", "bind", "pin_running", "prepare"]
 
 
 @frozen
@@ -66,26 +47,27 @@ class ExecRequest:
     start-up file's ``NUMAPIN_AUTOPIN``): the same decision and pin, no exec.
     """
 
+    # The options' defaults are the table's (numapin.pinning.options), as exec and the hook take them.
     program: Sequence[str]
-    gpu: int | None = None
-    local_rank: str = "auto"
-    mode: PlacementMode = PlacementMode.NODE
-    cpus: CpuSet | None = None
-    reserve: int = 0
-    memory: MemoryMode = MemoryMode.PREFERRED
-    policy: ExternalMaskPolicy = ExternalMaskPolicy.RESPECT
+    gpu: int | None = default("gpu")
+    local_rank: str = default("local_rank")
+    mode: PlacementMode = default("mode")
+    cpus: CpuSet | None = default("cpus")
+    reserve: int = default("reserve")
+    memory: MemoryMode = default("memory")
+    policy: ExternalMaskPolicy = default("policy")
     strict: bool = False
     root: str | None = None
-    threads: str = "auto"
+    threads: str = default("threads")
     """Thread-pool sizes for the program: ``auto`` (the placement's CPU count), ``keep``, or a number."""
-    nodes: CpuSet | None = None
+    nodes: CpuSet | None = default("nodes")
     """Node-only binding: the CPUs of these NUMA nodes (those this process may use), as ``numactl -N``."""
-    mems: CpuSet | None = None
+    mems: CpuSet | None = default("mems")
     """The memory policy's nodes instead of the placement's; alone (no GPU, CPUs or nodes), memory-only
     binding: the CPUs are left as they are, as ``numactl -m``."""
-    cores: Cores = Cores.ALL
+    cores: Cores = default("cores")
     """``fastest``: only the fastest kind of core among the placement's (where the machine has kinds)."""
-    nics: Nics = Nics.NONE
+    nics: Nics = default("nics")
     """``auto``: export the GPU's nearest NIC to UCX and NVSHMEM (:data:`NIC_VARIABLES`); ``none``: nothing."""
 
     @property
@@ -173,11 +155,6 @@ def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | 
     return requested_rank(request.local_rank, environ)
 
 
-def parse_nics(nics: str | Nics) -> Nics:
-    """``auto`` or ``none`` (``--nics``, ``NUMAPIN_NICS``); UsageError otherwise."""
-    return parse_choice(Nics, nics, "nics")
-
-
 def _network(facts: Facts, placement: Placement, nics: Nics, environ: Mapping[str, str], notes: list[str]
              ) -> tuple[RankNic | None, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """With ``auto``: the GPU's NIC, the variables to set for it, and those the caller set (kept)."""
@@ -222,44 +199,8 @@ def _memory_nodes(facts: Facts, mems: CpuSet | None) -> CpuSet | None:
 
 def autopin_request(env: Mapping[str, str]) -> ExecRequest:
     """``numapin exec``'s request for this process, from the ``NUMAPIN_*`` option variables
-    (the start-up hook's, and Ray's workers' when Ray hands them GPUs)."""
-
-    def option(name: str, default: str) -> str:
-        return env.get(AUTOPIN_OPTIONS[name], "").strip() or default
-
-    def parsed(name: str, parse: Callable[[str], Any], default: str) -> Any:
-        try:
-            return parse(option(name, default))
-        except UsageError as exc:  # the same parsers as numapin exec's options, the variable named
-            raise UsageError(f"{AUTOPIN_OPTIONS[name]}: {exc}", value=exc.value) from None
-
-    return ExecRequest(program=(), mode=parsed("mode", parse_mode, "node"),
-                       memory=parsed("memory", parse_memory_mode, "preferred"),
-                       policy=parsed("policy", parse_exec_policy, "respect"),
-                       reserve=parsed("reserve", parse_count, "0"), threads=parsed("threads", parse_threads, "auto"),
-                       cores=parsed("cores", parse_cores, "all"), nics=parsed("nics", parse_nics, "none"))
-
-
-def parse_cores(cores: str) -> Cores:
-    return parse_choice(Cores, cores, "cores")
-
-
-def parse_count(text: str) -> int:
-    """A non-negative number (``--reserve``, ``NUMAPIN_RESERVE``); UsageError otherwise."""
-    value = decimal(text)
-    if value is None or value < 0:
-        raise UsageError(f"{quoted(text)} is not a non-negative integer", value=text)
-    return value
-
-
-def parse_threads(threads: str) -> str:
-    """``keep``, ``auto`` or a positive number of threads; UsageError otherwise."""
-    if threads in ("keep", "auto"):
-        return threads
-    value = decimal(threads)
-    if value is None or value < 1:
-        raise UsageError(f"--threads {quoted(threads)}: keep, auto, or a positive number of threads", value=threads)
-    return str(value)
+    (the start-up hook's, and Ray's workers' when Ray hands them GPUs): every option of the table that has one."""
+    return ExecRequest(program=(), **{o.name: o.from_environ(env) for o in OPTIONS.values() if o.variable})
 
 
 def _pools(threads: str, cpus: int, environ: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...],
