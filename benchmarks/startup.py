@@ -313,7 +313,7 @@ def glance_on_many_functions() -> None:
     import tarfile
 
     from numapin.facts.glance import machine_gpus
-    from numapin.facts.gpus import read_gpus
+    from numapin.facts.inventory import read_gpus
     from numapin.facts.topology import read_topology
 
     capture = REPO / "tests/fixtures/hwloc-linux/32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2"

@@ -45,7 +45,7 @@ NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", 
 WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen", "numapin.base.logger",
     "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gaudi", "numapin.facts.gpu",
-    "numapin.facts.gpus", "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.kinds",
+    "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.inventory", "numapin.facts.kinds",
     "numapin.facts.machine", "numapin.facts.nvidia", "numapin.facts.pci", "numapin.facts.procfs",
     "numapin.facts.rocm", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
     "numapin.kernel.affinity", "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision",

@@ -17,7 +17,7 @@ from test_visible_from_outside import NUMAPIN, needs_two
 
 import live
 from conftest import Python
-from numapin.facts.gpus import read_gpus
+from numapin.facts.inventory import read_gpus
 from numapin.facts.rocm import KFD_NODES
 from numapin.facts.topology import read_topology
 from other_user import Other

@@ -19,7 +19,7 @@ from conftest import in_child
 from numapin.base.environment import CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import machine_gpus
-from numapin.facts.gpus import Inventory, in_view, read_gpus
+from numapin.facts.inventory import Inventory, in_view, read_gpus
 from numapin.facts.machine import gather
 from numapin.facts.rocm import KFD_NODES
 from numapin.facts.topology import read_topology

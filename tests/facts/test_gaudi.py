@@ -16,7 +16,7 @@ import pytest
 
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import no_worker
-from numapin.facts.gpus import Inventory, Vendor, read_gpus, resolve_visible
+from numapin.facts.inventory import Inventory, Vendor, read_gpus, resolve_visible
 from numapin.facts.machine import gather
 from numapin.facts.topology import read_topology
 from numapin.placement.modes import resolve

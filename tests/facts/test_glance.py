@@ -14,7 +14,7 @@ from conftest import Snapshots, snapshot_names
 from numapin.base.environment import CUDA_VISIBLE_DEVICES
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import _visible, machine_gpus, no_worker
-from numapin.facts.gpus import read_gpus, resolve_visible
+from numapin.facts.inventory import read_gpus, resolve_visible
 from numapin.facts.topology import read_topology
 
 

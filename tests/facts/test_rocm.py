@@ -14,7 +14,7 @@ from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
 from numapin.facts.glance import _rocm_visible, no_worker
-from numapin.facts.gpus import Inventory, Vendor, read_gpus, resolve_visible
+from numapin.facts.inventory import Inventory, Vendor, read_gpus, resolve_visible
 from numapin.facts.network import Relation, read_network
 from numapin.facts.topology import read_topology
 from numapin.placement.modes import PlacementMode, place

@@ -256,7 +256,7 @@ def test_a_walk_that_converges_confirms_every_thread(gb300: Path) -> None:
 
 
 def test_a_strict_pin_keeps_the_errors_class_and_attaches_the_result(gb300: Path) -> None:
-    from numapin.facts.gpus import NoGpuVisible
+    from numapin.facts.inventory import NoGpuVisible
 
     kernel = ModelKernel(ALL, threads=2)
     with pytest.raises(NoGpuVisible) as raised:  # the class plan() raises, not a bare PinError

@@ -11,7 +11,7 @@ from conftest import Snapshots
 from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
 from numapin.facts import synthetic as machines
-from numapin.facts.gpus import VisibleGpu
+from numapin.facts.inventory import VisibleGpu
 from numapin.facts.machine import gather
 from numapin.facts.topology import read_topology
 from numapin.placement.modes import Placement, PlacementMode, place, resolve

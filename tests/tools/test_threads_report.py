@@ -207,7 +207,7 @@ def test_snapshot_in_a_container_keeps_which_gpus_it_was_given(name: str, tmp_pa
 
 
 def test_snapshot_holds_only_what_the_readers_use(tmp_path: Path) -> None:
-    from numapin.facts.gpus import read_gpus
+    from numapin.facts.inventory import read_gpus
     from numapin.facts.kinds import read_kinds
     from numapin.facts.network import read_network
     from numapin.facts.topology import read_topology

@@ -139,7 +139,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _hint(args: argparse.Namespace, exc: BaseException) -> str:
     """Where one exists, the next step: a machine with no GPU can still show what numapin does."""
-    from ..facts.gpus import NoGpuVisible
+    from ..facts.inventory import NoGpuVisible
 
     if isinstance(exc, NoGpuVisible) and "none found" in str(exc) and "machine" in vars(args) and not (
             getattr(args, "machine", None) or getattr(args, "root", None)):

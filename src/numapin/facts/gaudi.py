@@ -107,7 +107,7 @@ def gaudi_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[s
     return [], cut
 
 
-# -- the vendor's module, as numapin.facts.gpus asks every vendor's ------------------------------------------
+# -- the vendor's module, as numapin.facts.inventory asks every vendor's ------------------------------------------
 
 
 def read(topology: Topology, host: Host, functions: list[str], warnings: list[str], *, nvml: Any,

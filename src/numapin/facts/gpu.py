@@ -1,7 +1,7 @@
 """One GPU, of any vendor: the model every layer above reads (placement, pinning and the tools never ask
 whose GPU it is), the errors of naming one, and where a PCI device sits (its node and local CPUs).
 
-The readers of each vendor's GPUs (a module per vendor, behind :mod:`numapin.facts.gpus`) build these records.
+The readers of each vendor's GPUs (a module per vendor, behind :mod:`numapin.facts.inventory`) build these records.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
 from .glance import load_nvml
-from .gpus import Inventory, Vendor, VisibleGpu, in_view, read_gpus, resolve_visible, select_gpu
 from .host import Host, resolve_root
+from .inventory import Inventory, Vendor, VisibleGpu, in_view, read_gpus, resolve_visible, select_gpu
 from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology
 
@@ -125,7 +125,7 @@ class Facts:
 
 def seen_by(facts: Facts, pid: int, environ: Mapping[str, str]) -> Facts:
     """``facts`` as process ``pid`` sees the machine: where its root is not this one's (a container's), its GPU
-    indices count the GPUs it was given, not every one sysfs shows (:func:`numapin.facts.gpus.in_view`)."""
+    indices count the GPUs it was given, not every one sysfs shows (:func:`numapin.facts.inventory.in_view`)."""
     from .procfs import foreign_root  # asked only of another process
 
     seen_from = foreign_root(pid) if pid != os.getpid() else None
@@ -147,7 +147,7 @@ def gather(
     nvml: Any = None,
 ) -> Facts:
     """Read the machine under ``root`` afresh and resolve ``CUDA_VISIBLE_DEVICES`` from ``environ``; ``nvml`` as
-    :func:`numapin.facts.gpus.read_gpus` takes it (True: NVML checks sysfs's answer, as ``numapin show`` asks)."""
+    :func:`numapin.facts.inventory.read_gpus` takes it (True: NVML checks sysfs's answer, as ``numapin show`` asks)."""
     env = os.environ if environ is None else environ
     priority_rule(env)  # a bad value is the caller's to hear before anything is read
     return read_machine(root, nvml=nvml).view(env, nvml=nvml)

@@ -10,8 +10,9 @@ CUDA's device order: with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` devices are ordered b
 (every host numapin targets) it is the PCI order too; when the models differ numapin still uses PCI order and
 warns that the default order is ambiguous.
 
-One of the vendors' modules behind :mod:`numapin.facts.gpus` (the table: :data:`numapin.facts.glance.ACCELERATORS`):
-``read`` the devices, ``visible`` to a process, ``in_view`` of another root.
+One of the vendors' modules behind :mod:`numapin.facts.inventory` (the table:
+:data:`numapin.facts.glance.ACCELERATORS`): ``read`` the devices, ``visible`` to a process, ``in_view`` of another
+root.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ _ENTRIES = "proc/driver/nvidia/gpus"
 def read(topology: Topology, host: Host, functions: list[str], warnings: list[str], *, nvml: Any,
          scan: Callable[[], dict[str, list[str]]]) -> Reading:
     """NVIDIA's GPUs of the PCI functions ``functions`` (sysfs names) that the process may use, in PCI order, with
-    NVML's word on them (``nvml`` as :func:`numapin.facts.gpus.read_gpus` takes it), and how to find those it may
+    NVML's word on them (``nvml`` as :func:`numapin.facts.inventory.read_gpus` takes it), and how to find those it may
     not (another driver or none holds them: found only when asked, by ``scan``, which reads every PCI function).
     A function ``scan`` found without a ``vendor`` file (a capture may omit it) is NVIDIA's where the driver's
     entries list it."""
@@ -140,7 +141,7 @@ def _sysfs_gpu(topology: Topology, host: Host, name: str, warnings: list[str]) -
 def in_view(gpus: Sequence[Gpu], root: str) -> list[HiddenGpu]:
     """Of NVIDIA's ``gpus``, those a process whose root is ``root`` may not use, and why: the driver's entries
     and device files of that root leave them out. The root is only listed and asked what exists, with the
-    minors the machine's reading found (:func:`numapin.facts.gpus.in_view`)."""
+    minors the machine's reading found (:func:`numapin.facts.inventory.in_view`)."""
     _, why = nvidia_usable(root, [g.pci for g in gpus], held=True,
                            minors={g.pci: g.minor for g in gpus if g.minor is not None})
     return [HiddenGpu(g, why[g.pci]) for g in gpus if g.pci in why]

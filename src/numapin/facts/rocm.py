@@ -231,7 +231,7 @@ def rocm_visible(gpus: Sequence[Gpu], environ: Mapping[str, str], notes: list[st
     return agents, cut
 
 
-# -- the vendor's module, as numapin.facts.gpus asks every vendor's ------------------------------------------
+# -- the vendor's module, as numapin.facts.inventory asks every vendor's ------------------------------------------
 
 
 def read(topology: Topology, host: Host, functions: list[str], warnings: list[str], *, nvml: Any,

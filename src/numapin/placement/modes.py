@@ -16,8 +16,8 @@ from ..base.errors import EnvironmentProblem, UsageError
 from ..base.frozen import frozen, replace
 from ..base.text import counted, plural, printable
 from ..cpuset import CpuSet, CpuSpec
-from ..facts.gpus import Gpu, Inventory, VisibleGpu
 from ..facts.grouping import Core
+from ..facts.inventory import Gpu, Inventory, VisibleGpu
 from ..facts.kinds import CpuKinds
 from ..facts.machine import Facts
 from ..facts.pci import is_function

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from ..base.errors import UsageError, quoted
-from ..facts.gpus import read_gpus
 from ..facts.host import Host
+from ..facts.inventory import read_gpus
 from ..facts.kinds import PriorityRule, read_kinds
 from ..facts.network import read_network
 from ..facts.topology import read_topology

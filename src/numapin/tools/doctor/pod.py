@@ -18,7 +18,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from ...facts.gpus import Gpu
+    from ...facts.inventory import Gpu
     from ...facts.pod import Pod
     from ...facts.podresources import Container
 

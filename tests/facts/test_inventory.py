@@ -15,7 +15,7 @@ from numapin.base.environment import LOCAL_RANK_VARIABLES
 from numapin.base.errors import UsageError
 from numapin.cpuset import CpuSet
 from numapin.facts.gpu import Vendor
-from numapin.facts.gpus import (
+from numapin.facts.inventory import (
     Inventory,
     NoGpuVisible,
     UnknownGpu,
@@ -349,7 +349,7 @@ def test_mig_through_nvml_finds_the_parent(dgx_inventory: Inventory) -> None:
 def test_nvml_failing_on_a_mig_device_is_the_environments_problem(dgx_inventory: Inventory) -> None:
     # The caller named a MIG device correctly; NVML broke: not a UsageError.
     from numapin.base.errors import EnvironmentProblem, UsageError
-    from numapin.facts.gpus import NvmlError
+    from numapin.facts.inventory import NvmlError
 
     fake = FakeNVML({}, fail_init=True)
     with pytest.raises(NvmlError, match="NVML cannot name its parent GPU") as info:
@@ -380,7 +380,7 @@ def test_no_gpu_at_all_is_an_environment_problem() -> None:
 
 
 def test_visible_gpus_logs_resolution_notes(dgx_inventory: Inventory, caplog: pytest.LogCaptureFixture) -> None:
-    from numapin.facts.gpus import visible_gpus
+    from numapin.facts.inventory import visible_gpus
 
     with caplog.at_level(logging.WARNING, logger="numapin"):
         assert len(visible_gpus(dgx_inventory, {"CUDA_VISIBLE_DEVICES": "0,0"})) == 1
