@@ -48,8 +48,8 @@ def read(topology: Topology, host: Host, functions: list[str], warnings: list[st
     A function ``scan`` found without a ``vendor`` file (a capture may omit it) is NVIDIA's where the driver's
     entries list it."""
     drivers = shows_drivers(host.root)
-    entries = {pci_address.normalize(b) for b in host.listdir(_ENTRIES) if pci_address.split(b)}
     if not drivers:
+        entries = {pci_address.normalize(b) for b in host.listdir(_ENTRIES) if pci_address.split(b)}
         functions = sorted([*functions, *(n for n in scan().get("", ()) if pci_address.normalize(n) in entries
                                           and _display(host, n))])
     gpus = {name: _sysfs_gpu(topology, host, name, warnings) for name in functions}
@@ -84,9 +84,9 @@ def read(topology: Topology, host: Host, functions: list[str], warnings: list[st
 
 def _display(host: Host, name: str) -> bool:
     """Whether the PCI function sysfs names ``name`` is of a GPU's class (its vendor unread: a capture's)."""
-    text = host.read(f"sys/bus/pci/devices/{name}/class")
+    text, classes = host.read(f"sys/bus/pci/devices/{name}/class"), ACCELERATORS["nvidia"][1] or ()
     try:
-        return int((text or "").strip(), 16) >> 8 in ACCELERATORS["nvidia"][1]  # type: ignore[operator]
+        return int((text or "").strip(), 16) >> 8 in classes
     except ValueError:
         return False
 
