@@ -23,7 +23,7 @@ import live
 import numapin
 from conftest import in_child
 from numapin.base import errors
-from numapin.facts import gpus, host
+from numapin.facts import host, inventory
 from numapin.kernel import residency as numamaps
 from numapin.pinning import memory
 from numapin.pinning import process as pinning
@@ -60,7 +60,7 @@ def test_errors_from_real_triggers_pickle_whole(pair_root: Path, protocol: int) 
         _raised(lambda: _no_gpu_strict(str(pair_root))),
     ]
     # A strict pin keeps the class of what went wrong (as plan() raises it), its result attached.
-    assert [type(e) for e in found] == [errors.UsageError, gpus.UnknownGpu, gpus.NoGpuVisible]
+    assert [type(e) for e in found] == [errors.UsageError, inventory.UnknownGpu, inventory.NoGpuVisible]
     for error in found:
         back = pickle.loads(pickle.dumps(error, protocol))
         assert _fields(back) == _fields(error)
@@ -70,9 +70,9 @@ def test_errors_from_real_triggers_pickle_whole(pair_root: Path, protocol: int) 
     assert back.result == strict.result and back.result.action is pinning.PinAction.NOTHING
 
 
-@pytest.mark.parametrize("cls", [errors.NumapinError, errors.UsageError, errors.EnvironmentProblem, gpus.UnknownGpu,
-                                 gpus.NoGpuVisible, gpus.NvmlError, host.HostError, memory.MemoryPolicyError,
-                                 memory.NotSupported, placement.PlacementError])
+@pytest.mark.parametrize("cls", [errors.NumapinError, errors.UsageError, errors.EnvironmentProblem,
+                                 inventory.UnknownGpu, inventory.NoGpuVisible, inventory.NvmlError, host.HostError,
+                                 memory.MemoryPolicyError, memory.NotSupported, placement.PlacementError])
 def test_every_error_class_pickles_with_its_fields(cls: type[errors.NumapinError]) -> None:
     kwargs = {"value": "0-x"} if issubclass(cls, errors.UsageError) else \
         {"errno": "EINVAL"} if issubclass(cls, errors.EnvironmentProblem) else {}
@@ -97,7 +97,7 @@ def test_a_pin_result_with_threads_pickles_under_every_protocol(pair_root: Path)
 def test_a_strict_failure_in_a_pool_worker_reaches_the_parent_whole(pair_root: Path) -> None:
     with multiprocessing.get_context("fork").Pool(1) as pool:
         waiting = pool.apply_async(_no_gpu_strict, (str(pair_root),))
-        with pytest.raises(gpus.NoGpuVisible) as caught:
+        with pytest.raises(inventory.NoGpuVisible) as caught:
             waiting.get(timeout=60)  # before the fix the pool's result thread died and this waited forever
     assert caught.value.result.action is pinning.PinAction.NOTHING
     assert "no GPU is visible" in str(caught.value)

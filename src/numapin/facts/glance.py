@@ -235,7 +235,7 @@ def _kfd_gpus(root: str) -> int | None:
 
 def _counts(root: str) -> "tuple[int, int, int] | None":
     """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
-    ``gpus.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
+    ``inventory.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
     then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
     found: dict[str, list[str]] = {name: [] for name in ACCELERATORS}
     devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
