@@ -346,7 +346,7 @@ def test_each_accelerator_vendor_id_is_written_in_one_module() -> None:
     # synthetic machines' writer makes sysfs as each driver does, and writes them too.
     from numapin.facts.glance import ACCELERATORS
 
-    for vendor_id, *_ in ACCELERATORS.values():
+    for vendor_id in (row.pci_vendor for row in ACCELERATORS.values()):
         spellings = [f"{vendor_id:#06x}", f"{vendor_id:#06X}".replace("0X", "0x")]
         holders = sorted(path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
                          if path.name != "synthetic.py" and any(s in path.read_text() for s in spellings))
@@ -363,9 +363,9 @@ def test_the_accelerators_table_names_every_vendor_and_its_module() -> None:
 
     assert set(ACCELERATORS) == {v.value for v in Vendor}
     shapes = set()
-    for _, _, driver, reader, _ in ACCELERATORS.values():
-        module = importlib.import_module(f"numapin.facts.{reader}")
-        assert driver and {"read", "visible", "in_view"} <= set(module.__all__), reader
+    for row in ACCELERATORS.values():
+        module = importlib.import_module(f"numapin.facts.{row.module}")
+        assert row.driver and {"read", "visible", "in_view"} <= set(module.__all__), row.module
         shapes.add(tuple(tuple(inspect.signature(getattr(module, name)).parameters)
                          for name in ("read", "visible", "in_view")))
     assert len(shapes) == 1, shapes

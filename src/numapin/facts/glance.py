@@ -30,25 +30,53 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["ACCELERATORS", "accelerator", "held_by", "load_nvml", "machine_gpus", "no_worker", "not_a_worker",
-           "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers", "visible_without_rank"]
+__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "held_by", "load_nvml", "machine_gpus", "no_worker",
+           "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers",
+           "visible_without_rank"]
 
-#: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value): its PCI vendor id, the PCI classes of
-#: its accelerators (``class >> 8``; None: every function of it is one), the kernel driver its runtime needs its
-#: devices held by, the module of ``numapin.facts`` that reads its devices and says which a process sees, and
-#: the folders that show its driver loaded where sysfs shows none of its functions (a bare container's NVIDIA
-#: GPUs, which NVML lists; AMD's KFD topology).
-#: The only place these ids and drivers are written, but for the synthetic machines' writer, which makes sysfs
-#: as each driver does. A GPU's classes are base class 0x03 (0x0300 VGA, 0x0302 3D controller); AMD's add 0x0380
-#: (other display: MI100-MI250) and 0x1200 (processing accelerator: MI300X and later); Habana Labs' (Intel
-#: Gaudi's) functions are all accelerators. Kept here, not in the vendors' modules: every Python process of a job
-#: with the start-up file asks this table, and importing three modules more costs each start more than its work.
+class Accelerator:
+    """One vendor's row of :data:`ACCELERATORS`: how its devices are found and named. A plain class, not a
+    record of numapin's: the glance defines it in every Python process of a job, and imports nothing for it."""
+
+    __slots__ = ("classes", "device", "driver", "maker", "module", "pci_vendor", "signs", "variables")
+
+    def __init__(self, pci_vendor: int, classes: "tuple[int, ...] | None", driver: str, module: str,
+                 signs: "tuple[str, ...]", variables: str, maker: str, device: str) -> None:
+        self.pci_vendor = pci_vendor
+        """Its PCI vendor id."""
+        self.classes = classes
+        """The PCI classes of its accelerators (``class >> 8``); None: every function of it is one."""
+        self.driver = driver
+        """The kernel driver its runtime needs its devices held by."""
+        self.module = module
+        """The module of ``numapin.facts`` that reads its devices and says which a process sees."""
+        self.signs = signs
+        """The folders that show its driver loaded where sysfs shows none of its functions."""
+        self.variables = variables
+        """The variables that choose its devices, as a user would set them."""
+        self.maker = maker
+        """Its maker's name as users write it."""
+        self.device = device
+        """How its runtime names a device of it in a process (``cuda``, ``hip``, ``hpu``)."""
+
+
+#: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value). The only place their PCI ids and
+#: drivers are written, but for the synthetic machines' writer, which makes sysfs as each driver does. A GPU's
+#: classes are base class 0x03 (0x0300 VGA, 0x0302 3D controller); AMD's add 0x0380 (other display: MI100-MI250)
+#: and 0x1200 (processing accelerator: MI300X and later); Habana Labs' (Intel Gaudi's) functions are all
+#: accelerators. The NVIDIA driver shows itself loaded by its GPUs' entries or its module (NVML then lists a bare
+#: container's GPUs), AMD's by its KFD topology. Kept here, not in the vendors' modules: every Python process of a
+#: job with the start-up file asks this table, and importing three modules more costs each start more than its
+#: work.
 ACCELERATORS = {
-    "nvidia": (0x10DE, (0x0300, 0x0302), "nvidia", "nvidia", ("proc/driver/nvidia/gpus", "sys/module/nvidia")),
-    "amd": (0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm", ("sys/class/kfd",)),
-    "gaudi": (0x1DA3, None, "habanalabs", "gaudi", ()),
+    "nvidia": Accelerator(0x10DE, (0x0300, 0x0302), "nvidia", "nvidia",
+                          ("proc/driver/nvidia/gpus", "sys/module/nvidia"), "CUDA_VISIBLE_DEVICES", "NVIDIA", "cuda"),
+    "amd": Accelerator(0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm", ("sys/class/kfd",),
+                       "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES", "AMD", "hip"),
+    "gaudi": Accelerator(0x1DA3, None, "habanalabs", "gaudi", (), "HABANA_VISIBLE_MODULES or HLS_MODULE_ID",
+                         "Intel Gaudi", "hpu"),
 }
-_BY_ID = {row[0]: (name, row[1]) for name, row in ACCELERATORS.items()}
+_BY_ID = {row.pci_vendor: (name, row.classes) for name, row in ACCELERATORS.items()}
 
 
 def accelerator(vendor: "int | None", pci_class: "Callable[[], int | None]") -> "str | None":
@@ -245,7 +273,7 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
             # sysfs names each function's driver: the accelerator drivers' own lists are all there is to read (the
             # runtimes use only the devices their drivers hold), where a scan would read every function's vendor
             # (hundreds on a GPU host: bridges, switches, NICs, disks).
-            names = [n for row in ACCELERATORS.values() for n in _held(root, row[2])]
+            names = [n for row in ACCELERATORS.values() for n in _held(root, row.driver)]
         else:
             names = os.listdir(devices) if devices is not None else []
         for name in names:
@@ -268,7 +296,7 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
 def nvidia_driver_loaded(root: str) -> bool:
     """Whether the NVIDIA driver is loaded under ``root`` (its GPU entries or its module show): where sysfs shows
     no GPU of its, NVML then lists the GPUs of a bare container."""
-    return any(_listdir(os.path.join(root, folder)) for folder in ACCELERATORS["nvidia"][4])
+    return any(_listdir(os.path.join(root, folder)) for folder in ACCELERATORS["nvidia"].signs)
 
 
 def machine_gpus(root: str) -> int | None:

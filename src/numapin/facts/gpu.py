@@ -11,6 +11,7 @@ from ..base.errors import EnvironmentProblem, UsageError, quoted
 from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
+from .glance import ACCELERATORS
 from .host import Host
 from .topology import Topology
 
@@ -47,21 +48,22 @@ class Vendor(Choice):
     AMD = "amd"
     GAUDI = "gaudi"
 
+    # Its words are its row's of the accelerators' table (numapin.facts.glance.ACCELERATORS).
+
     @property
     def variables(self) -> str:
         """The variables that choose this vendor's GPUs, as a user would set them."""
-        return {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or "
-                "CUDA_VISIBLE_DEVICES", "gaudi": "HABANA_VISIBLE_MODULES or HLS_MODULE_ID"}[self.value]
+        return ACCELERATORS[self.value].variables
 
     @property
     def maker(self) -> str:
         """Its maker's name as users write it: ``NVIDIA``, ``AMD``, ``Intel Gaudi``."""
-        return {"nvidia": "NVIDIA", "amd": "AMD", "gaudi": "Intel Gaudi"}[self.value]
+        return ACCELERATORS[self.value].maker
 
     @property
     def device(self) -> str:
         """How its runtime names a device of it in a process: ``cuda``, ``hip``, ``hpu``."""
-        return {"nvidia": "cuda", "amd": "hip", "gaudi": "hpu"}[self.value]
+        return ACCELERATORS[self.value].device
 
 
 @frozen

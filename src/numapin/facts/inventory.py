@@ -128,7 +128,8 @@ def _functions(host: Host, *, held: bool) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {name: [] for name in (*ACCELERATORS, "")}
     with host.folder(_DEVICES) as devices:
         if held:
-            names = sorted({n for row in ACCELERATORS.values() for n in host.listdir(f"sys/bus/pci/drivers/{row[2]}")})
+            names = sorted({n for row in ACCELERATORS.values()
+                            for n in host.listdir(f"sys/bus/pci/drivers/{row.driver}")})
         else:
             names = sorted(host.listdir(_DEVICES))
         for name in names:
@@ -144,7 +145,7 @@ def _functions(host: Host, *, held: bool) -> dict[str, list[str]]:
 
 def _reader(vendor: str) -> Any:
     """The module that reads ``vendor``'s devices (its row of the table names it), imported where it has some."""
-    module = f"numapin.facts.{ACCELERATORS[vendor][3]}"
+    module = f"numapin.facts.{ACCELERATORS[vendor].module}"
     return __import__(module, fromlist=["read"])
 
 
@@ -177,7 +178,7 @@ def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None
         # them (the table's folders: the NVIDIA driver's entries, which also claim functions a capture names no
         # vendor of; AMD's KFD topology); NVIDIA's also where the caller hands NVML, which is NVIDIA's own. Most
         # hosts import one reader, or none.
-        if not (found[vendor] or any(host.listdir(folder) for folder in ACCELERATORS[vendor][4])
+        if not (found[vendor] or any(host.listdir(folder) for folder in ACCELERATORS[vendor].signs)
                 or (vendor == Vendor.NVIDIA.value and nvml is not None and nvml is not False)):
             continue
         usable, later, said = _reader(vendor).read(topology, host, found[vendor], warnings, nvml=nvml, scan=scan)

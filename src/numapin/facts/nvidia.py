@@ -84,7 +84,7 @@ def read(topology: Topology, host: Host, functions: list[str], warnings: list[st
 
 def _display(host: Host, name: str) -> bool:
     """Whether the PCI function sysfs names ``name`` is of a GPU's class (its vendor unread: a capture's)."""
-    text, classes = host.read(f"sys/bus/pci/devices/{name}/class"), ACCELERATORS["nvidia"][1] or ()
+    text, classes = host.read(f"sys/bus/pci/devices/{name}/class"), ACCELERATORS["nvidia"].classes or ()
     try:
         return int((text or "").strip(), 16) >> 8 in classes
     except ValueError:
