@@ -240,7 +240,10 @@ def _call(socket: str, method: str, timeout: float) -> Any:
     names = {"List": ("ListPodResourcesRequest", "ListPodResourcesResponse"),
              "GetAllocatableResources": ("AllocatableResourcesRequest", "AllocatableResourcesResponse")}[method]
     request, response = classes[names[0]], classes[names[1]]
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
+    # A subchannel pool of this channel's own: gRPC otherwise shares connections among channels to one target, and
+    # a kubelet restarted on a new socket at the same path would be asked on the dead one's connection (or a hung
+    # one answered for by the connection to the last).
+    with grpc.insecure_channel(f"unix://{socket}", options=[("grpc.use_local_subchannel_pool", 1)]) as channel:
         call = channel.unary_unary(f"{SERVICE}/{method}", request_serializer=request.SerializeToString,
                                    response_deserializer=response.FromString)
         try:
