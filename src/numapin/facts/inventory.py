@@ -103,7 +103,7 @@ class Inventory:
         return tuple(v for v in Vendor if any(g.vendor is v for g in self.gpus))
 
 
-# -- sysfs / procfs -------------------------------------------------------
+# -- reading every vendor's devices ----------------------------------------
 
 
 def _hex(text: str | None) -> int | None:
@@ -206,7 +206,7 @@ def in_view(inventory: Inventory, root: str) -> Inventory:
                    _hidden=Later(lambda: (*inventory.hidden, *left)))
 
 
-# -- CUDA_VISIBLE_DEVICES -------------------------------------------------
+# -- which GPUs a process sees: its vendor's, by its vendor's rules ---------
 
 
 @frozen
