@@ -273,13 +273,15 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
             # sysfs names each function's driver: the accelerator drivers' own lists are all there is to read (the
             # runtimes use only the devices their drivers hold), where a scan would read every function's vendor
             # (hundreds on a GPU host: bridges, switches, NICs, disks).
-            names = [n for row in ACCELERATORS.values() for n in _held(root, row.driver)]
+            # A driver holds only its vendor's functions: their class is read where the row asks it, no vendor file.
+            for vendor, row in ACCELERATORS.items():
+                found[vendor] += [n for n in _held(root, row.driver)
+                                  if row.classes is None or (_hex(f"{n}/class", devices) or 0) >> 8 in row.classes]
         else:
-            names = os.listdir(devices) if devices is not None else []
-        for name in names:
-            which = accelerator(_hex(f"{name}/vendor", devices), lambda: _hex(f"{name}/class", devices))  # noqa: B023
-            if which is not None:
-                found[which].append(name)
+            for name in os.listdir(devices) if devices is not None else ():
+                which = accelerator(_hex(f"{name}/vendor", devices), lambda: _hex(f"{name}/class", devices))  # noqa: B023
+                if which is not None:
+                    found[which].append(name)
     finally:
         if devices is not None:
             os.close(devices)
