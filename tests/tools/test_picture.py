@@ -212,3 +212,34 @@ def test_the_live_picture_puts_each_worker_where_it_should_run_and_outlines_wher
     assert f"worker {ok}" in gpus["gpu-0"] and f"worker {moved}" in gpus["gpu-1"], gpus
     legend = " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
     assert f"pid {moved}" in legend and "misplaced (threads)" in legend and "may run on CPUs" in legend
+
+
+@pytest.mark.parametrize("name", ["a\x01b", "esc\x1b[31m", "bell\x07<x>&"])
+def test_the_live_picture_is_well_formed_xml_whatever_a_process_is_named(
+        name: str, pair_root: Path, tmp_path: Path) -> None:
+    """A process names itself (its comm): characters XML 1.0 forbids, or that a terminal acts on, are written out
+    visibly, and the SVG parses (a browser draws nothing after one bad character)."""
+    import os
+
+    import live
+
+    env = live.without_inputs(dict(os.environ)) | {"NUMAPIN_FSROOT": str(pair_root),
+                                                   "NUMAPIN_RUNTIME_DIR": str(tmp_path / "records")}
+    worker = ("import sys, time; open('/proc/self/comm', 'w').write(sys.argv[1]); print('ready', flush=True); "
+              "time.sleep(60)")
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--gpu", "0", "--memory", "none", "--", sys.executable, "-c", worker,
+                             name], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        out = tmp_path / "live.svg"
+        done = subprocess.run([*NUMAPIN, "ps", "--svg", str(out), str(proc.pid)], capture_output=True, text=True,
+                              timeout=60, env=env)
+        assert done.returncode in (0, 1), done.stderr
+    finally:
+        proc.kill()
+        proc.wait()
+    root = ET.parse(out).getroot()  # ElementTree refuses a character XML 1.0 forbids
+    legend = " ".join("".join(t.itertext()) for t in root.iter(f"{SVG}text"))
+    shown = name.encode("unicode_escape").decode().replace("\\x1b", "\\x1b")
+    assert f"pid {proc.pid} {shown}" in legend, legend
+    assert not set(legend) & {"\x01", "\x07", "\x1b"}

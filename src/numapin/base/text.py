@@ -6,7 +6,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["counted", "decimal", "format_size", "json_text", "json_value", "plural", "printable", "table"]
+__all__ = ["counted", "decimal", "format_size", "json_text", "json_value", "markup", "plural", "printable", "table"]
 
 
 _DIGITS = frozenset("0123456789")
@@ -66,6 +66,19 @@ def printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def markup(text: str) -> str:
+    """``text`` for an SVG or HTML page: escaped for markup (``&``, ``<``, ``>``, quotes), and every character
+    XML 1.0 forbids (C0 controls but tab and line feed, lone surrogates, U+FFFE and U+FFFF), like every other
+    one a terminal would act on, written out as :func:`printable` writes it; tab and line feed stay (a table in
+    a ``pre``). A process named ``\\x1b[31m`` stays one visible label, and the page stays well-formed: a
+    browser draws nothing after one bad character."""
+    from html import escape
+
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() or c in "\t\n" else repr(c)[1:-1] for c in text)
+    return escape(text)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

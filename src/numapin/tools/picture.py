@@ -26,10 +26,8 @@ picture may grow is shortened with an ellipsis.
 
 from __future__ import annotations
 
-from html import escape
-
 from ..base.frozen import frozen, replace
-from ..base.text import counted, format_size, plural
+from ..base.text import counted, format_size, markup, plural
 from ..cpuset import CpuSet
 from ..facts.grouping import Core
 from ..facts.machine import Facts
@@ -101,7 +99,7 @@ class _Canvas:
 
     def text(self, x: float, y: float, words: str, size: int = 12, extra: str = "") -> None:
         self.parts.append(f'<text x="{x:g}" y="{y:g}" style="{_FONT};font-size:{size}px"{extra}>'
-                          f"{escape(words)}</text>")
+                          f"{markup(words)}</text>")
 
 
 @frozen
@@ -278,7 +276,7 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
         if gx + w > x + _MAX_WIDTH and gx > x + _PAD:  # the next row, as cache groups wrap
             gx, y = x + _PAD, y + 22 + _PAD
         c.parts.append(f'<g id="gpu-{index}" data-gpu="{index}">')
-        c.rect(gx, y, w, 22, "fill:#FFFFFF;stroke:#000;stroke-width:1.5", inner=f"<title>{escape(label)}</title>")
+        c.rect(gx, y, w, 22, "fill:#FFFFFF;stroke:#000;stroke-width:1.5", inner=f"<title>{markup(label)}</title>")
         ranks = plan.of_gpu.get(index, [])
         if ranks:  # the GPU's swatch: its rank's colour (the first one's, when several ranks drive it)
             c.rect(gx + 4, y + 4, 14, 14, f"fill:{_colour(ranks[0])};stroke:#333", f' data-rank="{ranks[0]}"')
@@ -362,7 +360,7 @@ def _cpu(c: _Canvas, core: Core | None, node: Node | None, plan: _Plan, cpu: int
     extra = (f' id="cpu-{cpu}" class="cpu" data-cpu="{cpu}" data-core="{core_id}" data-node="{node_id}"'
              f' data-ranks="{",".join(map(str, ranks))}"' + (' data-reserved="true"' if reserved else "")
              + (f' data-strays="{",".join(str(plan.live[k].pid) for k in strays)}"' if strays else ""))
-    c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{escape(hover)}</title>")
+    c.rect(x, y, cell, cell, f"fill:{fill};{stroke}", extra, f"<title>{markup(hover)}</title>")
     # The CPU's number, so that a reader finds CPU 57 (the rank is the colour, the legend and the hover), in the
     # largest size that fits the cell; where none does (a 1024-CPU machine's small cells), the hover says it.
     label = str(cpu)
@@ -436,7 +434,7 @@ def svg(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin",
     outlined)."""
     body, width, height = _draw(facts, plans, title, live)
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">\n'
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{markup(title)}">\n'
             f'<rect x="0" y="0" width="{width}" height="{height}" style="fill:#FFFFFF"/>\n{body}\n</svg>\n')
 
 
@@ -444,6 +442,6 @@ def html(facts: Facts, plans: Sequence[Placement] = (), title: str = "numapin",
          live: Sequence[LiveWorker] = ()) -> str:
     """The picture in a self-contained HTML page (inline SVG, no script: hover shows each CPU's title)."""
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{escape(title)}</title>"
+            f"<title>{markup(title)}</title>"
             "<style>body{margin:12px;font-family:sans-serif} rect.cpu:hover{stroke:#000;stroke-width:2}</style>"
             f"</head><body>\n{svg(facts, plans, title, live)}</body></html>\n")

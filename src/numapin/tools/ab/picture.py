@@ -11,8 +11,8 @@ is never the only label.
 from __future__ import annotations
 
 import math
-from html import escape
 
+from ...base.text import markup
 from ..picture import PALETTE, fit
 from .report import Report
 
@@ -46,8 +46,8 @@ def _draw(report: Report) -> tuple[str, int, int]:
 
     width = _LEFT + _PLOT + _RIGHT
     parts = [f'<text x="12" y="22" style="{_FONT};font-size:15px;font-weight:bold">'
-             f"{escape(fit('numapin ab: ' + ' '.join(report.command), 15 * 1.09, width - 24))}</text>",
-             f'<text x="12" y="42" style="{_FONT};font-size:12px">{escape(report.metric.words)}, '
+             f"{markup(fit('numapin ab: ' + ' '.join(report.command), 15 * 1.09, width - 24))}</text>",
+             f'<text x="12" y="42" style="{_FONT};font-size:12px">{markup(report.metric.words)}, '
              f"{report.metric.better.value} is better: each dot a run, the band its variant's 95% interval, the bar"
              " its median</text>"]
     compared = {c.variant: c for c in report.comparisons}
@@ -57,7 +57,7 @@ def _draw(report: Report) -> tuple[str, int, int]:
         top = _TOP + row * _ROW
         middle = top + _ROW / 2
         inner = [f'<text x="12" y="{middle + 4:g}" style="{_FONT};font-size:13px">'
-                 f"{escape(fit(name, 13, _LEFT - 24))}<title>{escape(name)}</title></text>"]
+                 f"{markup(fit(name, 13, _LEFT - 24))}<title>{markup(name)}</title></text>"]
         if summary.interval is not None:
             left, right = x(summary.interval[0]), x(summary.interval[1])
             inner.append(f'<rect class="interval" x="{left:.1f}" y="{top + 8:g}" width="{max(right - left, 2):.1f}" '
@@ -78,8 +78,8 @@ def _draw(report: Report) -> tuple[str, int, int]:
         if summary.lost:
             said += f"; {len(summary.lost)} lost"
         inner.append(f'<text x="{_LEFT + _PLOT + 14}" y="{middle + 4:g}" style="{_FONT};font-size:12px">'
-                     f"{escape(fit(said, 12, _RIGHT - 24))}</text>")
-        parts.append(f'<g id="variant-{escape(name)}">' + "".join(inner) + "</g>")
+                     f"{markup(fit(said, 12, _RIGHT - 24))}</text>")
+        parts.append(f'<g id="variant-{markup(name)}">' + "".join(inner) + "</g>")
     bottom = _TOP + len(report.summaries) * _ROW
     parts.append(f'<line x1="{_LEFT}" y1="{bottom + 4}" x2="{_LEFT + _PLOT}" y2="{bottom + 4}" '
                  'style="stroke:#000000"/>')
@@ -89,7 +89,7 @@ def _draw(report: Report) -> tuple[str, int, int]:
                      f'<text x="{at:.1f}" y="{bottom + 22}" text-anchor="middle" style="{_FONT};font-size:11px">'
                      f"{tick:.4g}</text>")
     parts.append(f'<text x="12" y="{bottom + 46}" style="{_FONT};font-size:12px">'
-                 f"{escape(fit(report.recommendation(), 12, width - 24))}</text>")
+                 f"{markup(fit(report.recommendation(), 12, width - 24))}</text>")
     return "\n".join(parts), width, bottom + 60
 
 
@@ -105,4 +105,4 @@ def html(report: Report) -> str:
     """The picture and the table in a self-contained HTML page (inline SVG, no script)."""
     return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>numapin ab</title>"
             "<style>body{margin:12px;font-family:sans-serif} pre{font-size:12px}</style></head><body>\n"
-            f"{svg(report)}<pre>{escape(report.table())}</pre></body></html>\n")
+            f"{svg(report)}<pre>{markup(report.table())}</pre></body></html>\n")
