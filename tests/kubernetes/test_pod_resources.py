@@ -424,3 +424,82 @@ def test_a_hung_kubelet_leaves_ps_within_its_bound_and_its_last_answer_stands_in
         server.close()
         for connection in held:
             connection.close()
+
+
+@pytest.mark.parametrize("cpus", [[70_000], [-1], [1 << 40]])
+def test_a_number_that_is_no_cpu_leaves_the_kubelets_answer_unavailable_never_a_traceback(
+        cpus: list[int], kubelet: Callable[..., str]) -> None:
+    # The API's int64 holds any number: a CPU id past CpuSet's range, or a NUMA node id, is "unavailable".
+    socket = kubelet([("ml", "trainer-0", [{"name": "worker", "cpus": cpus}])], [("nvidia.com/gpu", ["GPU-a"], [0])])
+    with pytest.raises(PodResourcesUnavailable, match="names a CPU that cannot be one"):
+        listing(socket)
+    with_node = kubelet([], [("nvidia.com/gpu", ["GPU-a"], [cpus[0]])])
+    with pytest.raises(PodResourcesUnavailable, match="NUMA node"):
+        allocatable(with_node)
+    # ps and doctor over a worker in a pod, asking that kubelet: their answers, saying why, never a ValueError.
+    top = kube.cgroups_or_skip(cpuset=False)
+    layout = kube.layouts()[1]
+    with kube.sleeping() as worker, kube.placed_in(top, [layout.path]) as groups:
+        (groups[layout.path] / "cgroup.procs").write_text(f"{worker.pid}\n")
+        ps = subprocess.run([sys.executable, "-m", "numapin", "ps", str(worker.pid), "--json", "--pod-resources",
+                             socket], capture_output=True, text=True, timeout=60)
+        doctor = subprocess.run([sys.executable, "-m", "numapin", "doctor", "--pid", str(worker.pid), "--json",
+                                 "--pod-resources", socket], capture_output=True, text=True, timeout=60)
+    assert ps.returncode in (0, 1) and "Traceback" not in ps.stderr, ps.stderr
+    assert "names a CPU that cannot be one" in json.loads(ps.stdout)["pod_names_unread"]
+    assert doctor.returncode in (0, 1) and "Traceback" not in doctor.stderr, doctor.stderr
+    assert "pod-resources-unread" in {f["id"] for f in json.loads(doctor.stdout)["findings"]}
+
+
+def test_names_from_the_kubelet_reach_a_terminal_escaped(top: Path, kubelet: Callable[..., str]) -> None:
+    # Pod, container and claim names holding ESC, BEL and a line feed: doctor's DRA finding says them, one line each.
+    layout = kube.Layout("cgroupfs", "guaranteed", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
+    odd = kubelet([("s\x1b[2J", "e\x07ngine", [{"name": "x\ny", "cpus": [0], "claims": ["c\x1b]0;t\x07"]}])])
+    with kube.sleeping() as worker, kube.placed_in(top, [layout.path], cpus="0") as groups:
+        (groups[layout.path] / "cgroup.procs").write_text(f"{worker.pid}\n")
+        done = subprocess.run([sys.executable, "-m", "numapin", "doctor", "--pid", str(worker.pid), "--gpu", "0",
+                               "--machine", "pair", "--pod-resources", odd], capture_output=True, text=True,
+                              timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    (line,) = [line for line in done.stdout.splitlines() if "[gpu-from-dra]" in line]
+    assert "s\\x1b[2J/e\\x07ngine/x\\ny" in line and "c\\x1b]0;t\\x07" in line, line
+    assert not set(done.stdout) & {"\x1b", "\x07"}
+
+
+def test_the_kubelets_files_are_read_once_a_scan(top: Path, tmp_path: Path, kubelet: Callable[..., str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # Three workers in pods: one scan reads the kubelet's config.yaml and its state once, not once a worker.
+    from numapin.facts import kubelet as kubelet_files
+    from numapin.tools import ps
+    from numapin.tools.doctor import pod
+
+    env = {**live.without_inputs(dict(os.environ)), RUNTIME_DIR: str(tmp_path / "records")}
+    monkeypatch.setenv(RUNTIME_DIR, env[RUNTIME_DIR])
+    reads = []
+    real = kubelet_files.read_kubelet
+
+    def counted(root: Any = None) -> Any:
+        reads.append(root)
+        return real(root)
+
+    monkeypatch.setattr(kubelet_files, "read_kubelet", counted)
+    monkeypatch.setattr(pod, "read_kubelet", counted)
+    layouts = [kube.Layout("systemd", "guaranteed", "containerd", str(uuid.uuid4()), os.urandom(32).hex())
+               for _ in range(3)]
+    socket = kubelet([("ml", f"trainer-{i}", [{"name": "worker"}]) for i in range(3)])
+    workers = []
+    try:
+        with kube.placed_in(top, [layout.path for layout in layouts], cpus="0") as groups:
+            for layout in layouts:
+                script = (f'echo $$ > "{groups[layout.path]}/cgroup.procs" && exec {shlex.quote(sys.executable)} '
+                          f"-m numapin exec --cpus 0 -- {shlex.quote(sys.executable)} -c {shlex.quote(READY)}")
+                proc = subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+                workers.append(proc)
+                assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+            found = ps.survey([p.pid for p in workers], pod_resources=socket, memory=False)
+    finally:
+        for proc in workers:
+            proc.kill()
+            proc.wait()
+    assert sum(w.pod is not None for w in found.workers) == 3
+    assert len(reads) == 1, reads

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from ..base.errors import EnvironmentProblem
 from ..base.frozen import frozen
-from ..cpuset import CpuSet
+from ..cpuset import MAX_ID, CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -177,9 +177,27 @@ def _containers(response: Any) -> tuple[Container, ...]:
             claims = tuple(f"{r.claim_namespace}/{r.claim_name}" for r in c.dynamic_resources)
             dra = tuple(DraDevice(d.driver_name, d.pool_name, d.device_name, tuple(x.name for x in d.cdi_devices))
                         for r in c.dynamic_resources for d in r.claim_resources)
-            found.append(Container(pod.namespace, pod.name, c.name, devices, CpuSet(int(i) for i in c.cpu_ids),
-                                   claims, dra))
+            found.append(Container(pod.namespace, pod.name, c.name, devices, _cpus(c.cpu_ids), claims, dra))
     return tuple(found)
+
+
+def _cpus(ids: Iterable[int]) -> CpuSet:
+    """The CPUs an answer names: PodResourcesUnavailable, never a ValueError, where one is no CPU id (the API's
+    int64 holds any number; a kubelet that says one outside 0..MAX_ID says nothing numapin may believe)."""
+    try:
+        return CpuSet(int(i) for i in ids)
+    except ValueError as exc:
+        raise PodResourcesUnavailable(f"the kubelet's pod-resources answer names a CPU that cannot be one ({exc})") \
+            from None
+
+
+def _node_ids(ids: Iterable[int]) -> tuple[int, ...]:
+    """The NUMA nodes a device's topology names, each a node id (as a CPU's, 0..MAX_ID); PodResourcesUnavailable
+    for any other number."""
+    found = tuple(int(i) for i in ids)
+    if any(not 0 <= i <= MAX_ID for i in found):
+        raise PodResourcesUnavailable(f"the kubelet's pod-resources answer names a NUMA node outside 0-{MAX_ID}")
+    return found
 
 
 #: Seconds a kubelet that did not answer is not asked again (its last answer, if any, stands in meanwhile).
@@ -254,7 +272,7 @@ def _call(socket: str, method: str, timeout: float) -> Any:
 
 
 def _devices(found: Iterable[Any]) -> tuple[Device, ...]:
-    return tuple(Device(d.resource_name, tuple(d.device_ids), tuple(n.ID for n in d.topology.nodes)) for d in found)
+    return tuple(Device(d.resource_name, tuple(d.device_ids), _node_ids(n.ID for n in d.topology.nodes)) for d in found)
 
 
 def listing(socket: str = SOCKET, timeout: float = 2.0) -> Listing:
@@ -274,7 +292,7 @@ def allocatable(socket: str = SOCKET, timeout: float = 2.0) -> tuple[tuple[Devic
     ``GetAllocatableResources`` (its last answer where it does not answer now); PodResourcesUnavailable saying
     why not."""
     answer, _ = _ask(socket, "GetAllocatableResources", timeout)
-    return _devices(answer.devices), CpuSet(int(i) for i in answer.cpu_ids)
+    return _devices(answer.devices), _cpus(answer.cpu_ids)
 
 
 def match(containers: Iterable[Container], *, cpus: CpuSet | None = None,

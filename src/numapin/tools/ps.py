@@ -295,6 +295,7 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     could not be asked. The API is asked once a scan: one that does not answer is not waited for again."""
     from ..base.frozen import replace
     from ..facts.cgroup import read_cgroup
+    from ..facts.kubelet import read_kubelet
     from ..facts.podresources import PodResourcesUnavailable, gpu_key, listing, match
     from .doctor import pod_findings
 
@@ -306,6 +307,7 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
         except PodResourcesUnavailable as exc:
             unnamed = str(exc)
     live = Host.at("/")  # a process's cgroup is always the live one's
+    kubelet = read_kubelet(root)  # its files read once a scan, for every worker in a pod
     checked = []
     for w in workers:
         pod = w.pod
@@ -317,7 +319,7 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
                 if named is not None:
                     pod = replace(pod, namespace=named.namespace, name=named.pod, container=named.name)
             found = pod_findings(w.pid, machine(), w.expected, root, {}, None if containers is None else socket,
-                                 pod=pod, containers=containers)
+                                 pod=pod, containers=containers, kubelet=kubelet)
             w = replace(w, pod=pod, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
         checked.append(w)
     return checked, unnamed

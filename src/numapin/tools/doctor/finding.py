@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...base.frozen import frozen
-from ...base.text import counted, plural
+from ...base.text import counted, plural, printable
 from ...pinning.judge import Verdict
 from ...placement.modes import Placement
 
@@ -29,7 +29,10 @@ class Finding:
         return {"id": self.id, "severity": self.severity, "sees": self.sees, "why": self.why, "fix": self.fix}
 
     def text(self) -> str:
-        return f"{self.severity}: [{self.id}] {self.sees}\n    why: {self.why}\n    fix: {self.fix}"
+        # What a finding quotes may come from another process or the kubelet (names of pods, claims, processes):
+        # a terminal is never handed its control characters.
+        return (f"{self.severity}: [{self.id}] {printable(self.sees)}\n    why: {printable(self.why)}\n"
+                f"    fix: {printable(self.fix)}")
 
 
 @frozen

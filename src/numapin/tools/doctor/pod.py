@@ -7,7 +7,7 @@ import os
 from ...cpuset import CpuSet
 from ...facts.cgroup import read_cgroup
 from ...facts.host import Host
-from ...facts.kubelet import CONFIG, STATE, read_kubelet
+from ...facts.kubelet import CONFIG, STATE, Kubelet, read_kubelet
 from ...facts.machine import Facts
 from ...facts.pod import pod_of
 from ...facts.podresources import PodResourcesUnavailable, allocatable, gpu_key, listing, match
@@ -27,10 +27,10 @@ __all__ = ["pod_findings"]
 
 def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
                 env: Mapping[str, str], pod_resources: str | None, *, pod: Pod | None = None,
-                containers: tuple[Container, ...] | None = None) -> list[Finding]:
+                containers: tuple[Container, ...] | None = None, kubelet: Kubelet | None = None) -> list[Finding]:
     """For a process in a Kubernetes pod: the kubelet's CPU and topology decisions against its GPU's node (``ps``
-    lists the ids of those that are warnings or errors beside each worker in a pod). ``pod`` and ``containers``
-    (the API's ``List``): what the caller read already, for each of many processes (``ps``)."""
+    lists the ids of those that are warnings or errors beside each worker in a pod). ``pod``, ``containers`` (the
+    API's ``List``) and ``kubelet`` (its files): what the caller read already, once for many processes (``ps``)."""
     pod = pod or pod_of(pid)
     if pod is None:
         if not env.get("KUBERNETES_SERVICE_HOST"):
@@ -41,7 +41,7 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
             "and its cgroup path, which would name the pod, is hidden by its cgroup namespace",
             "the kubelet's CPU and topology decisions for it cannot be checked from inside the pod",
             "run numapin doctor --pid PID on the node (as root), or in numapin's DaemonSet pod (hostPID)")]
-    kubelet = read_kubelet(root)
+    kubelet = kubelet or read_kubelet(root)
     where = f"pod {pod.uid} ({pod.qos})"
     found = []
     if not kubelet.found:  # the container's own cpuset is still checked below
