@@ -36,10 +36,11 @@ class Other:
 
 
     def start(self, script: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-        """Start the shell ``script`` as this user (in ``env``, default this one's), its output piped; the
-        caller ends it."""
+        """Start the shell ``script`` as this user (in ``env``, default this one's), its input and output piped;
+        the caller ends it."""
         return subprocess.Popen(["/bin/sh", "-c", script, "sh", *args], user=self.uid, group=self.gid, cwd="/",
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
 
 
 #: Where no ``useradd`` is (the QEMU guests' busybox system): a user id no account, process or file has, taken

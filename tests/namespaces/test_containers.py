@@ -217,3 +217,86 @@ def test_another_user_sees_what_the_kernel_lets_it_and_counts_the_rest(other: Ot
         listed, unseen = in_child(as_other)
         assert pid not in listed and unseen >= 1, (listed, unseen)
         assert _row(pid)["placed_by"] == "exec"  # root's ps, the same moment, sees it
+
+
+def _model_record(tmp_path: Path) -> dict[str, object]:
+    """A record numapin exec really wrote for a process placed on CPU, policy override (its fields, to name another
+    process with)."""
+    env = environment(NUMAPIN_RUNTIME_DIR=str(tmp_path / "model"))
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--cpus", str(CPU), "--memory", "none", "--policy", "override", "--",
+                             sys.executable, "-c", WORKER], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("ready")
+        (written,) = (tmp_path / "model").glob("*.json")
+        return json.loads(written.read_text())  # type: ignore[no-any-return]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+#: How the user's process keeps its record, and what it does once root keeps it: (the script's set-up, where its
+#: record lies, the step). In a user and mount namespace of its own (``unshare -Urm``: no privilege needed), it
+#: lays a root-owned folder of the host ($1) over its folder; in the host's namespaces, it removes its record.
+_UNDER_THE_KEEPER = {
+    "a root-owned folder bound over the user's own": (
+        "exec unshare -Urm sh -c 'mount -t tmpfs tmpfs /run && mkdir -m 755 /run/numapin && F=/run/numapin && {}' "
+        'sh "$1"', 'mount --bind "$1" "$F"'),
+    "the record removed": ('F=/tmp/numapin-$(id -u) && mkdir -p -m 755 "$F" && {}', 'rm "$F/$name"'),
+}
+
+
+@pytest.mark.skipif(CPU == OTHER, reason="needs two CPUs: one to place on, one to move a thread to")
+@pytest.mark.parametrize("then", list(_UNDER_THE_KEEPER))
+def test_roots_keeper_writes_only_where_this_look_finds_the_users_record(then: str, other: Other,
+                                                                          tmp_path: Path) -> None:
+    """A user's process keeps its record in its own folder; root keeps it. The user then changes what that folder
+    is (a mount) or removes the record, and its thread is moved: the keeper puts the thread back and writes
+    nothing, neither in the host's folder the mount shows nor a record that is gone."""
+    from numapin.facts.machine import cached
+    from numapin.pinning import record
+    from numapin.tools.keep import keeper_of
+
+    model = _model_record(tmp_path)
+    host = Path(tmp_path.parent / f"host-records-{uuid.uuid4().hex[:8]}")  # a folder of root's, on the host
+    host.mkdir(mode=0o755)
+    os.chmod(host, 0o755)
+    for folder in (tmp_path.parent, tmp_path):  # the user reaches it to bind it (and nothing more)
+        os.chmod(folder, os.stat(folder).st_mode | 0o011)
+    setup, step = _UNDER_THE_KEEPER[then]
+    script = setup.format('echo "$$" && read name && read body && printf "%s" "$body" > "$F/$name" && echo written '
+                          f'&& read go && {step} && echo done && exec sleep 600')
+    proc = other.start(script, str(host), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    try:
+        assert proc.stdout is not None
+        pid = int(proc.stdout.readline())
+        start, ns = _start(pid), os.stat("/proc/self/ns/pid").st_ino
+        name = f"{pid}-{start}-{ns}.json"
+        os.sched_setaffinity(pid, {CPU})  # placed, as the record says
+        _say(proc, name, json.dumps({**model, "pid": pid, "start": start}))
+        assert proc.stdout.readline().strip() == "written"
+        keeper = keeper_of(pid, cached(None, {}))  # root's keeper finds the record in the user's own folder
+        found = record.locate(pid)
+        assert found is not None
+        folder = Path(f"/proc/{pid}/root{found[1].folder}")
+        _say(proc, "go")
+        assert proc.stdout.readline().strip() == "done", proc.stderr.read() if proc.stderr else ""
+        os.sched_setaffinity(pid, {OTHER})  # a thread moved: the keeper's to put back
+        events: list[object] = []
+        # From outside, a mask counts as moved once it has held a moment (the process's own pin settles first).
+        assert live.until(lambda: bool(events.extend(keeper.check()) or events)), "the keeper saw no drift"
+        assert os.sched_getaffinity(pid) == {CPU}, events
+        assert list(host.iterdir()) == [] and name not in os.listdir(folder), (list(host.iterdir()),
+                                                                                os.listdir(folder))
+    finally:
+        proc.kill()
+        proc.wait()
+        for leftover in host.iterdir():
+            leftover.unlink()
+        host.rmdir()
+        other.sh('rm -rf "/tmp/numapin-$(id -u)"')
+
+
+def _say(proc: subprocess.Popen[str], *lines: str) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write("".join(f"{line}\n" for line in lines))
+    proc.stdin.flush()

@@ -368,18 +368,29 @@ def locate(pid: int) -> tuple[Record, Where] | None:
 
 
 def rewrite(record: Record, where: Where) -> bool:
-    """Write ``record`` again where it was read (``where``), as its process's owner's file (root keeping a
-    user's worker writes in that user's folder, never in its own); whether it was written. A container's
-    process's record names it by its own id there, as it wrote it. Never raises: one debug line."""
+    """Write ``record`` again where this very look finds its process's record (``where``: where it was read), as
+    the process's owner's file (root keeping a user's worker writes in that user's folder, never in its own);
+    whether it was written. A container's process's record names it by its own id there, as it wrote it. Never
+    raises: one debug line.
+
+    The folder is found again now, by the rules of a read (resolved one name at a time from the process's root,
+    for a container's), and must be the process's owner's; the record must still lie in it, believed as a read
+    believes it, and is replaced through the descriptor it was just read by. So a mount laid over the folder since
+    the last look (a user's own namespace binding a root-owned folder of the host there) is never written
+    through, and a record that disappeared is not written again."""
     uid = owner(record.pid)
-    if uid is None:
+    named = _named(where.name)
+    if uid is None or named is None or named[:2] != (where.inner or record.pid, record.start):
         return False
     data = record.as_dict()
     if where.inner is not None:
         data["pid"] = where.inner
     try:
-        with where.open({uid, 0}) as folder:
-            folder.replace(where.name, json_text(data).encode(), 0o644, owner=uid if folder.owner == uid else None)
+        with where.open({uid}) as folder:
+            if _read(folder, where.name, uid, named, named[2]) is None:
+                log.debug("pin record of process %d no longer in %s: not written again", record.pid, where.folder)
+                return False
+            folder.replace(where.name, json_text(data).encode(), 0o644, owner=uid)
     except OSError as exc:
         log.debug("pin record of process %d not written in %s: %s", record.pid, where.folder, exc)
         return False
