@@ -7,7 +7,9 @@ import os
 import stat
 from pathlib import Path
 
-from numapin.base.files import only_theirs
+import pytest
+
+from numapin.base.files import Folder, only_theirs
 
 MINE = {0, os.geteuid()}
 
@@ -39,3 +41,20 @@ def test_a_link_is_judged_by_where_it_leads(private_tmp: Path, tmp_path: Path) -
     (private_tmp / "file").write_text("")
     assert not only_theirs(str(private_tmp / "file" / "x"), MINE), "a file is no folder"
 
+
+
+def test_a_folder_too_deep_or_too_long_under_a_root_is_refused_before_any_name_is_opened(tmp_path: Path) -> None:
+    from numapin.base.files import MAX_DEPTH, MAX_PATH
+
+    deep = "/" + "/".join(["d"] * (MAX_DEPTH + 1))
+    long = "/" + "x" * MAX_PATH
+    root = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for path in (deep, long):
+            with pytest.raises(PermissionError, match="not looked into"):
+                Folder.inside(root, path, {os.geteuid()})
+        (tmp_path / "a" / "b").mkdir(parents=True)
+        with Folder.inside(root, "/a/b", {os.geteuid()}) as folder:  # a plain one still opens
+            assert folder.names() == []
+    finally:
+        os.close(root)

@@ -300,3 +300,45 @@ def _say(proc: subprocess.Popen[str], *lines: str) -> None:
     assert proc.stdin is not None
     proc.stdin.write("".join(f"{line}\n" for line in lines))
     proc.stdin.flush()
+
+
+def _deep(top: Path, depth: int) -> str:
+    """``depth`` folders, one in the next, made under ``top`` (a container's /run, reached from the host) by
+    descriptor (a path that long is past what one system call takes); the deepest's path inside the container."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            step = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    finally:
+        os.close(fd)
+    return "/run" + "/d" * depth
+
+
+def test_a_container_that_makes_its_processes_costly_to_look_into_blinds_no_scan(tmp_path: Path) -> None:
+    """Fifty processes in a container, none a worker, each naming as its records folder one 60,000 folders deep
+    in the container's own tmpfs (any tenant may set a variable; walked, they cost a scan seconds): root's ps, an
+    exporter's scrape within a bound of a few seconds and a keeper of a worker beside them do their work, and write
+    nothing there."""
+    from numapin.tools.exporter import Exporter
+
+    script = ('while [ ! -e /run/go ]; do sleep 0.05; done; D=$(cat /run/go); '
+              'for i in $(seq 50); do NUMAPIN_RUNTIME_DIR="$D/x$i" sleep 600 & done; echo up; wait')
+    with container(script) as box, container(_exec("--policy", "override")) as placed:
+        path = _deep(box.root("/run"), 60_000)
+        box.root("/run/go").write_text(path)
+        assert box.line() == "up"
+        _inner, pid = _ready(placed)
+        scrape = Exporter(timeout=4).scrape()
+        assert "\nnumapin_up 1\n" in scrape, scrape[-600:]
+        assert f'pid="{pid}"' in scrape  # the worker beside them, found and judged
+        listed = subprocess.run([*NUMAPIN, "ps", "--json", "--all"], env=environment(), capture_output=True, text=True,
+                                timeout=120)
+        assert listed.returncode in (0, 1) and "Traceback" not in listed.stderr, listed.stderr
+        assert pid in [w["pid"] for w in json.loads(listed.stdout)["workers"]]
+        keeper = subprocess.run([*NUMAPIN, "keep", str(pid), "--period", "0.05", "--looks", "3"], env=environment(),
+                                capture_output=True, text=True, timeout=120)
+        assert keeper.returncode == 0, keeper.stderr
+        assert sorted(os.listdir(box.root("/run"))) == ["d", "go"]

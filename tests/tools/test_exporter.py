@@ -341,3 +341,125 @@ def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_c
     said = [(s, v) for s, v in {**placed, **moved}.items() if s.startswith("numapin_worker{")]
     words = sorted({re.search(r'placed_by="([^"]*)"', s).group(1) for s, _ in said})  # type: ignore[union-attr]
     assert words == ["exec", "moved"] and set(words) <= set(PLACED_BY), said
+
+
+# -- many scrapes at once -------------------------------------------------------------------------
+
+
+def _serving(exporter: Exporter) -> Iterator[str]:
+    stopped = threading.Event()
+    urls: list[str] = []
+    ready = threading.Event()
+    thread = threading.Thread(target=exporter.serve, args=("127.0.0.1:0", lambda url: (urls.append(url),
+                                                                                      ready.set()), stopped))
+    thread.start()
+    assert ready.wait(30)
+    try:
+        yield urls[0]
+    finally:
+        stopped.set()
+        thread.join(30)
+
+
+def _slow_scans(seconds: float) -> tuple[Exporter, list[float]]:
+    """An exporter whose scans each take ``seconds`` and find nothing, and the times they started."""
+    started: list[float] = []
+
+    def scan(deadline: float) -> Survey:
+        started.append(time.monotonic())
+        time.sleep(seconds)
+        return Survey(())
+
+    return Exporter(timeout=30, scan=scan), started
+
+
+def test_scrapes_that_arrive_together_share_one_scan() -> None:
+    exporter, scans = _slow_scans(1.0)
+    answers: list[str] = []
+    first = threading.Thread(target=lambda: answers.append(exporter.scrape()))
+    first.start()
+    assert until(lambda: scans)  # the first scrape's scan is under way: the others arrive during it
+    others = [threading.Thread(target=lambda: answers.append(exporter.scrape())) for _ in range(15)]
+    for thread in others:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(30)
+    assert len(answers) == 16 and all(_series(a)["numapin_up"] == "1" for a in answers)
+    assert len(scans) == 1, f"{len(scans)} scans for 16 scrapes that arrived while one ran"
+
+
+def _flood(url: str, stop: threading.Event, source: str) -> None:
+    """One client keeping 32 requests in flight: each answered one is sent again at once."""
+    host, port = url.split("/")[2].rsplit(":", 1)
+
+    def one() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0)) as sock:
+                    sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+                    while sock.recv(65536):
+                        pass
+            except OSError:
+                time.sleep(0.01)
+
+    threads = [threading.Thread(target=one, daemon=True) for _ in range(32)]
+    for thread in threads:
+        thread.start()
+    stop.wait()
+    for thread in threads:
+        thread.join(30)
+
+
+def test_one_client_keeping_many_scrapes_in_flight_never_starves_the_scraper() -> None:
+    # The flood comes from 127.0.0.2, the scraper from 127.0.0.1 (both loopback): the flood holds at most its share
+    # of the answer slots, and the scraper's requests wait their turn in order, each round sharing one scan.
+    exporter, scans = _slow_scans(0.05)
+    stop = threading.Event()
+    for url in _serving(exporter):
+        flood = threading.Thread(target=_flood, args=(url, stop, "127.0.0.2"))
+        flood.start()
+        try:
+            assert until(lambda: len(scans) >= 5), "the flood is scraping"
+            codes = []
+            for _ in range(10):
+                answer = _ask(url, b"GET /metrics HTTP/1.0\r\n\r\n")
+                codes.append(answer.split(b" ", 2)[1])
+                assert answer.split(b" ", 2)[1] != b"200" or b"numapin_up 1" in answer
+            before = len(scans)
+        finally:
+            stop.set()
+            flood.join(60)
+    assert codes == [b"200"] * 10, codes
+    assert before > 0
+
+
+def test_a_client_that_closes_its_side_after_its_request_is_answered(served: tuple[subprocess.Popen[str], str]) \
+        -> None:
+    # nc -N, and some proxies: the whole request, then shutdown(SHUT_WR); they still read the answer.
+    _, url = served
+    for _ in range(10):
+        with _connect(url) as sock:
+            sock.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            answer = b""
+            while chunk := sock.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200 ") and b"numapin_up 1" in answer, answer[:200]
+
+
+def test_a_scan_that_fails_answers_the_last_complete_one_said_stale() -> None:
+    calls: list[int] = []
+
+    def scan(deadline: float) -> Survey:
+        calls.append(1)
+        if len(calls) == 2:
+            raise ScanTimeout("the scan ran past its time bound")
+        return Survey((), gpus=("0000:18:00.0",))
+
+    exporter = Exporter(scan=scan)
+    first, second = _series(exporter.scrape()), _series(exporter.scrape())
+    assert first["numapin_up"] == "1" and first["numapin_scan_age_seconds"] == "0.0"
+    assert second["numapin_up"] == "0" and float(second["numapin_scan_age_seconds"]) >= 0
+    assert second["numapin_scrape_errors_total"] == "1"
+    assert {k for k in first if k.startswith("numapin_gpu")} == {k for k in second if k.startswith("numapin_gpu")}
+    assert any(k.startswith("numapin_gpu") for k in second), "the last complete scan's series, served stale"

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["AccessDenied", "EnvironmentProblem", "NoSuchProcess", "NumapinError", "ProcessError", "UsageError",
-           "errno_name", "quoted"]
+__all__ = ["AccessDenied", "EnvironmentProblem", "NoSuchProcess", "NumapinError", "ProcessError", "ScanTimeout",
+           "UsageError", "errno_name", "quoted"]
 
 
 class NumapinError(Exception):
@@ -71,6 +71,11 @@ class AccessDenied(ProcessError):
     def __init__(self, pid: int, what: str = "it") -> None:
         super().__init__(f"process {pid}: permission denied to read {what} (it belongs to another user; "
                          "its owner or root may)", pid=pid)
+
+
+class ScanTimeout(NumapinError):
+    """A scan of the host's processes ran past the time it was given (the exporter's scrape bound): checked inside
+    each step over a process, so that no process, however costly to look into, holds a scan past it."""
 
 
 def _rebuilt(cls: type[NumapinError], args: tuple[object, ...], fields: dict[str, object]) -> NumapinError:

@@ -19,10 +19,15 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["Folder", "only_theirs", "settled"]
+__all__ = ["MAX_DEPTH", "MAX_PATH", "Folder", "only_theirs", "settled"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+#: The most names, and characters, of a folder resolved under another process's root (:meth:`Folder.inside`): the
+#: path comes from that process (its environment), and each name costs a system call. A runtime folder is a few
+#: names deep (``/run/user/1000/numapin``); a path 60,000 names deep would cost a scan seconds per process.
+MAX_DEPTH = 32
+MAX_PATH = 1024
 
 
 def only_theirs(path: str, owners: Collection[int]) -> bool:
@@ -101,8 +106,12 @@ class Folder:
         """The absolute ``path`` under the folder ``root`` (a descriptor: another mount namespace's ``/``,
         opened through ``/proc/PID/root``), checked as :meth:`open` checks a folder. It is resolved one name at
         a time, each opened without following a link, so nothing leads out of that root: a link anywhere on the
-        way (an absolute one would be resolved against this process's ``/``), or ``..``, is a PermissionError.
+        way (an absolute one would be resolved against this process's ``/``), or ``..``, is a PermissionError; so
+        is a path deeper than :data:`MAX_DEPTH` or longer than :data:`MAX_PATH`, refused before any name is opened.
         ``label``: the path said in errors and kept as :attr:`path`."""
+        if len(path) > MAX_PATH or path.count("/") > MAX_DEPTH:
+            raise PermissionError(f"{path[:80]!r}...: longer than {MAX_PATH} characters or deeper than {MAX_DEPTH} "
+                                  "folders: not looked into")
         names = path.split("/")
         if not path.startswith("/") or any(name in (".", "..") for name in names) or not names[-1]:
             raise PermissionError(f"{path!r} is no plain absolute path")

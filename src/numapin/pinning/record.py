@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..base.errors import ProcessError
+from ..base.errors import ProcessError, ScanTimeout
 from ..base.files import Folder
 from ..base.frozen import frozen, replace
 from ..base.logger import log
@@ -398,15 +398,23 @@ def rewrite(record: Record, where: Where) -> bool:
 
 
 def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_time,
-           owner_of: Callable[[int], int | None] | None = None) -> tuple[dict[int, tuple[Record, Where]], int]:
+           owner_of: Callable[[int], int | None] | None = None, *, may_be_worker: Callable[[int], bool] | None = None,
+           deadline: float | None = None) -> tuple[dict[int, tuple[Record, Where]], int]:
     """The records of those of ``pids`` that run in another mount or PID namespace than this process (a
     container's workers, seen from the host or from a DaemonSet with the host's PIDs), by their PID here, each
     read in its own root under its own id; and how many of them could not be looked into (a process whose
     root this user may not open). Another user's processes, whose namespaces only their owner or root may
-    see, are not counted: ``ps`` counts them once, as processes it could not look into."""
+    see, are not counted: ``ps`` counts them once, as processes it could not look into.
+
+    What a container's processes cost is bounded before it is spent, since their environments and folders are
+    theirs to shape: only one that may be a worker (``may_be_worker``: it holds a GPU; default, every one) has
+    its environment read for a folder of its own choosing, every other is looked for in its user's usual folders
+    there; a folder is resolved within :data:`numapin.base.files.MAX_DEPTH` names; and past ``deadline``
+    (``time.monotonic()``), checked at every process and folder, the scan ends in a :class:`ScanTimeout`."""
     mine = namespaces("self")
     groups: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
+        _in_time(deadline)
         try:
             key = namespaces(pid)
         except ProcessError:
@@ -416,14 +424,21 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
     found: dict[int, tuple[Record, Where]] = {}
     unread = 0
     for (_, ns), members in groups.items():
-        got, missed = _in_namespace(ns, members, start_of, owner_of or owner)
+        got, missed = _in_namespace(ns, members, start_of, owner_of or owner, may_be_worker or (lambda pid: True),
+                                    deadline)
         found.update(got)
         unread += missed
     return found, unread
 
 
+def _in_time(deadline: float | None) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise ScanTimeout("the scan ran past its time bound, among the processes of other namespaces")
+
+
 def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None],
-                  owner_of: Callable[[int], int | None]) -> tuple[dict[int, tuple[Record, Where]], int]:
+                  owner_of: Callable[[int], int | None], may_be_worker: Callable[[int], bool],
+                  deadline: float | None) -> tuple[dict[int, tuple[Record, Where]], int]:
     """The records of ``pids``, processes of one mount namespace and PID namespace ``ns``, read under the root
     of the first whose root may be opened; how many could not be looked into.
 
@@ -431,7 +446,8 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
     without following a link), is named by the process's id in its namespace, its start time and namespace
     ``ns``, and says the same inside; folder and file are its owner's or root's. So a container that writes
     records naming another namespace's processes (the host's, PID 1 of another container) names no
-    process that is looked for there."""
+    process that is looked for there. Each folder is opened once, and each record asked for by its name (a
+    folder's listing is the container's to make long)."""
     through, root = None, -1
     for pid in pids:
         try:
@@ -445,11 +461,12 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
     wanted: dict[str, list[tuple[int, int, str, int, int]]] = {}  # folder -> (pid, uid, name, inner, start)
     try:
         for pid in pids:
+            _in_time(deadline)
             start, uid = start_of(pid), owner_of(pid)
             try:
                 inner = procfs.inner_pid(pid)
                 inner_uid = procfs.inner_uid(pid, uid) if uid is not None else None
-                env = procfs.environ(pid)
+                env = procfs.environ(pid) if may_be_worker(pid) else {}
             except ProcessError:
                 continue
             if start is None or uid is None or inner_uid is None:
@@ -459,6 +476,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
                 wanted.setdefault(path, []).append((pid, uid, name, inner, start))
         found: dict[int, tuple[Record, Where]] = {}
         for path, looked in wanted.items():
+            _in_time(deadline)
             looked = [entry for entry in looked if entry[0] not in found]  # a process's first folder wins
             if not looked:
                 continue
@@ -467,9 +485,8 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
             except (OSError, ValueError):
                 continue
             with folder:
-                names = set(folder.names())
                 for pid, uid, name, inner, start in looked:
-                    entry = _read(folder, name, uid, (inner, start, ns), ns) if name in names else None
+                    entry = _read(folder, name, uid, (inner, start, ns), ns)
                     if entry is not None:
                         found[pid] = replace(entry, pid=pid), Where(path, name, through, inner)
     finally:

@@ -7,11 +7,15 @@ its series (:func:`numapin.tools.prometheus.exposition`) and the exporter's own:
 - ``numapin_scrape_duration_seconds``: how long this scrape's scan took;
 - ``numapin_scrape_errors_total``: the scans that failed or ran out of time since the exporter started.
 
-A scan that fails answers with the exporter's own series only (HTTP 200, ``numapin_up 0``): a
-partial count of workers would read as workers gone, and the counter and duration still say
-what happened. Scans run one at a time (they read the same ``/proc``; two at once only take
-longer); a scrape that cannot start its own within its bound fails the same way. The bound is
-``--scrape-timeout``, lowered to what Prometheus says it waits (its
+- ``numapin_scan_age_seconds``: how old the workers' series served are (0 for this scrape's own scan).
+
+Scrapes that arrive together share one scan: one scans, the others wait for its answer within
+their own bounds (a client that keeps many scrapes in flight costs one scan at a time, never one
+each). A scan stops at its deadline, checked inside each step over a process (a container that
+makes its processes costly to look into cannot hold it, nor the next scrape, hostage). A scrape
+whose scan failed or ran out of time answers ``numapin_up 0`` with the last complete scan's series,
+if any, said stale by ``numapin_scan_age_seconds``: never a partial count, which would read as
+workers gone. The bound is ``--scrape-timeout``, lowered to what Prometheus says it waits (its
 ``X-Prometheus-Scrape-Timeout-Seconds`` header) less a margin for the answer to travel.
 """
 
@@ -40,6 +44,8 @@ OWN_METRICS = {
     "numapin_scrape_duration_seconds": ("gauge", "Seconds this scrape's scan took."),
     "numapin_scrape_errors_total": ("counter", "Scans that failed or ran past their time bound since the exporter "
                                                "started."),
+    "numapin_scan_age_seconds": ("gauge", "Seconds since the scan whose workers' series this scrape serves (0: its "
+                                          "own; more: its scan failed, and these are the last complete scan's)."),
 }
 
 #: Prometheus's text format, as its scrapers ask for it.
@@ -69,8 +75,17 @@ def _seconds(text: str | None) -> float | None:
     return value if value is not None and value > 0 else None
 
 
+class _Flight:
+    """One scan under way, and its answer for every scrape that waits on it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.found: Survey | None = None
+
+
 class Exporter:
-    """Scans on demand, one at a time, each within its bound; counts the scans that failed."""
+    """Scans on demand, one at a time, each within its bound, shared by the scrapes that arrive while it runs;
+    counts the scrapes whose scan failed; keeps the last complete scan to serve, said stale, when one fails."""
 
     def __init__(self, *, root: str | os.PathLike[str] | None = None, max_remote: float | None = None,
                  timeout: float = 10.0, scan: Callable[[float], Survey] | None = None,
@@ -79,37 +94,53 @@ class Exporter:
         self.errors = 0
         self._scan = scan or (lambda deadline: survey(root=root, max_remote=max_remote, deadline=deadline,
                                                       pod_resources=pod_resources, every_gpu=True))
-        self._one = threading.Lock()
-        self._counting = threading.Lock()
+        self._lock = threading.Lock()
+        self._flight: _Flight | None = None
+        self._last: tuple[float, Survey] | None = None  # when the last complete scan ended, and what it found
 
     def scrape(self, waits: float | None = None) -> str:
         """The text of one scrape: the workers' series and the exporter's own; ``waits``, what the scraper said
         it waits (seconds)."""
         bound = self.timeout if waits is None else max(0.1, min(self.timeout, waits - _MARGIN))
         started = time.monotonic()
-        deadline = started + bound
-        found = None
-        if self._one.acquire(timeout=bound):
-            try:
-                found = self._scan(deadline)
-            except ScanTimeout as exc:
-                log.warning("exporter: %s (bound %.1f s; raise --scrape-timeout, or the scraper's)", exc, bound)
-            except (NumapinError, OSError) as exc:
-                log.warning("exporter: the scan failed: %s", exc)
-            finally:
-                self._one.release()
-        else:
-            log.warning("exporter: a scan already running did not end within this scrape's bound (%.1f s)", bound)
+        with self._lock:
+            flight = self._flight
+            leading = flight is None
+            if flight is None:
+                flight = self._flight = _Flight()
+        if leading:
+            self._lead(flight, started + bound, bound)
+        elif not flight.done.wait(bound):
+            log.warning("exporter: the scan under way did not end within this scrape's bound (%.1f s)", bound)
+        found = flight.found if flight.done.is_set() else None
         took = time.monotonic() - started
-        if found is None:
-            with self._counting:  # scrapes run in threads of their own, and a counter must not lose one
+        with self._lock:  # scrapes run in threads of their own, and a counter must not lose one
+            if found is None:
                 self.errors += 1
+            last = self._last
+        served, age = (found, 0.0) if found is not None else (None, 0.0) if last is None else \
+            (last[1], time.monotonic() - last[0])
         own = {"numapin_up": int(found is not None), "numapin_scrape_duration_seconds": round(took, 6),
-               "numapin_scrape_errors_total": self.errors}
-        lines = [] if found is None else [exposition(found).rstrip("\n")]
+               "numapin_scrape_errors_total": self.errors, "numapin_scan_age_seconds": round(age, 3)}
+        lines = [] if served is None else [exposition(served).rstrip("\n")]
         for name, (kind, helptext) in OWN_METRICS.items():
             lines += [f"# HELP {name} {helptext}", f"# TYPE {name} {kind}", f"{name} {own[name]}"]
         return "\n".join(lines) + "\n"
+
+    def _lead(self, flight: _Flight, deadline: float, bound: float) -> None:
+        """Run the scan ``flight`` stands for, within ``deadline``, and hand its answer to every scrape waiting."""
+        try:
+            flight.found = self._scan(deadline)
+        except ScanTimeout as exc:
+            log.warning("exporter: %s (bound %.1f s; raise --scrape-timeout, or the scraper's)", exc, bound)
+        except (NumapinError, OSError) as exc:
+            log.warning("exporter: the scan failed: %s", exc)
+        finally:
+            with self._lock:
+                self._flight = None
+                if flight.found is not None:
+                    self._last = time.monotonic(), flight.found
+            flight.done.set()
 
     def serve(self, listen: str, ready: Callable[[str], None] | None = None,
               stopped: threading.Event | None = None) -> None:

@@ -7,8 +7,14 @@ spend more than a bounded share of anything:
   read by one loop (``selectors``), each within :data:`REQUEST_SECONDS` of its arrival, and at most
   :data:`MAX_WAITING` wait at once; a new connection past that closes the one that waited longest (a
   scraper sends its request at once, so idle connections cannot crowd it out).
-- A request is answered in a thread of its own, at most :data:`MAX_ANSWERING` at once; past that, ``503``
-  at once. A client that does not take its answer within :data:`ANSWER_SECONDS` is dropped.
+- A request is answered in a thread of its own, at most :data:`MAX_ANSWERING` at once and at most
+  :data:`PER_CLIENT` for one client address: a client that keeps many requests in flight never holds every
+  slot. Requests past that wait their turn in arrival order (a scraper's is answered after those before it,
+  each round sharing one scan: :class:`numapin.tools.exporter.Exporter`), up to :data:`MAX_WAITING` of them and
+  :data:`QUEUE_SECONDS` each; then ``503``. A client that does not take its answer within
+  :data:`ANSWER_SECONDS` is dropped.
+- A client that closes its side once its request is sent (``shutdown(SHUT_WR)``: ``nc -N``, some proxies) is
+  still answered: only a reset says it is gone.
 - When the process runs out of descriptors, ``accept`` fails (EMFILE): the connection that waited longest
   is closed, or the loop pauses, never spinning on a listening socket it cannot empty.
 - A client that goes away mid-answer (a scraper's own timeout) is one debug line, never a traceback.
@@ -23,6 +29,7 @@ import selectors
 import socket
 import threading
 import time
+from collections import deque
 
 from ..base.logger import log
 
@@ -30,12 +37,17 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-__all__ = ["ANSWER_SECONDS", "MAX_ANSWERING", "MAX_REQUEST", "MAX_WAITING", "REQUEST_SECONDS", "Answer", "serve"]
+__all__ = ["ANSWER_SECONDS", "MAX_ANSWERING", "MAX_REQUEST", "MAX_WAITING", "PER_CLIENT", "QUEUE_SECONDS",
+           "REQUEST_SECONDS", "Answer", "serve"]
 
 #: Connections held at once while their requests are read.
 MAX_WAITING = 64
-#: Requests answered at once (the exporter's scans run one at a time anyway).
+#: Requests answered at once (the exporter's scans run one at a time anyway, shared by those that wait on one).
 MAX_ANSWERING = 8
+#: Requests of one client address answered at once: the other slots stay for other clients (the scraper).
+PER_CLIENT = MAX_ANSWERING // 2
+#: Seconds a whole request may wait for a slot before it is answered ``503``.
+QUEUE_SECONDS = 10.0
 #: Seconds a client has, from connecting, to send its request line and headers.
 REQUEST_SECONDS = 5.0
 #: Seconds a client has to take its answer.
@@ -57,15 +69,17 @@ _TEXT = "text/plain; charset=utf-8"
 
 
 class _Waiting:
-    """A connection whose request is still being read."""
+    """A connection whose request is being read, or, read whole (``request``), waits for its turn."""
 
-    __slots__ = ("address", "buffer", "deadline", "sock")
+    __slots__ = ("address", "buffer", "client", "deadline", "request", "sock")
 
-    def __init__(self, sock: socket.socket, address: str) -> None:
+    def __init__(self, sock: socket.socket, address: object) -> None:
         self.sock = sock
-        self.address = address
+        self.address = _shown(address)
+        self.client = str(address[0]) if isinstance(address, tuple) and address else self.address
         self.buffer = bytearray()
         self.deadline = time.monotonic() + REQUEST_SECONDS
+        self.request: tuple[str, str, dict[str, str]] | None = None
 
 
 def serve(listener: socket.socket, answer: Callable[[str, Mapping[str, str]], Answer],
@@ -85,24 +99,41 @@ class _Loop:
         self.selector = selectors.DefaultSelector()
         self.selector.register(listener, selectors.EVENT_READ, None)
         self.waiting: dict[socket.socket, _Waiting] = {}  # in order of arrival: the longest waiting first
-        self.answering = threading.BoundedSemaphore(MAX_ANSWERING)
+        self.queue: deque[_Waiting] = deque()  # whole requests waiting for a slot, in order of arrival
+        self.answering: dict[str, int] = {}  # answers under way, by client address
+        self.lock = threading.Lock()
+        # An answer's end wakes the loop, which starts the next queued one: a byte on this pair of sockets.
+        self.wake, self.woken = socket.socketpair()
+        self.woken.setblocking(False)
+        self.selector.register(self.woken, selectors.EVENT_READ, self.woken)
         self.most_waiting = min(MAX_WAITING, max(1, _free_files() - _RESERVED_FILES))
 
     def once(self, longest: float | None) -> None:
         now = time.monotonic()
         timeout = longest
-        if self.waiting:
-            first = min(w.deadline for w in self.waiting.values())
+        held = [*self.waiting.values(), *self.queue]
+        if held:
+            first = min(w.deadline for w in held)
             timeout = max(0.0, first - now) if timeout is None else max(0.0, min(timeout, first - now))
         for key, _ in self.selector.select(timeout):
             if key.data is None:
                 self._accept()
+            elif key.data is self.woken:
+                try:
+                    self.woken.recv(4096)
+                except BlockingIOError:
+                    pass
             else:
                 self._read(key.data)
         now = time.monotonic()
         for late in [w for w in self.waiting.values() if w.deadline <= now]:
             log.debug("exporter: %s sent no whole request within %.0f s: closed", late.address, REQUEST_SECONDS)
             self._drop(late)
+        while self.queue and self.queue[0].deadline <= now:  # in arrival order: the first is the oldest
+            late = self.queue.popleft()
+            log.debug("exporter: %s waited %.0f s for a slot: 503", late.address, QUEUE_SECONDS)
+            _send_quickly(late.sock, 503, "busy: try again\n", "Retry-After: 1\r\n")
+        self._dispatch()
 
     def _accept(self) -> None:
         while True:
@@ -125,7 +156,7 @@ class _Loop:
             if len(self.waiting) >= self.most_waiting:
                 self._drop(next(iter(self.waiting.values())))
             sock.setblocking(False)
-            waiting = _Waiting(sock, _shown(address))
+            waiting = _Waiting(sock, address)
             self.waiting[sock] = waiting
             self.selector.register(sock, selectors.EVENT_READ, waiting)
 
@@ -151,17 +182,31 @@ class _Loop:
                 self._refuse(waiting, 431, "request headers too large\n")
             return
         self._forget(waiting)
-        request = _parse(bytes(waiting.buffer[:end]))
-        if request is None:
+        waiting.request = _parse(bytes(waiting.buffer[:end]))
+        if waiting.request is None:
             _send_quickly(waiting.sock, 400, "bad request\n")
             return
-        if not self.answering.acquire(blocking=False):
-            log.debug("exporter: %s: %d answers under way: 503", waiting.address, MAX_ANSWERING)
+        if len(self.queue) >= self.most_waiting:
+            log.debug("exporter: %s: %d requests wait already: 503", waiting.address, len(self.queue))
             _send_quickly(waiting.sock, 503, "busy: try again\n", "Retry-After: 1\r\n")
             return
-        thread = threading.Thread(target=self._answer, args=(waiting, *request), name="numapin-exporter-answer",
-                                  daemon=True)
-        thread.start()
+        waiting.deadline = time.monotonic() + QUEUE_SECONDS
+        self.queue.append(waiting)
+
+    def _dispatch(self) -> None:
+        """Start the queued requests that have a slot: in order of arrival, each client's within its share."""
+        with self.lock:
+            busy = sum(self.answering.values())
+            for waiting in list(self.queue):
+                if busy >= MAX_ANSWERING:
+                    return
+                if waiting.request is None or self.answering.get(waiting.client, 0) >= PER_CLIENT:
+                    continue  # this client has its share under way: the next client's turn
+                self.queue.remove(waiting)
+                self.answering[waiting.client] = self.answering.get(waiting.client, 0) + 1
+                busy += 1
+                threading.Thread(target=self._answer, args=(waiting, *waiting.request),
+                                 name="numapin-exporter-answer", daemon=True).start()
 
     def _answer(self, waiting: _Waiting, method: str, target: str, headers: dict[str, str]) -> None:
         sock = waiting.sock
@@ -191,7 +236,14 @@ class _Loop:
             log.warning("exporter: %s: %s %s failed: %r", waiting.address, method, target[:80], exc)
         finally:
             _close(sock)
-            self.answering.release()
+            with self.lock:
+                left = self.answering.pop(waiting.client, 1) - 1
+                if left:
+                    self.answering[waiting.client] = left
+            try:
+                self.wake.send(b"x")  # the loop starts the next queued request
+            except OSError:
+                pass
 
     def _refuse(self, waiting: _Waiting, code: int, text: str) -> None:
         self._forget(waiting)
@@ -223,13 +275,16 @@ def _free_files() -> int:
 
 
 def _gone(sock: socket.socket) -> bool:
-    """Whether the client closed or reset the connection (what it sent past its request is left unread)."""
+    """Whether the client reset the connection (what it sent past its request is left unread). A client that
+    closed its side (an end of file here) may still be reading: ``shutdown(SHUT_WR)`` after a request is how
+    ``nc -N`` and some proxies say they have sent it all, and they are answered."""
     try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
     except BlockingIOError:
         return False
     except OSError:
         return True
+    return False
 
 
 def _end_of_head(buffer: bytearray) -> int:

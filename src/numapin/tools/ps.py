@@ -17,7 +17,7 @@ import re
 import time
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
-from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError
+from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError, ScanTimeout
 from ..base.frozen import frozen
 from ..facts import procfs
 from ..facts.host import Host
@@ -39,9 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
 
-
-class ScanTimeout(NumapinError):
-    """A scan ran past the time it was given (the exporter's scrape bound): its partial count would mislead."""
 
 #: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, an AMD GPU's render node
 #: ``/dev/dri/renderDN``, a Gaudi's ``/dev/accel/accelN`` (``/dev/hlN`` before), or ROCm's ``/dev/kfd`` (every
@@ -237,6 +234,7 @@ def survey(
     me = os.getpid()
     owners = {}
     for pid in chosen:
+        _in_time(deadline)
         try:
             owners[pid] = procfs.owner(pid)
         except ProcessError:
@@ -258,23 +256,46 @@ def survey(
     def owner_of(pid: int) -> int | None:
         return owners[pid] if pid in owners else record.owner(pid)
 
+    held: dict[int, tuple[str, ...] | ProcessError] = {}
+
+    def devices_of(pid: int) -> tuple[str, ...]:
+        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again)."""
+        if pid not in held:
+            try:
+                held[pid] = _devices(pid)
+            except ProcessError as exc:
+                held[pid] = exc
+        found = held[pid]
+        if isinstance(found, ProcessError):
+            raise found
+        return found
+
+    nvml = _nvml_processes(root, machine)
+
+    def may_be_worker(pid: int) -> bool:
+        """Whether what it holds makes it a GPU worker: only such a process of another namespace has its
+        environment read for a records folder of its own choosing (any container may set one, costly to walk)."""
+        try:
+            return bool(devices_of(pid)) or pid in nvml
+        except ProcessError:
+            return pid in nvml
+
     known = record.entries(set(owners.values()), start_of, owner_of)
     # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
-    elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], start_of, owner_of)
+    elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], start_of, owner_of,
+                                      may_be_worker=may_be_worker, deadline=deadline)
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
     from ..pinning.declaration import present
 
     declarations = present(set(owners.values()))  # the host buffers declared here, listed once a scan
-    nvml = _nvml_processes(root, machine)
     found: list[Worker] = []
     for pid in chosen:
-        if deadline is not None and time.monotonic() > deadline:
-            raise ScanTimeout(f"the scan ran past its time bound, {len(found)} workers found so far")
+        _in_time(deadline, len(found))
         if pid == me and not asked:
             continue
         try:
-            worker = _look(pid, stat_of, known, nvml, machine, root, memory, max_remote, declarations, asked=asked,
-                           candidates=candidates)
+            worker = _look(pid, stat_of, devices_of, known, nvml, machine, root, memory, max_remote, declarations,
+                           asked=asked, candidates=candidates)
         except AccessDenied:
             seen = stat_of(pid)
             unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
@@ -325,7 +346,14 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     return checked, unnamed
 
 
-def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping[int, record.Record],
+def _in_time(deadline: float | None, found: int = 0) -> None:
+    """ScanTimeout past ``deadline`` (``time.monotonic()``): asked at each process of each step of a scan."""
+    if deadline is not None and time.monotonic() > deadline:
+        raise ScanTimeout(f"the scan ran past its time bound, {found} workers found so far")
+
+
+def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Callable[[int], tuple[str, ...]],
+          known: Mapping[int, record.Record],
           nvml: Mapping[int, set[str]], machine: Callable[[], Facts], root: str | os.PathLike[str] | None,
           memory: bool, max_remote: float | None, declarations: Container[str], *, asked: bool,
           candidates: bool) -> Worker | None:
@@ -334,7 +362,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], known: Mapping
     ``candidates``: its environment read even when nothing it holds makes it a worker."""
     entry = known.get(pid)
     try:
-        devices: tuple[str, ...] | None = _devices(pid)
+        devices: tuple[str, ...] | None = devices_of(pid)
     except AccessDenied:
         devices = None  # another user's: only a record or NVML can say it is a worker
     except NoSuchProcess:
