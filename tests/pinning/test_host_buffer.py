@@ -194,3 +194,140 @@ def test_numapin_buffer_answers_any_arguments_without_a_traceback(words: list[st
         except SystemExit as exc:  # argparse's own exit, for its own usage errors
             code = exc.code if isinstance(exc.code, int) else 2
     assert code in (0, 2) and "Traceback" not in err.getvalue(), (words, err.getvalue())
+
+
+# -- limits the kernel enforces, many buffers, a fork, a view alive ----------------------------------------------
+
+
+def _memory_cgroup() -> Path | None:
+    """A folder of this process's memory cgroup (v2 with the memory controller, or v1's) where a child may be made."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        for mount in Path("/proc/self/mountinfo").read_text().splitlines():
+            fields, _, tail = mount.partition(" - ")
+            kind, options = tail.split()[0], set(tail.split()[2].split(",")) | set(fields.split()[5].split(","))
+            point, top = fields.split()[4], fields.split()[3]
+            v1 = kind == "cgroup" and "memory" in options and "memory" in controllers.split(",")
+            v2 = kind == "cgroup2" and hierarchy == "0" and "memory" in (
+                Path(point) / "cgroup.controllers").read_text().split() if kind == "cgroup2" else False
+            if (v1 or v2) and path.startswith(top):
+                folder = Path(point) / path[len(top):].lstrip("/")
+                if os.access(folder, os.W_OK):
+                    return folder
+    return None
+
+
+@pytest.fixture
+def limited() -> Path:
+    """A memory cgroup of this process's hierarchy limited to 256 MiB, removed after the test."""
+    parent = _memory_cgroup()
+    if parent is None or os.geteuid() != 0:
+        pytest.skip("no memory cgroup this process may make a child of (root, a memory controller)")
+    group = parent / f"numapin-test-{os.getpid()}"
+    group.mkdir()
+    limit = "memory.max" if (group / "memory.max").exists() else "memory.limit_in_bytes"
+    (group / limit).write_text(str(256 << 20))
+    yield group
+    group.rmdir()
+
+
+def test_a_buffer_past_its_memory_cgroups_limit_is_refused_in_one_line_not_killed(limited: Path) -> None:
+    # Inside a 256 MiB memory cgroup (a pod's memory limit) 1 GiB fits the node but not the cgroup: before, the
+    # cgroup's OOM killer ended the process (137) without a word.
+    script = f'echo $$ > "{limited}/cgroup.procs" && exec "$@"'
+    command = ["sh", "-c", script, "-", *NUMAPIN, "buffer", "--size", "1G", "--node", str(NODE)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    (line,) = done.stderr.strip().splitlines()
+    assert "memory cgroup's limit" in line and "256.0 MiB" in line and str(limited) in line, line
+    fits = subprocess.run(["sh", "-c", script, "-", *NUMAPIN, "buffer", "--size", "64M", "--node", str(NODE)],
+                          capture_output=True, text=True, timeout=120)
+    assert fits.returncode == 0, fits.stderr  # what the cgroup leaves room for is made
+
+
+def test_many_buffers_declare_in_bounded_size_and_a_reader_hears_of_the_rest(tmp_path: Path) -> None:
+    # 700 small buffers: a declaration of every one (84 KB) passed what a reader takes, and it saw none.
+    from numapin.pinning.declaration import LISTED_AT_MOST, declared
+
+    def child() -> tuple[int, int, int, int, int]:
+        os.environ["NUMAPIN_RUNTIME_DIR"] = str(tmp_path)
+        made = [numapin.host_buffer(4096, node=NODE, fill_threads=1) for _ in range(700)]
+        (path,) = tmp_path.glob("*.buffers.json")
+        size = path.stat().st_size
+        seen = declared(os.getpid())
+        for buf in made[:100]:
+            buf.close()
+        after = declared(os.getpid())
+        return size, len(seen.buffers), seen.more, seen.more_bytes, after.more
+
+    size, listed, more, more_bytes, after = in_child(child)
+    assert size < 64 << 10 and listed == LISTED_AT_MOST and more == 700 - LISTED_AT_MOST, (size, listed, more)
+    assert more_bytes == more * 4096 and after == 600 - LISTED_AT_MOST
+
+
+def test_a_forked_child_holds_no_buffer_of_its_own(tmp_path: Path) -> None:
+    from numapin.pinning.declaration import declared
+
+    def child() -> tuple[bytes, list[int], bool]:
+        os.environ["NUMAPIN_RUNTIME_DIR"] = str(tmp_path)
+        buf = numapin.host_buffer(1 << 20, node=NODE, lock=True)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the fork: a copy of the pages, none of the buffers its own (mlock is not inherited)
+            try:
+                with numapin.host_buffer(4096, node=NODE):  # its own first buffer: declared alone
+                    own = declared(os.getpid()).buffers
+                    os.write(write, b"%d %d %d" % (len(own), own[0].nbytes if own else 0, buf.locked))
+            finally:
+                os._exit(0)  # never back into the test's own child
+        os.close(write)
+        os.waitpid(pid, 0)
+        return os.read(read, 64), [b.nbytes for b in declared(os.getpid()).buffers], buf.locked
+
+    there, here, locked_here = in_child(child)
+    assert there == b"1 4096 0", there
+    assert here == [1 << 20] and locked_here
+
+
+def test_fill_threads_are_capped_by_the_nodes_cpus() -> None:
+    def child() -> tuple[int, tuple[str, ...]]:
+        with numapin.host_buffer(16 << 20, node=NODE, fill_threads=5000) as buf:
+            return buf.fill_threads, buf.notes
+
+    threads, notes = in_child(child)
+    cpus = len(live.TOPOLOGY.cpus_of_nodes(CpuSet([NODE])) & CpuSet(live.BASELINE))
+    assert threads == cpus and any("5000 fill threads asked" in n for n in notes), (threads, notes)
+
+
+def test_closing_a_buffer_a_view_still_holds_changes_nothing(tmp_path: Path) -> None:
+    def child() -> tuple[str, bool, bool, bool]:
+        os.environ["NUMAPIN_RUNTIME_DIR"] = str(tmp_path)
+        buf = numapin.host_buffer(1 << 20, node=NODE, lock=True)
+        view = memoryview(buf)
+        try:
+            buf.close()
+        except BufferError as exc:
+            said = str(exc)
+        else:
+            said = ""
+        declared = bool(list(tmp_path.glob("*.buffers.json")))
+        still = (buf.locked, not buf.closed, declared)
+        view.release()
+        buf.close()
+        return said, *still
+
+    said, locked, open_, declared = in_child(child)
+    assert "still alive: release it first; nothing was changed" in said, said
+    assert locked and open_ and declared
+
+
+def test_a_view_kept_until_exit_costs_no_traceback_at_exit(tmp_path: Path) -> None:
+    # The docs' own example: a memoryview of the pool kept until the interpreter ends, three buffers made.
+    script = ("import numapin, sys\n"
+              f"pools = [numapin.host_buffer(1 << 20, node={NODE}) for _ in range(3)]\n"
+              "views = [memoryview(p) for p in pools]\n"
+              "print('made', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NUMAPIN_RUNTIME_DIR": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout == "made\n", done.stderr
+    assert "Traceback" not in done.stderr and "BufferError" not in done.stderr, done.stderr

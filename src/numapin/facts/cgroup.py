@@ -1,4 +1,4 @@
-"""The process's cgroup cpuset, v1 or v2, read through a :class:`Host`.
+"""The process's cgroup cpuset, v1 or v2, and the room its memory limits leave, read through a :class:`Host`.
 
 A container or batch job usually restricts CPUs through its cpuset; that
 restriction, not ``range(os.cpu_count())``, is what an unconstrained process
@@ -19,7 +19,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["Cgroup", "made_by_root", "read_cgroup"]
+__all__ = ["Cgroup", "MemoryLimit", "made_by_root", "memory_room", "read_cgroup"]
 
 
 @frozen
@@ -77,8 +77,8 @@ def _mounts(host: Host) -> list[_Mount]:
     return found
 
 
-def _membership(host: Host, process: str = "self") -> tuple[str | None, str | None]:
-    """(v1 cpuset path, v2 path) from ``proc/PROCESS/cgroup``.
+def _membership(host: Host, process: str = "self", controller: str = "cpuset") -> tuple[str | None, str | None]:
+    """(v1 path of ``controller``'s hierarchy, v2 path) from ``proc/PROCESS/cgroup``.
 
     Without that file, the legacy ``proc/PROCESS/cpuset`` names the path, which
     then applies to whichever hierarchy is mounted.
@@ -92,9 +92,9 @@ def _membership(host: Host, process: str = "self") -> tuple[str | None, str | No
         hierarchy, controllers, path = parts
         if hierarchy == "0" and controllers == "":
             v2 = path
-        elif "cpuset" in controllers.split(","):
+        elif controller in controllers.split(","):
             v1 = path
-    if v1 is None and v2 is None:
+    if v1 is None and v2 is None and controller == "cpuset":
         legacy = host.read(f"proc/{process}/cpuset")
         if legacy and legacy.strip().startswith("/"):
             v1 = v2 = legacy.strip()
@@ -152,6 +152,76 @@ def read_cgroup(host: Host, warn: Callable[[str], None] | None = None, *, pid: i
                 mems = _read_set(host, folder, ("cpuset.mems.effective", "cpuset.mems"), mount.point, say)
                 return Cgroup(2, v2_path, folder, cpus, mems)
     return Cgroup(None, v1_path or v2_path, None, None, None)
+
+
+@frozen
+class MemoryLimit:
+    """The tightest memory limit over a process's cgroups: what it leaves, and the numbers that say so."""
+
+    room: int
+    """Bytes the cgroup may still take before its OOM killer acts: the limit less what it holds that the kernel
+    cannot reclaim at once (its usage less its inactive file cache)."""
+    limit: int
+    used: int
+    path: str
+    """The file of the limit (``.../memory.max``, ``.../memory.limit_in_bytes``)."""
+
+    def __str__(self) -> str:
+        from ..base.text import format_size
+
+        return (f"the memory cgroup's limit {self.path} is {format_size(self.limit)}, "
+                f"{format_size(self.used)} of it held")
+
+
+#: A v1 limit at or past this is no limit (the kernel writes "unlimited" as the largest page-aligned long).
+_UNLIMITED = 1 << 62
+
+
+def _stat_field(text: str | None, names: tuple[str, ...]) -> int:
+    """The first of ``names`` in a ``memory.stat``'s lines; 0 where none is."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name in names and value.strip().isdigit():
+            return int(value)
+    return 0
+
+
+def _number(text: str | None) -> int | None:
+    value = (text or "").strip()
+    return int(value) if value.isascii() and value.isdigit() else None
+
+
+def memory_room(host: Host, *, pid: int | None = None) -> MemoryLimit | None:
+    """The tightest of the memory limits over this process's cgroup (or ``pid``'s) and every cgroup above it, v1
+    or v2; None where none applies or none can be read. What a buffer of this process may still take before the
+    cgroup's OOM killer ends it (a pod's memory limit)."""
+    process = "self" if pid is None else str(pid)
+    v1_path, v2_path = _membership(host, process, "memory")
+    tightest: MemoryLimit | None = None
+    files: tuple[str, str, tuple[str, ...]]  # the limit, the usage, the reclaimable cache's names in memory.stat
+    for mount in _mounts(host):
+        if mount.fstype == "cgroup" and "memory" in mount.options and v1_path is not None:
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", ("total_inactive_file", "inactive_file"))
+            folder = _folder(mount, v1_path)
+        elif mount.fstype == "cgroup2" and v2_path is not None:
+            files = ("memory.max", "memory.current", ("inactive_file",))
+            folder = _folder(mount, v2_path)
+        else:
+            continue
+        limit_file, usage_file, cache = files
+        current = folder
+        while True:
+            limit = _number(host.read(posixpath.join(current, limit_file)))
+            used = _number(host.read(posixpath.join(current, usage_file)))
+            if limit is not None and limit < _UNLIMITED and used is not None:
+                held = max(0, used - _stat_field(host.read(posixpath.join(current, "memory.stat")), cache))
+                found = MemoryLimit(max(0, limit - held), limit, held, posixpath.join(current, limit_file))
+                if tightest is None or found.room < tightest.room:
+                    tightest = found
+            if current == mount.point or len(current) <= len(mount.point):
+                break
+            current = posixpath.dirname(current)
+    return tightest
 
 
 def made_by_root(controllers: str, path: str, host: Host | None = None) -> bool | None:

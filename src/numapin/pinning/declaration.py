@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Mapping
     from typing import Any
 
-__all__ = ["Declared", "declare", "declared", "present"]
+__all__ = ["LISTED_AT_MOST", "Declaration", "Declared", "declare", "declared", "present"]
 
 
 @frozen
@@ -53,15 +53,27 @@ class Declared:
         return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 else None
 
 
-def declare(buffers: Iterable[Declared]) -> None:
-    """Declare this process's open host buffers (none: the declaration is removed). Never raises: one debug
-    line, as a record's write."""
+@frozen
+class Declaration:
+    """What a process declared: its buffers listed one by one, and how many more it holds (and their bytes)."""
+
+    buffers: tuple[Declared, ...] = ()
+    more: int = 0
+    more_bytes: int = 0
+
+
+def declare(buffers: Iterable[Declared], *, more: int = 0, more_bytes: int = 0) -> None:
+    """Declare this process's open host buffers (none: the declaration is removed), and how many more it holds than
+    it lists (``more``, of ``more_bytes`` bytes). Never raises: one debug line, as a record's write."""
     listed = [b.as_dict() for b in buffers]
     pid, start = os.getpid(), start_time(os.getpid())
     if start is None:
         return
     name = declaration_name(pid, start)
-    data = json_text({"version": VERSION, "pid": pid, "start": start, "buffers": listed}).encode()
+    content: dict[str, Any] = {"version": VERSION, "pid": pid, "start": start, "buffers": listed}
+    if more:
+        content["more"] = {"buffers": more, "nbytes": more_bytes}
+    data = json_text(content).encode()
     for path in folders():
         try:
             with Folder.open(path, {os.geteuid()}, create=bool(listed)) as folder:
@@ -88,7 +100,7 @@ def present(uids: Iterable[int]) -> frozenset[str]:
     return frozenset(names)
 
 
-def declared(pid: int, start: int | None = None, listed: Container[str] | None = None) -> tuple[Declared, ...]:
+def declared(pid: int, start: int | None = None, listed: Container[str] | None = None) -> Declaration:
     """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
     its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.folders.places`
     says. Nothing where none is declared or none can be believed. ``start``: its start time, where the caller
@@ -96,11 +108,11 @@ def declared(pid: int, start: int | None = None, listed: Container[str] | None =
     start, uid = start if start is not None else start_time(pid), owner(pid)
     looked = None if start is None or uid is None else places(pid, start, uid)
     if looked is None or start is None or uid is None:
-        return ()
+        return Declaration()
     inner, ns, where = looked
     name = declaration_name(inner, start, ns)
     if listed is not None and name not in listed and all(through is None for _, through in where):
-        return ()  # this namespace's folders, listed already: it declared nothing
+        return Declaration()  # this namespace's folders, listed already: it declared nothing
     for path, through in where:
         try:
             with Where(path, name, through).open({uid, 0}) as folder:
@@ -115,6 +127,15 @@ def declared(pid: int, start: int | None = None, listed: Container[str] | None =
         if not isinstance(data, dict) or data.get("version") != VERSION or data.get("pid") != inner \
                 or data.get("start") != start or not isinstance(data.get("buffers"), list):
             continue
-        return tuple(b for b in (Declared.from_dict(item) for item in data["buffers"] if isinstance(item, dict))
-                     if b is not None)
-    return ()
+        more = data.get("more")
+        counts = (more.get("buffers"), more.get("nbytes")) if isinstance(more, dict) else (0, 0)
+        return Declaration(tuple(b for b in (Declared.from_dict(item) for item in data["buffers"][:LISTED_AT_MOST]
+                                             if isinstance(item, dict)) if b is not None),
+                           *(n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0 for n in counts))
+    return Declaration()
+
+
+#: The most buffers a declaration lists one by one; past them it counts the rest (``more``). So a process of many
+#: small buffers writes a declaration of bounded size (each write O(1) however many it holds), which readers take
+#: whole, under the read cap; and a forged one of more costs a reader no more.
+LISTED_AT_MOST = 256

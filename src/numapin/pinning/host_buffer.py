@@ -48,10 +48,13 @@ __all__ = ["REGISTER_CHUNK", "HostBuffer", "host_buffer"]
 
 #: The most one CUDA registration takes: larger calls fail on drivers r580+ with 4 KiB pages (LMCache PR #5177).
 REGISTER_CHUNK = 64 << 30
-#: The filling threads a buffer gets at most, unless asked for more.
+#: The filling threads a buffer gets at most, unless asked for more (never more than its node's CPUs).
 _MOST_THREADS = 16
-#: Every buffer still open, closed at interpreter exit (registered memory before CUDA is torn down).
+#: Every buffer still open, in the order made, closed at interpreter exit (registered memory before CUDA is torn
+#: down); and their bytes, counted as they open and close (the declaration says how many it does not list).
 _OPEN: weakref.WeakKeyDictionary[HostBuffer, None] = weakref.WeakKeyDictionary()
+_OPEN_BYTES = [0]
+_AT_EXIT: list[bool] = []
 
 
 class HostBuffer(mmap.mmap):
@@ -75,6 +78,7 @@ class HostBuffer(mmap.mmap):
     on_nodes: dict[int, int]
     """Its resident bytes by node, as the kernel counted them after the fill."""
     _unregister: Any
+    _finalizer: Any
     _declared: Any
     """What the process's declaration says of it (:class:`numapin.pinning.declaration.Declared`)."""
 
@@ -85,23 +89,35 @@ class HostBuffer(mmap.mmap):
         self.close()
 
     def close(self) -> None:
-        if not self.closed:
-            if self.registered and self._unregister is not None:
-                try:
-                    self._unregister()
-                except Exception as exc:  # the driver may be gone at exit: the mapping goes all the same
-                    log.debug("host buffer at %#x: unregister failed: %s", self.address, exc)
-                self.registered = False
-            if self.locked:
-                try:
-                    mapping.unlock(self.address, self.nbytes)
-                except OSError:
-                    pass
-                self.locked = False
+        """Unregister, unlock and unmap it. A ``memoryview`` (or any export) of it still alive is a BufferError
+        raised before anything changes: the buffer stays mapped, locked, registered and declared, as it was."""
+        if self.closed:
+            return
+        if _exported(self):
+            raise BufferError(f"host buffer at {self.address:#x}: a view of it (a memoryview, a numpy array, a tensor "
+                              "made from it) is still alive: release it first; nothing was changed")
+        self._release()
         super().close()
         if self in _OPEN:
             del _OPEN[self]
+            self._finalizer.detach()
+            _OPEN_BYTES[0] -= self.nbytes
             _declare()
+
+    def _release(self) -> None:
+        """Give back what the mapping holds beyond its pages: its CUDA registration, its lock."""
+        if self.registered and self._unregister is not None:
+            try:
+                self._unregister()
+            except Exception as exc:  # the driver may be gone at exit: the mapping goes all the same
+                log.debug("host buffer at %#x: unregister failed: %s", self.address, exc)
+            self.registered = False
+        if self.locked:
+            try:
+                mapping.unlock(self.address, self.nbytes)
+            except OSError:
+                pass
+            self.locked = False
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"on node(s) {self.nodes}"
@@ -116,9 +132,10 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
 
     ``hugepages``: ``"2M"`` or ``"1G"`` from that node's pool (base pages, with a note, where it has too few
     free); ``fill_threads``: how many threads fill it (default: the node's CPUs this process may use, at most
-    16); ``lock``: ``mlock`` it; ``register``: register it with CUDA. A caller's mistake is a
-    :class:`UsageError` and a refusal of the machine an :class:`EnvironmentProblem`, each before anything
-    stays mapped.
+    16; never more than those CPUs); ``lock``: ``mlock`` it; ``register``: register it with CUDA. A caller's
+    mistake is a :class:`UsageError` and a refusal of the machine an :class:`EnvironmentProblem` (a size past
+    what the node has free, its memory cgroup's limit leaves, or ``RLIMIT_MEMLOCK`` lets it lock), each before
+    anything stays mapped.
     """
     env = os.environ if environ is None else environ
     if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
@@ -133,11 +150,14 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
         raise UsageError("host_buffer(): a GPU (gpu=N) or a node (node=N), not both", value=(gpu, node))
     facts = cached_facts(root, env)
     nodes = _nodes(facts, env, gpu, node)
-    _fits(nbytes, nodes)
+    _fits(nbytes, nodes, lock)
     cpus = facts.topology.cpus_of_nodes(nodes) & facts.topology.allowed
     notes: list[str] = []
     page_size = _page_size(hugepages, nbytes, nodes, notes)
     length = -(-nbytes // page_size) * page_size
+    if fill_threads is not None and fill_threads > max(1, len(cpus)):
+        notes.append(f"{fill_threads} fill threads asked; node(s) {nodes} have {counted(len(cpus), 'CPU')} of this "
+                     f"process's: {max(1, len(cpus))} instead")
     buffer = _mapped(length, page_size, notes)
     try:
         buffer.address = mapping.address_of(buffer)
@@ -171,9 +191,14 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
     buffer._declared = Declared(buffer.address, buffer.nbytes, nodes, buffer.page_size,
                                 mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE), buffer.locked)
     _OPEN[buffer] = None
-    if len(_OPEN) == 1:
+    _OPEN_BYTES[0] += buffer.nbytes
+    # One dropped unclosed (its mapping goes with it) leaves the count.
+    buffer._finalizer = weakref.finalize(buffer, _dropped, buffer.nbytes)
+    buffer._finalizer.atexit = False
+    if not _AT_EXIT:
         import atexit
 
+        _AT_EXIT.append(True)
         atexit.register(_close_all)
     _declare()
     return buffer
@@ -206,7 +231,14 @@ def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | No
     return placement.mems
 
 
-def _fits(nbytes: int, nodes: CpuSet) -> None:
+def _fits(nbytes: int, nodes: CpuSet, lock: bool) -> None:
+    """Refuse, before anything is mapped, a buffer past a limit the kernel will enforce on this process: its
+    nodes' free memory, its memory cgroup's limit less what the cgroup holds (v1 and v2, every cgroup above it too:
+    past it, the cgroup's OOM killer ends the process without a word), and, to lock it, ``RLIMIT_MEMLOCK``. One
+    line each, naming the limit."""
+    from ..facts import procfs
+    from ..facts.cgroup import memory_room
+    from ..facts.host import Host
     from ..facts.topology import node_free_bytes
 
     kernel = _memory.system_nodes("/")  # the buffer is made on this kernel: its own nodes, free memory, huge pages
@@ -220,6 +252,20 @@ def _fits(nbytes: int, nodes: CpuSet) -> None:
     if all(f is not None for f in free) and nbytes > total:
         raise UsageError(f"host_buffer({format_size(nbytes)}): node(s) {nodes} have {format_size(total)} free",
                          value=nbytes)
+    cgroup = memory_room(Host.at("/"))
+    if cgroup is not None and nbytes > cgroup.room:
+        raise EnvironmentProblem(f"host_buffer({format_size(nbytes)}): {cgroup}, leaving {format_size(cgroup.room)}; "
+                                 "past it the cgroup's OOM killer ends this process (a pod's memory limit: raise it, "
+                                 "or ask for less)")
+    if lock:
+        try:
+            most = procfs.locked_memory_limit(os.getpid())
+        except OSError:
+            most = None
+        if most is not None and nbytes > most:
+            raise EnvironmentProblem(f"host_buffer({format_size(nbytes)}, lock=True): RLIMIT_MEMLOCK is "
+                                     f"{format_size(most)} (ulimit -l; a container's --ulimit memlock=-1, or "
+                                     "CAP_IPC_LOCK)")
 
 
 def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[str]) -> int:
@@ -272,8 +318,9 @@ def _bind(buffer: HostBuffer, nodes: CpuSet, cpus: CpuSet, notes: list[str]) -> 
 
 def _fill(buffer: HostBuffer, cpus: CpuSet, fill_threads: int | None) -> int:
     """Populate the buffer in slices of whole pages, each by a thread on ``cpus`` (where there are any); how many
-    threads filled it."""
-    count = fill_threads or max(1, min(len(cpus) or 1, _MOST_THREADS))
+    threads filled it: those asked, or the node's CPUs up to :data:`_MOST_THREADS`, never more than the node has CPUs
+    (more threads than CPUs only take turns: 5,000 asked would be 5,000 threads)."""
+    count = min(fill_threads or _MOST_THREADS, len(cpus) or 1)
     page = buffer.page_size  # slices of whole pages: a huge page is populated whole or not at all
     pages = buffer.nbytes // page
     count = max(1, min(count, pages))
@@ -399,13 +446,56 @@ def _extent(address: int) -> int | None:
     return None
 
 
-def _declare() -> None:
-    """This process's open buffers, declared beside its record (a closed one leaves the declaration)."""
-    from .declaration import declare
+def _exported(buffer: mmap.mmap) -> bool:
+    """Whether a view of ``buffer`` (a memoryview, an array made from it) is alive: ``mmap`` has no public count of
+    them, and its ``close()`` refuses only after numapin would have unregistered and unlocked it. A resize to its
+    own size is the same refusal asked first: with no view alive it is no change (``mremap`` to the same length
+    keeps the mapping, its policy, its lock and its registration where they are)."""
+    try:
+        buffer.resize(len(buffer))
+    except BufferError:
+        return True
+    except (OSError, SystemError, TypeError, ValueError):
+        return False
+    return False
 
-    declare(sorted((b._declared for b in list(_OPEN)), key=lambda d: d.address))
+
+def _dropped(nbytes: int) -> None:
+    """A buffer dropped without ``close()``: its mapping went with it; its bytes leave the count."""
+    _OPEN_BYTES[0] -= nbytes
+
+
+def _declare() -> None:
+    """This process's open buffers, declared beside its record (a closed one leaves the declaration): the first
+    :data:`numapin.pinning.declaration.LISTED_AT_MOST` made, and how many more and their bytes."""
+    from itertools import islice
+
+    from .declaration import LISTED_AT_MOST, declare
+
+    listed = [b._declared for b in islice(_OPEN.keys(), LISTED_AT_MOST)]
+    declare(listed, more=len(_OPEN) - len(listed), more_bytes=_OPEN_BYTES[0] - sum(d.nbytes for d in listed))
 
 
 def _close_all() -> None:
+    """At exit: close every buffer still open. One a view still holds gives back its registration and lock (CUDA is
+    torn down next) and stays mapped until the process ends, one debug line: never a traceback at exit."""
     for buffer in list(_OPEN):
-        buffer.close()
+        try:
+            buffer.close()
+        except BufferError as exc:
+            buffer._release()
+            log.debug("%s", exc)
+
+
+def _forked() -> None:
+    """A forked child holds copies of its parent's buffers, but none of its own: never locked (``mlock`` is not
+    inherited) nor registered, and never declared as the child's."""
+    for buffer in list(_OPEN):
+        buffer.locked = buffer.registered = False
+        buffer._unregister = None
+        buffer._finalizer.detach()
+    _OPEN.clear()
+    _OPEN_BYTES[0] = 0
+
+
+os.register_at_fork(after_in_child=_forked)

@@ -25,7 +25,7 @@ import os
 
 from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
-from ..base.text import format_size
+from ..base.text import counted, format_size
 from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.host import Host
@@ -105,6 +105,8 @@ class Judgement:
     """The host buffers it declared (:func:`numapin.host_buffer`), verified against :attr:`memory`."""
     unjudged: str | None = None
     """Why its memory was not judged (``under 32 MiB of its own memory``...); None where it was, or was not read."""
+    unlisted: tuple[int, int] = (0, 0)
+    """How many more buffers it declared than its declaration lists one by one, and their bytes."""
 
     @property
     def outside(self) -> tuple[ThreadState, ...]:
@@ -169,6 +171,10 @@ class Judgement:
             elif self.expected is not None and not buffer.nodes <= self.expected.mems:
                 said.append(f"{what} lies off its GPU's node(s) {self.expected.mems}: right for a GPU on node(s) "
                             f"{buffer.nodes}; for its own GPU, numapin.host_buffer(nbytes, gpu=N)")
+        more, nbytes = self.unlisted
+        if more:
+            said.append(f"{counted(more, 'more host buffer')} ({format_size(nbytes)}) declared and not listed one by "
+                        f"one (a declaration lists the first {len(self.buffers)}): not verified")
         return said
 
     def host_memory(self) -> dict[str, Any] | None:
@@ -342,8 +348,10 @@ def judge(
                                    mask is not None and mask in own))
     pages, size, hidden = None, None, False
     buffers: tuple[Declared, ...] = ()
+    unlisted = (0, 0)
     if memory:
-        buffers = declared(pid, stat.start, declarations)
+        declaration = declared(pid, stat.start, declarations)
+        buffers, unlisted = declaration.buffers, (declaration.more, declaration.more_bytes)
         try:
             # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
             # which walks every page of every mapping (and any user may read status). Declared buffers are read.
@@ -367,7 +375,7 @@ def judge(
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
-                         buffers)
+                         buffers, unlisted=unlisted)
     unjudged = None
     if max_remote is not None and (pages is not None or size is not None or hidden):
         lacking = CpuSet() if live else want.mems - this_host_nodes()
@@ -385,7 +393,7 @@ def judge(
             note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
             max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
-                       buffers, unjudged)
+                       buffers, unjudged, unlisted)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged
