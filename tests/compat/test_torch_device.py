@@ -21,11 +21,13 @@ from child import in_child
 from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
 from numapin.compat.torch_device import named_gpu
 
+#: PyTorch's refusal of a GPU it cannot use (``REFUSED``, set by a test), as its own functions raise it.
+_REFUSE = "    if device in REFUSED:\n        raise RuntimeError('CUDA error: invalid device ordinal')\n"
 TORCH = {
     "torch/__init__.py": "from . import accelerator, cuda\n",
-    "torch/cuda.py": "CALLS = []\ndef set_device(device):\n    CALLS.append(device)\n",
-    "torch/accelerator.py": "CALLS = []\ndef set_device_index(device, /):\n    CALLS.append(device)\n"
-                            "set_device_idx = set_device_index\n",
+    "torch/cuda.py": f"CALLS = []\nREFUSED = set()\ndef set_device(device):\n{_REFUSE}    CALLS.append(device)\n",
+    "torch/accelerator.py": f"CALLS = []\nREFUSED = set()\ndef set_device_index(device, /):\n{_REFUSE}"
+                            "    CALLS.append(device)\nset_device_idx = set_device_index\n",
 }
 
 
@@ -82,9 +84,10 @@ def _fake_torch(into: Path) -> Path:
 
 
 def _namings(folder: Path, names: list[tuple[str, object]], env: dict[str, str],
-             cpus: set[int] | None = None) -> dict[str, object]:
+             cpus: set[int] | None = None, refused: tuple[object, ...] = ()) -> dict[str, object]:
     """In a child: ``numapin.pin(cpus=...)`` where given, the start-up hook under ``env``, then the fake torch
-    imported, a thread started, and each naming made; every thread's mask and numapin's warnings after each."""
+    imported, a thread started, and each naming made (PyTorch refusing the devices ``refused``, its error caught by
+    the caller); every thread's mask, numapin's warnings and whether PyTorch raised after each."""
 
     def child() -> dict[str, object]:
         import threading
@@ -102,16 +105,22 @@ def _namings(folder: Path, names: list[tuple[str, object]], env: dict[str, str],
         sys.path.insert(0, str(folder))
         import torch  # the fake one
 
+        torch.cuda.REFUSED.update(refused)
+        torch.accelerator.REFUSED.update(refused)
         stop = threading.Event()
         worker = threading.Thread(target=stop.wait)
         worker.start()
         steps = []
         for where, device in names:
             function = torch.cuda.set_device if where == "cuda" else torch.accelerator.set_device_index
-            function(device)
+            try:
+                function(device)
+                raised = None
+            except RuntimeError as exc:  # PyTorch's own error, the caller's to catch
+                raised = str(exc)
             entry = record.lookup(os.getpid())
             steps.append({"masks": {t: sorted(os.sched_getaffinity(int(t))) for t in os.listdir("/proc/self/task")},
-                          "how": None if entry is None else entry.how,
+                          "how": None if entry is None else entry.how, "raised": raised,
                           "gpu": None if entry is None else entry.placement.gpu, "warnings": list(caught)})
         stop.set()
         worker.join()
@@ -227,3 +236,21 @@ def test_a_forked_child_is_placed_for_the_gpu_it_names_itself(pair_root: Path, t
     assert set(got["parent"]) == live.NODE0
     masks, warnings = got["child"]
     assert set(masks) == live.NODE1 and warnings == [], got
+
+
+@pytest.mark.parametrize(("refused", "first"), [(7, "a GPU neither numapin nor PyTorch sees"),
+                                                (1, "a GPU PyTorch refuses after numapin placed the process")])
+def test_a_naming_pytorch_refuses_changes_nothing_and_the_next_is_the_first(refused: int, first: str,
+                                                                            pair_root: Path,
+                                                                            torch_folder: Path) -> None:
+    # set_device(N) raises (the caller catches it), then set_device(0): placed for GPU 0, never "after GPU N".
+    got = _namings(torch_folder, [("cuda", refused), ("accelerator", 0)],
+                   {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"}, refused=(refused,))
+    steps = got["steps"]
+    assert isinstance(steps, list)
+    before, after = steps
+    assert before["raised"] == "CUDA error: invalid device ordinal" and before["how"] is None, before
+    assert all(set(m) == set(live.BASELINE) for m in before["masks"].values()), before  # every thread as it was
+    assert before["warnings"] == [], before
+    assert after["raised"] is None and _on(after["masks"], live.NODE0), after
+    assert (after["how"], after["gpu"], after["warnings"]) == ("autopin", 0, []), after
