@@ -126,6 +126,7 @@ MODULE_STATE = {
     ("kernel.mapping", "_LIBC"): "libc with madvise, mlock and memset typed, loaded on first use",
     ("pinning.host_buffer", "_OPEN"): "the host buffers still open, closed at interpreter exit (registered first)",
     ("pinning.host_buffer", "_OPEN_BYTES"): "their bytes, so that a declaration counts those it does not list in O(1)",
+    ("compat.numactl_front", "_HELD"): "the locks this process holds on numactl stand-ins (in use until it exits)",
     ("pinning.host_buffer", "_AT_EXIT"): "whether the exit hook is registered: once a process, not once a buffer",
     ("compat.torch_device", "_FOLLOWER"): "which GPU the process named first through PyTorch (a new one in a child)",
     ("compat.torch_device", "_AT_EXIT"): "why the start-up hook left the process unplaced, said at exit if it names "

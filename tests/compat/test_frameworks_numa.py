@@ -128,3 +128,34 @@ def test_the_front_is_removed_with_the_job_that_put_it_there_unless_a_process_st
         assert held.returncode == 0 and (folder / "numactl").exists(), held.stderr
     finally:
         subprocess.run(["pkill", "-f", "^/bin/sleep 30$"], check=False)
+
+
+def test_the_front_stays_while_another_job_of_the_user_holds_it(tmp_path: Path, private_tmp: Path,
+                                                                python: Python) -> None:
+    # Two jobs of one user under NUMAPIN_PATCH=vllm, neither started with the front on PATH: each of their processes
+    # puts it there after starting. The first job's end leaves it to the second, which runs numactl through it;
+    # the second's end removes it.
+    import live
+
+    env = {"PATH": str(tmp_path / "empty"), "NUMAPIN_PATCH": "vllm", "XDG_RUNTIME_DIR": str(private_tmp)}
+    interpreter = python("-c", "import sys; print(sys.executable)", **env).stdout.strip()
+    job = ("import os, subprocess, sys; print(os.environ['PATH'].split(':')[0], flush=True); sys.stdin.readline(); "
+           "done = subprocess.run(['numactl', '--show'], capture_output=True, text=True); print(done.returncode, "
+           "flush=True)")
+    started = [subprocess.Popen([interpreter, "-c", job], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                env={**live.without_inputs(dict(os.environ)), **env}) for _ in range(2)]
+    try:
+        first, second = started
+        assert first.stdout is not None and second.stdout is not None
+        folder = Path(first.stdout.readline().strip())
+        assert Path(second.stdout.readline().strip()) == folder and (folder / "numactl").exists()
+        out, _ = first.communicate("\n", timeout=60)  # the first job ends
+        assert out.strip() == "0" and (folder / "numactl").exists(), "left to the job that still holds it"
+        out, _ = second.communicate("\n", timeout=60)
+        assert out.strip() == "0", "the second job ran numactl through the front"
+        assert not folder.exists(), "removed with the last job that held it"
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

@@ -25,7 +25,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-__all__ = ["NAME", "ensure_front", "front_folder", "front_report"]
+__all__ = ["NAME", "USERS", "ensure_front", "front_folder", "front_report"]
 
 NAME = "numactl"
 
@@ -127,42 +127,94 @@ def ensure_front(environ: MutableMapping[str, str] | None = None) -> str | None:
 
 
 def front_report(project: str) -> PatchReport:
-    """What ``NUMAPIN_PATCH=project`` did about numactl, as a patch report. Never raises. The process that puts
-    the front on PATH (the job's first) removes it at its exit where no other process still has it on PATH."""
-    before = os.environ.get("PATH", "").split(os.pathsep)
+    """What ``NUMAPIN_PATCH=project`` did about numactl, as a patch report. Never raises. Every process that puts
+    the front on PATH or finds it there holds it in use (a shared lock on :data:`USERS` in its folder, until it
+    exits); at its exit, the front is removed where no process holds it any longer and none still has it on PATH."""
     try:
         folder = ensure_front()
     except Exception as exc:  # a start-up hook never breaks the interpreter
         return PatchReport(f"{project}: numactl", refused=str(exc))
-    if folder is not None and folder not in before:
+    if folder is None:
+        return PatchReport(f"{project}: numactl", refused="a numactl is installed: left to it")
+    if _claim(folder):
         import atexit
 
         atexit.register(_leave, folder)
-    if folder is None:
-        return PatchReport(f"{project}: numactl", refused="a numactl is installed: left to it")
     return PatchReport(f"{project}: numactl", replaced=(f"PATH ({folder}/numactl is numapin numactl)",))
 
 
+#: The file in the front's folder whose shared locks say who uses the front now: each process of a job that put
+#: it on PATH or found it there holds one until it exits (the kernel drops it with the process, however it ends).
+USERS = "numactl.users"
+#: The locks this process holds on fronts, by folder (descriptors kept open until exit).
+_HELD: dict[str, int] = {}
+
+
+def _claim(folder: str) -> bool:
+    """Hold the front in ``folder`` in use: a shared lock on its :data:`USERS` file, on the file its name holds now
+    (one a leaving process removed meanwhile is taken again, with the front, as :func:`ensure_front` writes it).
+    Whether it is held. Never raises: one debug line."""
+    import fcntl
+
+    if folder in _HELD:
+        return True
+    for _ in range(3):
+        try:
+            with Folder.open(folder, {os.geteuid()}) as checked:
+                fd = os.open(USERS, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=checked.fd)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                    if os.fstat(fd).st_ino == os.stat(USERS, dir_fd=checked.fd, follow_symlinks=False).st_ino \
+                            and os.path.exists(os.path.join(folder, NAME)):
+                        _HELD[folder] = fd
+                        return True
+                except BaseException:
+                    os.close(fd)
+                    raise
+                os.close(fd)  # removed by a process leaving meanwhile: the front is written again, and taken
+            _write(folder)
+        except OSError as exc:
+            log.debug("numactl stand-in in %s not held: %s", folder, exc)
+            return False
+    return False
+
+
 def _leave(folder: str) -> None:
-    """Remove the front in ``folder`` (and the folder) unless a live process of this user other than this one
-    still has it on PATH: a worker of the job that may yet run numactl. Never raises: one debug line."""
+    """Let go of the front in ``folder``; remove it (and the folder) where no other process holds it in use nor
+    has it on PATH (a process of the job that started after it was put there: a worker that may yet run numactl).
+    The removal holds the front's lock exclusively: a process that takes the front meanwhile waits, then finds
+    it gone and writes it again. Never raises: one debug line."""
+    import fcntl
+
     from ..facts import procfs
 
+    held = _HELD.pop(folder, None)
+    if held is not None:
+        os.close(held)
     me, uid = os.getpid(), os.geteuid()
-    for pid in procfs.pids():
-        if pid == me:
-            continue
-        try:
-            if procfs.owner(pid) != uid:
-                continue
-            if folder in procfs.environ(pid).get("PATH", "").split(os.pathsep):
-                log.debug("numactl stand-in kept in %s: process %d still has it on PATH", folder, pid)
-                return
-        except Exception:  # gone, or not ours to read: it holds nothing of ours
-            continue
     try:
         with Folder.open(folder, {uid}) as checked:
-            checked.remove(NAME)
-        os.rmdir(folder)
+            fd = os.open(USERS, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=checked.fd)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    log.debug("numactl stand-in kept in %s: another process holds it in use", folder)
+                    return
+                for pid in procfs.pids():
+                    if pid == me:
+                        continue
+                    try:
+                        if procfs.owner(pid) == uid and folder in procfs.environ(pid).get("PATH", "").split(
+                                os.pathsep):
+                            log.debug("numactl stand-in kept in %s: process %d has it on PATH", folder, pid)
+                            return
+                    except Exception:  # gone, or not ours to read: it holds nothing of ours
+                        continue
+                checked.remove(NAME)
+                checked.remove(USERS)
+                os.rmdir(folder)
+            finally:
+                os.close(fd)
     except OSError as exc:
         log.debug("numactl stand-in in %s not removed: %s", folder, exc)
