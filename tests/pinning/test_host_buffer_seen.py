@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import live
 from numapin.base.environment import RUNTIME_DIR
@@ -174,3 +176,39 @@ def test_the_exporter_says_a_workers_host_memory_by_kind_and_node(env: dict[str,
     assert len(anon) == 1 and int(anon[0].rsplit(" ", 1)[1]) >= 8 << 20, mine
     away = [line for line in mine if line.startswith("numapin_worker_host_memory_elsewhere{")]
     assert len(away) == 1 and away[0].endswith(" 0"), mine
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=40)
+@given(buffers=st.one_of(_JSON, st.lists(st.dictionaries(st.sampled_from(
+    ["address", "nbytes", "node", "page_size", "asked_page_size", "locked"]), _JSON), max_size=5)), more=_JSON)
+def test_any_declaration_a_process_writes_of_itself_is_read_or_passed_over(buffers: object, more: object) -> None:
+    # The process's own file, in its own folder: whatever it holds, a reader's answer is a Declaration whose every
+    # buffer and count is well formed, never an exception.
+    import tempfile
+
+    from numapin.pinning.declaration import LISTED_AT_MOST, Declared, declared
+
+    with tempfile.TemporaryDirectory() as folder:
+        os.chmod(folder, 0o755)
+        start = record.start_time(os.getpid())
+        assert start is not None
+        name = record.file_name(os.getpid(), start).replace(".json", ".buffers.json")
+        Path(folder, name).write_text(json.dumps({"version": record.VERSION, "pid": os.getpid(), "start": start,
+                                                  "buffers": buffers, "more": more}))
+        old = os.environ.get(RUNTIME_DIR)
+        os.environ[RUNTIME_DIR] = folder
+        try:
+            found = declared(os.getpid())
+        finally:
+            if old is None:
+                del os.environ[RUNTIME_DIR]
+            else:
+                os.environ[RUNTIME_DIR] = old
+    assert all(isinstance(b, Declared) and b.nbytes > 0 for b in found.buffers)
+    assert len(found.buffers) <= LISTED_AT_MOST
+    assert all(isinstance(n, int) and n >= 0 for n in (found.more, found.more_bytes))
