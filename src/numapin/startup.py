@@ -33,12 +33,12 @@ value is one warning on stderr and the interpreter starts as usual.
 # interpreter's modules (tests/test_startup_imports.py); the rest is imported where it is used.
 import os
 
-from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, KEEP, PATCH
+from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, FSROOT, KEEP, PATCH
 
 #: The start-up import rule. A process that is no worker (no rank, not one GPU visible) imports these of
 #: numapin and nothing more: the environment's names and the glance at the PCI devices.
 NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", "numapin.base.environment",
-                                  "numapin.facts", "numapin.facts.glance"})
+                                  "numapin.base.pinners", "numapin.facts", "numapin.facts.glance"})
 #: A worker pinned at start imports at most these of numapin: the machine read (its GPUs' vendor's module), the
 #: decision, the walk, the record (not the judge, the tools' commands, the network or interrupts, the synthetic
 #: machines).
@@ -207,6 +207,8 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
             log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
         # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
         # GPUs before a task: then it is placed for them.
+        if visible > 1 and env is os.environ:
+            _crowd()
         _watch(unplaced=why if visible > 1 else None)
         return None, why
     from .pinning.request import autopin_request, pin_running
@@ -214,6 +216,19 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     pinned = pin_running(autopin_request(env), env)
     _watch(ray=False)
     return pinned, None
+
+
+def _crowd() -> None:
+    """A process that sees several GPUs and will name its own later (a vLLM or SGLang server, its workers): what it
+    starts inherits, before any runtime or framework reads them, the variables that make the other pinners'
+    threads inherit the placement (ROCr's helpers) or named (NCCL's), and SGLang's own binder's step aside, so that
+    numapin alone places each worker when it names its GPU (:data:`numapin.base.pinners.PINNERS`). Never over a
+    value the caller set."""
+    from .base.pinners import steps_aside
+    from .facts.glance import host_vendor
+
+    for name, value in steps_aside(host_vendor(os.environ.get(FSROOT) or "/"), dict(os.environ)):
+        os.environ[name] = value
 
 
 def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:

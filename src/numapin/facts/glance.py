@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "held_by", "load_nvml", "machine_gpus", "no_worker",
+__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "held_by", "host_vendor", "load_nvml", "machine_gpus",
+           "no_worker",
            "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers",
            "visible_without_rank"]
 
@@ -380,6 +381,14 @@ def visible_without_rank(environ: "Mapping[str, str]") -> int | None:
     if amd:
         return _rocm_visible(environ, amd)
     return _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
+
+
+def host_vendor(root: str) -> str | None:
+    """The one vendor (a row of :data:`ACCELERATORS`) whose GPUs the host shows; None for none, or two."""
+    counts = _counts(root)
+    if counts is None or sum(map(bool, counts)) != 1:
+        return None
+    return next(name for name, count in zip(ACCELERATORS, counts, strict=True) if count)
 
 
 def no_worker(environ: "Mapping[str, str]") -> str | None:

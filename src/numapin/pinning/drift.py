@@ -35,6 +35,9 @@ class DriftCause(Choice):
     """Someone else changed a thread's mask."""
     INHERITED = "inherited"
     """A thread was born with a mask that is not the placement (from a thread that was moved)."""
+    NARROWED = "narrowed"
+    """A thread's mask became a slice inside the placement (a framework's own: TensorRT-LLM's executor loop, an
+    NCCL proxy on its GPU's CPUs): no locality lost, never widened back."""
 
 
 #: A drift cause a record holds that is none of :class:`DriftCause`'s: counted under this word, never repeated
@@ -50,6 +53,7 @@ class Response(Choice):
     HELD = "nothing to put back: the placement holds"
     REPORTED = "reported, left alone"
     LEFT = "left to the cgroup"
+    INSIDE = "left narrowed: a slice inside the placement"
 
 
 def respond(cause: DriftCause, policy: ExternalMaskPolicy) -> Response:
@@ -58,6 +62,8 @@ def respond(cause: DriftCause, policy: ExternalMaskPolicy) -> Response:
     A cpuset change is answered by :meth:`numapin.pinning.keeper.Keeper.check` with :attr:`Response.REPLACED` (or
     :attr:`Response.HELD`/:attr:`Response.LEFT`, by what the new cpuset holds): the placement was numapin's.
     """
+    if cause is DriftCause.NARROWED:
+        return Response.INSIDE  # under either policy: undoing a framework's slice breaks its design, wins nothing
     if cause in (DriftCause.MOVED, DriftCause.INHERITED):
         return Response.RESTORED if policy is ExternalMaskPolicy.OVERRIDE else Response.REPORTED
     if cause is DriftCause.MEMS:
@@ -87,7 +93,7 @@ class Drift:
         else:
             # A thread's name is any bytes its process chose: escaped, so a log or a terminal never acts on it.
             what = f"thread {self.tid}" + (f" ({printable(self.name)})" if self.name else "")
-        change = f"new {what} on {self.after}" if self.cause is DriftCause.INHERITED else \
+        change = f"new {what} on {self.after}" if self.cause is DriftCause.INHERITED or self.before is None else \
             f"{what} changed {self.before} -> {self.after}"
         return f"{stamp} {self.cause.value}: {change}: {self.response.value}" + (f" ({self.note})" if self.note else "")
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 
+from ..base import pinners
 from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..base.text import counted, format_size
@@ -78,10 +79,22 @@ class ThreadState:
     """None when there is nothing to judge it by."""
     numapin: bool
     """Whether its mask is one numapin applied (the record's, the exec marker's, a deliberate one)."""
+    narrowed: bool = False
+    """Whether its mask is a slice inside the placement, smaller than it (a framework's own): inside all the same."""
+    pinner: str | None = None
+    """The library that set it, where :data:`numapin.base.pinners.PINNERS` knows it (a key of the table)."""
+
+    @property
+    def who(self) -> str:
+        """Who set its mask, in words (``-``: nobody known)."""
+        if self.pinner is not None:
+            return pinners.PINNERS[self.pinner].library
+        return "numapin" if self.numapin else "-"
 
     def as_dict(self) -> dict[str, Any]:
         return {"tid": self.tid, "name": self.name, "cpus": None if self.cpus is None else str(self.cpus),
-                "last_cpu": self.last_cpu, "inside": self.inside, "numapin": self.numapin}
+                "last_cpu": self.last_cpu, "inside": self.inside, "numapin": self.numapin, "narrowed": self.narrowed,
+                "pinner": None if self.pinner is None else pinners.PINNERS[self.pinner].library}
 
 
 @frozen
@@ -107,6 +120,9 @@ class Judgement:
     """Why its memory was not judged (``under 32 MiB of its own memory``...); None where it was, or was not read."""
     unlisted: tuple[int, int] = (0, 0)
     """How many more buffers it declared than its declaration lists one by one, and their bytes."""
+    crowd: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    """Each library of :data:`numapin.base.pinners.PINNERS` that set some of its threads' masks, with its variables
+    that the process's environment holds at another value than the one that makes them inherit."""
 
     @property
     def outside(self) -> tuple[ThreadState, ...]:
@@ -281,6 +297,19 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+def _pinner(name: str | None, mask: CpuSet | None, inside: bool | None, environ: Mapping[str, str],
+            vendor: str | None) -> str | None:
+    """The library of :data:`numapin.base.pinners.PINNERS` that set a thread's mask, where the table knows it: by
+    the thread's name, or, for ROCr's unnamed helpers on an AMD GPU's worker, by their mask of every CPU while the
+    variable that makes them inherit is not 0."""
+    found = pinners.named(name, dict(environ))
+    rocr = pinners.PINNERS["rocr"]
+    if found is None and vendor == rocr.vendor and inside is False and mask is not None and \
+            pinners.unheeded("rocr", dict(environ)) and mask >= this_host_cpus():
+        return "rocr"
+    return found
+
+
 def judge(
     pid: int,
     *,
@@ -332,6 +361,8 @@ def judge(
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     marker = exec_marker(environ)
+    vendor = None if want is None else next((str(g.vendor) for g in facts.inventory.gpus
+                                             if want.placement.pci and g.pci == want.placement.pci), None)
     ops = LinuxThreads(pid)
     own = state().thread_masks() if pid == os.getpid() else set()
     own |= {m for m in (marker, None if found is None else found.mask) if m is not None}
@@ -342,10 +373,14 @@ def judge(
         except OSError:
             continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
         seen = stat if tid == pid else ops.stat(tid)  # its name and last CPU (the main thread's: read above)
-        threads.append(ThreadState(tid, None if seen is None else seen.name, mask,
-                                   None if seen is None else seen.last_cpu,
-                                   None if want is None or mask is None else mask <= want.target,
-                                   mask is not None and mask in own))
+        name = None if seen is None else seen.name
+        inside = None if want is None or mask is None else mask <= want.target
+        threads.append(ThreadState(tid, name, mask, None if seen is None else seen.last_cpu, inside,
+                                   mask is not None and mask in own,
+                                   bool(inside) and want is not None and mask != want.target,
+                                   _pinner(name, mask, inside, environ, vendor)))
+    crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
+                  for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
     pages, size, hidden = None, None, False
     buffers: tuple[Declared, ...] = ()
     unlisted = (0, 0)
@@ -375,7 +410,7 @@ def judge(
                     "restriction such as a container's)" if os.geteuid() == 0 else
                     "another user's process: its environment is for its owner (or root) to read")
         return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
-                         buffers, unlisted=unlisted)
+                         buffers, unlisted=unlisted, crowd=crowd)
     unjudged = None
     if max_remote is not None and (pages is not None or size is not None or hidden):
         lacking = CpuSet() if live else want.mems - this_host_nodes()
@@ -393,7 +428,7 @@ def judge(
             note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
             max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
-                       buffers, unjudged, unlisted)
+                       buffers, unjudged, unlisted, crowd)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged

@@ -34,11 +34,13 @@ import errno
 import os
 import time
 
-from ..base.errors import EnvironmentProblem, UsageError, errno_name
+from ..base import pinners
+from ..base.errors import EnvironmentProblem, ProcessError, UsageError, errno_name
 from ..base.frozen import replace
 from ..base.logger import log
 from ..base.text import counted
 from ..cpuset import CpuSet
+from ..facts import procfs
 from ..facts.cgroup import Cgroup, read_cgroup
 from ..facts.host import Host
 from ..facts.machine import forget as forget_facts
@@ -130,6 +132,8 @@ class Keeper:
         #: The masks the kernel gave numapin's threads when a new cpuset left no room for the placement: theirs
         #: are still numapin's threads, and so are the threads they start.
         self._kernel_masks: set[CpuSet] = set()
+        #: The process's environment, by which a thread's name is known as a library's (:mod:`numapin.base.pinners`).
+        self._environ = _environment(pid)
         self.rebase()
 
     @property
@@ -258,7 +262,9 @@ class Keeper:
                     seen[tid] = last  # compared again at the next look
                 continue
             self._settling.pop(tid, None)
-            cause = DriftCause.INHERITED if last is None else DriftCause.MOVED
+            # A slice inside the placement (a framework's own) loses no locality: narrowed, never widened back.
+            narrowed = bool(mask) and mask <= self.record.target
+            cause = DriftCause.NARROWED if narrowed else DriftCause.INHERITED if last is None else DriftCause.MOVED
             event = self._answer(cause, tid, None if last is None else self._mask_of(tid, last[0]), mask, ours)
             events.append(event)
             # Put back: what it is now is what the keeper set (read again, a move right after would be missed).
@@ -298,10 +304,16 @@ class Keeper:
                 note = f"policy override: back on {back}"
             except OSError as exc:
                 response, note = Response.REPORTED, f"could not put it back: {errno_name(exc.errno)}"
+        elif response is Response.INSIDE:
+            note = f"inside the placement {self.record.target}, under either policy"
         else:
             note = f"policy {self.policy.value} leaves it to whoever set it; policy override puts it back"
         named = getattr(self.ops, "thread_name", None)
-        return Drift(time.time(), cause, response, before, mask, tid, named(tid) if named else None, note)
+        name = named(tid) if named else None
+        who = pinners.named(name, self._environ)
+        if who is not None:
+            note = f"{pinners.PINNERS[who].library}'s thread; {note}"
+        return Drift(time.time(), cause, response, before, mask, tid, name, note)
 
     def _cgroup_changed(self, old: Cgroup, new: Cgroup) -> list[Drift]:
         now = time.time()
@@ -551,3 +563,13 @@ def environ_period(environ: Mapping[str, str], variable: str) -> float | None:
         raise UsageError(f"{variable}={quoted(text)}: expected 1 (or true, yes, on) to keep every "
                          f"{DEFAULT_PERIOD:g} s, a period in seconds (0.5), or 0 (or false, no, off)",
                          value=text) from None
+
+
+def _environment(pid: int) -> dict[str, str] | None:
+    """Process ``pid``'s environment (this process's own as it is now); None where it may not be read."""
+    if pid == os.getpid():
+        return dict(os.environ)
+    try:
+        return procfs.environ(pid)
+    except ProcessError:
+        return None

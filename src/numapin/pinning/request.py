@@ -15,6 +15,7 @@ from ..base.environment import APPLIED, NIC_VARIABLES, RESERVED, THREAD_POOLS
 from ..base.errors import EnvironmentProblem, UsageError
 from ..base.frozen import frozen, replace
 from ..base.logger import log
+from ..base.pinners import PINNERS, sets
 from ..base.text import plural
 from ..cpuset import CpuSet
 from ..facts.host import Host
@@ -36,7 +37,10 @@ if TYPE_CHECKING:
 
     from ..facts.network import RankNic
 
-__all__ = ["ExecRequest", "PreparedExec", "autopin_request", "bind", "pin_running", "prepare"]
+__all__ = ["CROWD", "ExecRequest", "PreparedExec", "autopin_request", "bind", "pin_running", "prepare"]
+
+#: Every variable numapin may set for the crowd of other pinners (:attr:`PreparedExec.crowd`).
+CROWD = tuple(name for row in PINNERS.values() for name, _ in row.inherit)
 
 
 @frozen
@@ -96,6 +100,11 @@ class PreparedExec:
     """NIC variables numapin will set for the program (``--nics auto``), ``(name, value)``."""
     kept_network: tuple[tuple[str, str], ...] = ()
     """NIC variables the caller set, which numapin leaves as they are."""
+    crowd: tuple[tuple[str, str], ...] = ()
+    """What numapin sets so that the other pinners' threads inherit the placement or can be named
+    (:data:`numapin.base.pinners.PINNERS`: ROCr's helpers on an AMD GPU, NCCL's names on NVIDIA's)."""
+    kept_crowd: tuple[tuple[str, str], ...] = ()
+    """Those the caller set, which numapin leaves as they are."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +119,7 @@ class PreparedExec:
             "nics": None if self.request.nics is Nics.NONE else {
                 "nic": None if self.nic is None else self.nic.as_dict(),
                 "set": dict(self.network), "kept": dict(self.kept_network)},
+            "crowd": {"set": dict(self.crowd), "kept": dict(self.kept_crowd)},
             "notes": list(self.notes),
         }
 
@@ -142,6 +152,11 @@ class PreparedExec:
             lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.network) + " (the GPU's NIC)")
         if self.kept_network:
             lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_network) + " (set by the caller)")
+        if self.crowd:
+            lines.append("would set " + " ".join(f"{k}={v}" for k, v in self.crowd)
+                         + " (the runtime's and libraries' threads inherit the placement, or are named)")
+        if self.kept_crowd:
+            lines.append("keeps " + " ".join(f"{k}={v}" for k, v in self.kept_crowd) + " (set by the caller)")
         # A note the unpinned line already says (the entry that emptied the GPU list) is not said twice.
         lines.extend(f"note: {n}" for n in self.notes if not (self.placement is None and n in (self.unpinned or "")))
         if self.request.program:
@@ -260,6 +275,7 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         env[RESERVED] = str(p.reserved)
     env.update(prepared.pools)
     env.update(prepared.network)
+    env.update(prepared.crowd)
     if prepared.kept_pools:
         log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env
@@ -276,7 +292,7 @@ def pin_running(request: ExecRequest, environ: Mapping[str, str] | None = None) 
     """
     env = os.environ if environ is None else environ
     result, bound = bind(prepare(request, env), env)
-    for name in (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES):
+    for name in (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES, *CROWD):
         if name in bound and env.get(name) != bound[name]:
             os.environ[name] = bound[name]
     return result
@@ -330,5 +346,8 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
         notes.append(f"thread pools sized {share}: the {len(placement.workers)} CPUs are shared by the ranks of "
                      f"{sharing} GPUs (mode {placement.mode}; --mode exclusive gives each rank CPUs of its own)")
     nic, network, kept_network = _network(facts, placement, request.nics, environ, notes)
+    vendor = next((str(g.vendor) for g in facts.inventory.gpus if placement.pci and g.pci == placement.pci), None)
+    crowd, kept_crowd = sets(vendor, dict(environ))
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept,
-                        nic=nic, network=network, kept_network=kept_network)
+                        nic=nic, network=network, kept_network=kept_network, crowd=tuple(crowd),
+                        kept_crowd=tuple(kept_crowd))

@@ -8,7 +8,8 @@ from ..base.errors import UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
-from ..pinning.judge import REMOTE_BOUND, Judgement, Verdict, judge
+from ..base import pinners
+from ..pinning.judge import REMOTE_BOUND, Judgement, ThreadState, Verdict, judge
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from ..placement.modes import PlacementMode
     from ..placement.ranks import LocalRank
 
-__all__ = ["ThreadsReport", "threads_report"]
+__all__ = ["ThreadsReport", "crowd_words", "threads_report"]
 
 
 @frozen
@@ -62,6 +63,8 @@ class ThreadsReport:
             parts[-1] += f" (not judged: {j.unjudged})" if j.unjudged else " (not judged)"
         parts.append(f"verdict: {j.verdict_words}")
         summary = "; ".join(parts)
+        for words in crowd_words(j):
+            summary += f"\n{words}"
         shared = j.shared_words()
         if shared:
             summary += (f"\nshared memory: {shared}; make them once it is placed, or inside "
@@ -79,11 +82,12 @@ class ThreadsReport:
         return summary
 
     def table(self) -> str:
-        header = ("tid", "name", "cpus", "last", "inside", "numapin")
+        header = ("tid", "name", "cpus", "last", "inside", "numapin", "set by")
         rows = [
             (str(t.tid), t.name or "?", "?" if t.cpus is None else str(t.cpus),
              "?" if t.last_cpu is None else str(t.last_cpu),
-             "-" if t.inside is None else ("yes" if t.inside else "NO"), "yes" if t.numapin else "no")
+             "-" if t.inside is None else ("narrowed" if t.narrowed else "yes" if t.inside else "NO"),
+             "yes" if t.numapin else "no", t.who)
             for t in self.judgement.threads
         ]
         return "\n".join([*table(header, rows), self.summary()])
@@ -121,6 +125,30 @@ class ThreadsReport:
             raise UsageError("--check needs a placement: --gpu, --cpus, or a process numapin placed (or with a "
                              f"launcher rank); {self.judgement.note}", value=self.pid)
         return 0 if self.judgement.verdict is Verdict.OK else 1
+
+
+def crowd_words(judged: Judgement) -> list[str]:
+    """What the other pinners did to the judged process's threads, a line per library the table knows there: its
+    threads narrowed inside the placement (expected), where it put them, and the variable that fixes what is
+    wrong."""
+    said: list[str] = []
+    by: dict[str, list[ThreadState]] = {}
+    for thread in judged.threads:
+        if thread.pinner is not None:
+            by.setdefault(thread.pinner, []).append(thread)
+    unheeded = dict(judged.crowd)
+    for key, threads in by.items():
+        row = pinners.PINNERS[key]
+        outside = [t for t in threads if t.inside is False]
+        where = "; ".join(sorted({str(t.cpus) for t in threads if t.cpus is not None}))
+        if not outside:
+            said.append(f"{row.library}: {counted(len(threads), 'thread')} on CPUs {where}, "
+                        f"{pinners.WHERE[row.belongs]}: expected")
+            continue
+        fix = ", ".join(f"{name} is {value}" for name, value in unheeded.get(key, ()))
+        said.append(f"{row.library}: {counted(len(outside), 'thread')} on CPUs {where}, outside the placement"
+                    + (f": {fix}; set " + ", ".join(f"{n}={v}" for n, v in row.inherit) if fix else ""))
+    return said
 
 
 def threads_report(
