@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numapin
-from numapin.base import environment
+from numapin.base import environment, pinners
 from numapin.base.frozen import replace
 from numapin.cpuset import CpuSet
 from numapin.facts.synthetic import MachineSpec, write
@@ -32,7 +32,8 @@ _GIB = 1 << 30
 #: (NUMAPIN_RUNTIME_DIR is no input: conftest points it at the session's own folder of pin records.)
 INPUTS = (*(n for n in environment.OWNED if n != environment.RUNTIME_DIR),
           *environment.LOCAL_RANK_VARIABLES, *environment.GPU_VISIBILITY, environment.TLLM_AFFINITY,
-          *environment.THREAD_POOLS, *environment.OPENMP_BINDING, *environment.LAUNCHER_BINDING)
+          *environment.THREAD_POOLS, *environment.LAUNCHER_BINDING,
+          *(name for row in pinners.PINNERS.values() for name in (*row.steer, *(n for n, _, _ in row.fights))))
 
 
 def without_inputs(environ: dict[str, str]) -> dict[str, str]:

@@ -189,6 +189,9 @@ def test_the_cli_reference_names_every_command_and_option() -> None:
 def test_the_doctor_page_lists_every_finding() -> None:
     source = "".join(path.read_text() for path in (REPO / "src" / "numapin" / "tools" / "doctor").glob("*.py"))
     ids = set(re.findall(r'Finding\(\s*"([a-z][a-z-]+)"', source))
+    from numapin.base.pinners import PINNERS  # the other pinners' findings are named by their rows
+
+    ids |= {f"{key}-affinity" for key, row in PINNERS.items() if row.fights}
     table = set(re.findall(r"^\| `([a-z][a-z-]+)` \|", (REPO / "docs" / "doctor.md").read_text(), re.M))
     assert len(ids) >= 12 and ids == table, (ids ^ table)
 

@@ -202,3 +202,38 @@ def test_a_keeper_never_acts_on_a_process_that_is_not_the_one_placed(env: dict[s
         with pytest.raises(ProcessLookupError):
             keeper.check()
         assert os.sched_getaffinity(proc.pid) == NODE1, "nothing done to a process that is not the one placed"
+
+
+@pytest.mark.parametrize("keeper", ["exec --keep", "numapin keep"])
+def test_a_thread_narrowed_to_a_slice_inside_the_placement_stays_narrowed(env: dict[str, str], keeper: str) -> None:
+    # TensorRT-LLM's executor loop narrows itself to a slice of its GPU's node: under policy override, the keeper
+    # neither widens it back nor calls it moved; the record counts it narrowed, and the process is judged ok.
+    from live import BASELINE
+
+    placed = cpus(set(BASELINE))
+    slice_ = {min(BASELINE)}
+    keep = ["--keep", "--keep-period", "0.05"] if keeper == "exec --keep" else []
+    proc = subprocess.Popen([*NUMAPIN, "exec", "--cpus", placed, "--memory", "none", "--policy", "override", *keep,
+                             "--", "sleep", "60"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    outside = None
+    try:
+        assert _until(lambda: _comm(proc.pid) == "sleep"), proc.stderr
+        if keeper == "numapin keep":
+            outside = subprocess.Popen([*NUMAPIN, "keep", str(proc.pid), "--period", "0.05", "--json"], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert "keeping" in _line(outside.stderr)
+        os.sched_setaffinity(proc.pid, slice_)
+        assert _until(lambda: _drift(proc.pid) == {"narrowed": 1}), _drift(proc.pid)
+        time.sleep(0.3)  # several looks more: none of them widens it back
+        assert os.sched_getaffinity(proc.pid) == slice_, "nothing put back"
+        assert _drift(proc.pid) == {"narrowed": 1}, "counted once, as narrowed: never as moved"
+        check = run(["threads", str(proc.pid), "--check"], env)
+        assert check.returncode == 0 and "narrowed" in check.stdout, check.stdout + check.stderr
+        if outside is not None:
+            event = json.loads(_line(outside.stdout))
+            assert (event["cause"], event["response"]) == ("narrowed", "left narrowed: a slice inside the placement")
+    finally:
+        for child in (proc, outside):
+            if child is not None:
+                child.kill()
+                child.communicate()

@@ -21,7 +21,6 @@ __all__ = [
     "LAUNCHER_BINDING",
     "LOCAL_RANK_VARIABLES",
     "NIC_VARIABLES",
-    "OPENMP_BINDING",
     "OWNED",
     "PATCH",
     "PRIORITY_CORES",
@@ -109,8 +108,6 @@ THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 #: collectives use every NIC; naming one in NCCL_IB_HCA would take the others away.
 NIC_VARIABLES = ("UCX_NET_DEVICES", "NVSHMEM_HCA_LIST")
 
-#: OpenMP runtimes' own binding: each re-pins the threads it starts (read by numapin doctor).
-OPENMP_BINDING = ("KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")
 #: Launchers' CPU binding of their tasks (read by numapin doctor).
 LAUNCHER_BINDING = ("SLURM_CPU_BIND", "SLURM_CPU_BIND_LIST", "OMPI_MCA_hwloc_base_binding_policy")
 

@@ -12,7 +12,7 @@ hook read it. Each row cites what was read for it, with the version.
 Plain classes, not numapin's frozen records: the start-up hook reads the rows of a worker's vendor at every start.
 """
 
-__all__ = ["PINNERS", "WHERE", "Pinner", "named", "sets", "steps_aside", "unheeded"]
+__all__ = ["OFF", "PINNERS", "WHERE", "Pinner", "fighting", "named", "sets", "steps_aside", "unheeded"]
 
 #: Where a library's threads belong, in words: the closed set of a row's ``belongs``.
 WHERE = {
@@ -35,7 +35,8 @@ class Pinner:
         self.library = library
         """Its name as its users write it."""
         self.threads = threads
-        """The names it gives its threads (``comm``, 15 characters at most), as prefixes."""
+        """The names it gives its threads as the kernel keeps them (``comm``: the first 15 characters), as
+        prefixes."""
         self.signs = signs
         """Prefixes of the variables whose presence in a process's environment shows it is in use there; a row
         with signs names a thread by its name only in such a process (UCX's ``async`` is a common name)."""
@@ -50,7 +51,8 @@ class Pinner:
         """The accelerators (a row of ``facts.glance.ACCELERATORS``) whose workers it runs in; None: any."""
         self.fights = fights
         """``(variable, values, fix)``: where the worker's environment holds the variable at one of the values
-        (``""``: unset), the library pins against numapin's placement, and ``fix`` says what to set."""
+        (``""``: unset, where the library is in the process: its vendor's GPU, or its signs; ``"*"``: any value
+        but an off word), the library pins against numapin's placement, and ``fix`` says what to set."""
         self.aside = aside
         """What the start-up hook sets (where unset) in a process that will name its GPU later, so that this
         whole-process binder steps aside and numapin alone places the worker: ``(variable, value)``."""
@@ -72,10 +74,12 @@ PINNERS = {
              "process's name, and are known by their mask of every CPU"),
     "nccl": Pinner(
         "NCCL (RCCL)", vendor="nvidia",
-        threads=("NCCL Progress", "NCCL GIN Progress", "NCCL Service", "NCCL UDS Servic", "NCCL IbAsync",
-                 "NCCL Sock", "NCCL RAS", "NCCL RMA Proxy", "NCCL BootstrapR", "NCCL IbResilie"),
+        threads=("NCCL Progress", "NCCL GIN Progre", "NCCL Service", "NCCL UDS Servic", "NCCL IbAsync",
+                 "NCCL Sock", "NCCL RAS", "NCCL RMA Proxy", "NCCL BootstrapR", "NCCL IbResilien"),
         steer={"NCCL_SET_THREAD_NAME": "1 names its threads (default 0: they show the process's name)",
-               "NCCL_IGNORE_CPU_AFFINITY": "1: its threads take its GPU's CPUs, ignoring the process's mask"},
+               "NCCL_IGNORE_CPU_AFFINITY": "1: its threads take its GPU's CPUs, ignoring the process's mask",
+               "NCCL_IB_HCA": "the NICs it uses: numapin never sets it (its multi-rail collectives use every NIC, "
+               "which naming one would take away)"},
         inherit=(("NCCL_SET_THREAD_NAME", "1"),),
         fights=(("NCCL_IGNORE_CPU_AFFINITY", ("1",), "unset NCCL_IGNORE_CPU_AFFINITY: NCCL then narrows its threads "
                  "to its GPU's CPUs within numapin's placement"),),
@@ -126,9 +130,9 @@ PINNERS = {
         steer={"OMP_PROC_BIND": "binds the team's threads to places", "OMP_PLACES": "the places",
                "GOMP_CPU_AFFINITY": "GNU's CPU list per thread", "KMP_AFFINITY": "LLVM's and Intel's binding",
                "KMP_HIDDEN_HELPER_AFFINITY": "LLVM's hidden helpers' binding"},
-        fights=tuple((name, ("true", "close", "spread", "master", "primary", "compact", "scatter", "explicit"),
-                      f"unset {name} (numapin's mask already holds every thread), or OMP_PROC_BIND=false")
-                     for name in ("OMP_PROC_BIND", "KMP_AFFINITY")),
+        fights=tuple((name, ("*",), "unset the OpenMP binding variables set (numapin's mask already holds every "
+                      "thread), or OMP_PROC_BIND=false")
+                     for name in ("KMP_AFFINITY", "OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY")),
         read="The OpenMP 5.2 specification (OMP_PROC_BIND, OMP_PLACES); GCC's libgomp manual (GOMP_CPU_AFFINITY); "
              "LLVM's OpenMP runtime documentation (KMP_AFFINITY, KMP_HIDDEN_HELPER_AFFINITY)"),
     "dataloader": Pinner(
@@ -148,6 +152,25 @@ def named(thread: "str | None", environ: "dict[str, str] | None" = None) -> "str
                 not row.signs or (environ is not None and any(v.startswith(row.signs) for v in environ))):
             return key
     return None
+
+
+#: Values that turn a binding variable off (``"*"`` of :attr:`Pinner.fights` does not count them).
+OFF = ("", "none", "disabled", "false", "0")
+
+
+def fighting(key: str, environ: "dict[str, str]", vendor: "str | None") -> "list[tuple[str, str, str]]":
+    """Row ``key``'s variables that, in this environment of a worker of ``vendor``'s GPU, make the library pin
+    against numapin's placement: ``(variable, its value or unset, the fix)``."""
+    row = PINNERS[key]
+    present = (row.vendor is not None and row.vendor == vendor) or \
+        any(name.startswith(row.signs) for name in environ) if row.signs else row.vendor == vendor
+    found = []
+    for name, values, fix in row.fights:
+        value = environ.get(name, "").strip()
+        if (value.lower() in values and value) or (not value and "" in values and present) or \
+                ("*" in values and value.lower() not in OFF):
+            found.append((name, value or "unset", fix))
+    return found
 
 
 def unheeded(key: str, environ: "dict[str, str]") -> "list[tuple[str, str]]":

@@ -244,6 +244,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         what = "the program runs" if request.program else "this process runs"
         log.warning("%s; %s unpinned", prepared.unpinned or "no placement", what)
         return None, env
+    # The crowd's threads inherit whatever the process holds, pinned here or not (a rehearsal, a refusal).
+    env.update(prepared.crowd)
     p = prepared.placement
     facts = cached_facts(request.root, env)
     # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys.
@@ -275,7 +277,6 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         env[RESERVED] = str(p.reserved)
     env.update(prepared.pools)
     env.update(prepared.network)
-    env.update(prepared.crowd)
     if prepared.kept_pools:
         log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
+from ..base import pinners
 from ..base.errors import UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
-from ..base import pinners
 from ..pinning.judge import REMOTE_BOUND, Judgement, ThreadState, Verdict, judge
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)

@@ -30,8 +30,8 @@ from ...placement.ranks import LocalRank, gpu_for_rank, requested_rank
 from .finding import Diagnosis, Finding
 from .launcher import (
     STARTUP_FILE,
+    crowd_findings,
     launcher_findings,
-    openmp_findings,
     slurm_binding,
     startup_file,
     thread_pool_findings,
@@ -177,7 +177,9 @@ def diagnose(
     findings += pinned_memory(env, facts, judged, named)
     if pid is not None or environ is None:  # a process, not an environment handed in
         findings += memory_refused(pid, found)
-    findings += openmp_findings(env)
+    vendor = None if placement is None else next(
+        (str(g.vendor) for g in facts.inventory.gpus if placement.pci and g.pci == placement.pci), None)
+    findings += crowd_findings(env, vendor)
     findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 
+from ...base import pinners
 from ...base.environment import (
     AUTOPIN,
     AUTOPIN_OFF,
     KEEP,
-    OPENMP_BINDING,
     PATCH,
     THREAD_POOLS,
 )
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-__all__ = ["STARTUP_FILE", "launcher_findings", "openmp_findings", "slurm_binding", "startup_file",
+__all__ = ["STARTUP_FILE", "crowd_findings", "launcher_findings", "slurm_binding", "startup_file",
            "thread_pool_findings"]
 
 _OFF = ("", "none", "disabled", "false")
@@ -201,12 +201,24 @@ def thread_pool_findings(env: Mapping[str, str], facts: Facts, placement: Placem
 #: PyTorch's setting that pre-faults pinned blocks from a pool of threads nothing binds, then registers them.
 
 
-def openmp_findings(env: Mapping[str, str]) -> list[Finding]:
-    set_ = [f"{name}={env[name]}" for name in OPENMP_BINDING if env.get(name, "").strip().lower() not in _OFF]
-    if not set_:
-        return []
-    return [Finding(
-        "openmp-affinity", "warning", f"OpenMP binding is set: {', '.join(set_)}",
-        "the OpenMP runtime re-pins each thread it starts after numapin, often several threads to one CPU",
-        f"unset {', '.join(s.split('=')[0] for s in set_)} (numapin's mask already holds every thread), "
-        "or OMP_PROC_BIND=false")]
+def crowd_findings(env: Mapping[str, str], vendor: str | None) -> list[Finding]:
+    """The other pinners (:data:`numapin.base.pinners.PINNERS`) that this worker's environment turns against
+    numapin's placement: each with the variable that fixes it."""
+    found = []
+    for key, row in pinners.PINNERS.items():
+        fights = pinners.fighting(key, dict(env), vendor)
+        if not fights:
+            continue
+        seen = ", ".join(f"{name}={value}" if value != "unset" else f"{name} unset" for name, value, _ in fights)
+        if key == "openmp":
+            found.append(Finding(
+                "openmp-affinity", "warning", f"OpenMP binding is set: {seen}",
+                "the OpenMP runtime re-pins each thread it starts after numapin, often several threads to one CPU",
+                fights[0][2]))
+            continue
+        found.append(Finding(
+            f"{key}-affinity", "warning", f"{row.library} pins its threads by its own rule here: {seen}",
+            f"its threads then run {'on every core' if key == 'rocr' else 'where it chooses'}, not "
+            f"{pinners.WHERE[row.belongs]} (what was read: {row.read.split(';')[0]})",
+            "; ".join(fix for _, _, fix in fights)))
+    return found
