@@ -40,7 +40,7 @@ def test_every_mention_of_a_pinners_variable_is_the_tables() -> None:
         name for value in vars(environment).values() if isinstance(value, tuple) for name in value}
     outside = []
     for path in (REPO / "src" / "numapin").rglob("*.py"):
-        if path.name == "pinners.py" and path.parent.name == "base" or path.name == "environment.py":
+        if (path.name == "pinners.py" and path.parent.name == "base") or path.name == "environment.py":
             continue
         outside += [f"{path.relative_to(REPO)}: {name}" for name in _FAMILY.findall(path.read_text())
                     if name in known - ours]

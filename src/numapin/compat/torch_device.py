@@ -28,9 +28,8 @@ Which naming moves what:
   multi-GPU code names one, then the next); numapin keeps the placement it has, does not chase the
   process from node to node, and says so once;
 - a process that numapin placed on explicit CPUs (``--cpus``, ``pin(cpus=...)``): left as it is;
-- a naming PyTorch refuses (a GPU the process cannot see; the caller catches PyTorch's error): nothing, and
-  whatever numapin placed for it is given back (every thread's mask, the memory policy, the record, the
-  variables set), so the next naming is the first.
+- a GPU numapin cannot place the process for (one it does not see: PyTorch refuses it too, and the caller
+  catches PyTorch's error): nothing, and the next naming is the first.
 
 A process that sees several GPUs, has no rank and never names one stays unplaced, and says so once, at
 exit (a warning: it imported torch, so it may well have driven a GPU, unplaced).
@@ -53,6 +52,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
+
+    from ..pinning.results import PinResult
 
 __all__ = ["TARGETS", "Follower", "install", "named_gpu", "uninstall"]
 
@@ -91,17 +92,17 @@ def named_gpu(device: object) -> int | None:
 class Follower:
     """What this process named, and the one decision per naming (see the module's rules)."""
 
-    def __init__(self, place: Callable[[int], Callable[[], None]] | None = None) -> None:
+    def __init__(self, place: Callable[[int], PinResult | None] | None = None) -> None:
         self._lock = threading.Lock()
         self._place = place or _place
         self.first: int | None = None
-        """The first GPU the process named and PyTorch took (None: none yet)."""
+        """The first GPU the process named that numapin could place it for (None: none yet)."""
         self._told = False
 
-    def named(self, gpu: int) -> Callable[[], None] | None:
-        """The process names ``gpu``: place it, or not (the rules). What undoes this naming where it changed
-        anything, for a naming that PyTorch then refuses (a GPU it cannot see): a failed naming changes nothing,
-        and the next one is the first. Raises what placing raised, and then nothing changed either."""
+    def named(self, gpu: int) -> PinResult | None:
+        """The process names ``gpu``: place it, or not (the rules); the pin's result where one was made. A naming
+        numapin cannot place (a GPU the process does not see) raises before anything changes, and is no first
+        naming: the next one is."""
         from ..pinning.state import state
 
         with self._lock:
@@ -110,12 +111,14 @@ class Follower:
                 if applied is not None and applied.gpu is None:
                     log.debug("GPU %d named; this process stays on the CPUs numapin was given (%s)", gpu,
                               applied.target)
-                elif applied is None or applied.gpu != gpu:
-                    placed = self._place(gpu)
                     self.first = gpu
-                    return lambda: self._undo(gpu, placed)
+                    return None
+                if applied is not None and applied.gpu == gpu:
+                    self.first = gpu
+                    return None
+                placed = self._place(gpu)  # raises, changing nothing, for a GPU it cannot place
                 self.first = gpu
-                return lambda: self._undo(gpu, None)
+                return placed
             if gpu != self.first and not self._told:
                 self._told = True
                 log.warning("this process names GPU %d after GPU %d: it drives several GPUs, and numapin keeps it "
@@ -123,39 +126,13 @@ class Follower:
                             gpu, self.first, self.first)
             return None
 
-    def _undo(self, gpu: int, placed: Callable[[], None] | None) -> None:
-        """PyTorch refused the naming of ``gpu``: as if it had never been made."""
-        with self._lock:
-            if self.first == gpu:
-                self.first = None
-            if placed is not None:
-                placed()
 
-
-def _place(gpu: int) -> Callable[[], None]:
-    """The start-up hook's whole request (the ``NUMAPIN_*`` options), for ``gpu``; what gives it back (every
-    thread's mask, the memory policy, the record, the variables it set), as a lease's end does."""
-    from ..base.environment import APPLIED, NIC_VARIABLES, RESERVED, THREAD_POOLS
+def _place(gpu: int) -> PinResult | None:
+    """The start-up hook's whole request (the ``NUMAPIN_*`` options), for ``gpu``."""
     from ..base.frozen import replace
-    from ..pinning.lease import give_back, hold
     from ..pinning.request import autopin_request, pin_running
 
-    request = replace(autopin_request(os.environ), gpu=gpu)
-    names = (APPLIED, RESERVED, *THREAD_POOLS, *NIC_VARIABLES)
-    variables = {name: os.environ.get(name) for name in names}
-    held = hold(memory=request.memory)
-    result = pin_running(request)
-
-    def give_it_back() -> None:
-        if result is not None:
-            give_back(held, result)
-        for name, value in variables.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-    return give_it_back
+    return pin_running(replace(autopin_request(os.environ), gpu=gpu))
 
 
 #: The process's one follower; a forked child starts with a new one (what it names is its own: the mask it was
@@ -174,21 +151,16 @@ def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
     import functools
 
     def set_device(device: Any, *args: Any, **kwargs: Any) -> Any:
-        undo, refused = None, None
+        refused = None
         try:
             gpu = named_gpu(device)
             if gpu is not None:
-                undo = _FOLLOWER[0].named(gpu)
+                _FOLLOWER[0].named(gpu)
         except Exception as exc:  # the worker's start must never fail for numapin
             refused = exc
         try:
             found = original(device, *args, **kwargs)
         except BaseException:
-            if undo is not None:  # PyTorch refused it: the naming changes nothing, and the next is the first
-                try:
-                    undo()
-                except Exception as exc:
-                    log.warning("the placement for the GPU PyTorch refused (%r) was not given back: %s", device, exc)
             if refused is not None:  # the caller hears PyTorch's error; numapin's own is the same mistake
                 log.debug("not placed for the GPU named (%r): %s", device, refused)
             raise
