@@ -95,11 +95,16 @@ def _judged(name: str, env: dict[str, str], tmp_path: Path) -> tuple[dict[str, o
         report = json.loads(done.stdout)
         text = subprocess.run([*NUMAPIN, "threads", str(proc.pid)], capture_output=True, text=True, timeout=60,
                               env=run_env).stdout
+        wide = subprocess.run([*NUMAPIN, "ps", str(proc.pid), "--wide"], capture_output=True, text=True, timeout=60,
+                              env=run_env).stdout
+        doctor = json.loads(subprocess.run([*NUMAPIN, "doctor", "--pid", str(proc.pid), "--json"],
+                                           capture_output=True, text=True, timeout=60, env=run_env).stdout)
     finally:
         proc.kill()
         proc.wait()
     (row,) = [t for t in report["threads"] if t["name"] == name[:15]]
-    return row, {**report, "text": text}
+    return row, {**report, "text": text, "wide": wide,
+                 "doctor": [f["sees"] for f in doctor["findings"] if f["id"] == "other-pinners"]}
 
 
 @pytest.mark.skipif(len(live.BASELINE) < 2, reason="a slice needs a placement of two CPUs or more")
@@ -114,8 +119,11 @@ def test_a_librarys_thread_is_named_by_its_row_and_judged_narrowed_not_misplaced
     row, report = _judged(name, env, tmp_path)
     assert (row["pinner"], row["narrowed"], row["inside"]) == (library, True, True), row
     assert report["verdict"] == "ok", report
+    said = f"{library}: 1 thread on CPUs {min(live.BASELINE)}"
     text = str(report["text"])
-    assert "narrowed" in text and f"{library}: 1 thread on CPUs {min(live.BASELINE)}" in text, text
+    assert "narrowed" in text and said in text, text
+    assert f"crowd: {report['pid']}: {said}" in str(report["wide"]), report["wide"]  # ps --wide names it too
+    assert any(said in sees for sees in report["doctor"]), report["doctor"]  # and doctor --pid
 
 
 @pytest.mark.skipif(len(live.BASELINE) < 2, reason="a slice needs a placement of two CPUs or more")

@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})")
             if w.kubelet:
                 print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
+            for words in w.crowd if args.wide else ():
+                print(f"crowd: {w.pid}: {words}")
         if found.workers and args.wide:
             print("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's variables); "
                   "pci: the GPU itself")

@@ -246,6 +246,9 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         return None, env
     # The crowd's threads inherit whatever the process holds, pinned here or not (a rehearsal, a refusal).
     env.update(prepared.crowd)
+    if prepared.crowd:
+        log.info("set %s: the runtime's and libraries' threads inherit the placement, or are named",
+                 " ".join(f"{k}={v}" for k, v in prepared.crowd))
     p = prepared.placement
     facts = cached_facts(request.root, env)
     # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys.

@@ -89,6 +89,8 @@ class Worker:
     outside_cpus: CpuSet | None = None
     """The CPUs its threads outside the placement may run on (their masks, less the placement's CPUs); None where
     none is outside, or it was not judged."""
+    crowd: tuple[str, ...] = ()
+    """What the other pinners the table knows did to its threads, a line per library (``ps --wide`` says them)."""
 
     @property
     def verdict_words(self) -> str:
@@ -106,6 +108,7 @@ class Worker:
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
             "pod": None if self.pod is None else self.pod.as_dict(), "kubelet": list(self.kubelet),
             "drift": dict(self.drift), "last_drift": self.last_drift, "host_memory": self.host_memory,
+            "crowd": list(self.crowd),
         }
 
     @property
@@ -396,6 +399,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
         why = "asked for"
     from ..cpuset import CpuSet
     from ..pinning.judge import judge
+    from .threads_report import crowd_words
 
     using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
@@ -416,4 +420,5 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
                   last_drift=None if recorded is None else recorded.last_drift,
                   host_memory=judged.host_memory(),
                   outside_cpus=(CpuSet.union([t.cpus for t in judged.outside if t.cpus is not None])
-                                - (e.target if e is not None else CpuSet())) or None)
+                                - (e.target if e is not None else CpuSet())) or None,
+                  crowd=tuple(crowd_words(judged)))

@@ -180,6 +180,12 @@ def diagnose(
     vendor = None if placement is None else next(
         (str(g.vendor) for g in facts.inventory.gpus if placement.pci and g.pci == placement.pci), None)
     findings += crowd_findings(env, vendor)
+    if judged is not None:
+        from ..threads_report import crowd_words
+
+        findings += [Finding("other-pinners", "info", words, "a library's own threads: where the table of the other "
+                             "pinners says they belong, they are expected there", "nothing where it says expected; "
+                             "else the variable it names") for words in crowd_words(judged)]
     findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
 
