@@ -204,7 +204,7 @@ def test_an_autopinned_worker_is_seen_as_numapins(python: Python, pair_root: Pat
     assert threads.returncode == 0, threads.stdout + threads.stderr
     rows = [line.split() for line in threads.stdout.splitlines()[1:] if line.split()[:1] and
             line.split()[0].isdigit()]
-    assert len(rows) == 3 and all(row[-1] == "yes" for row in rows), threads.stdout
+    assert len(rows) == 3 and all(row[-2:] == ["yes", "numapin"] for row in rows), threads.stdout
     assert "judged by numapin's record (autopin: GPU 1 in its view" in threads.stdout
     doctor = _numapin("doctor", "--pid", str(pid), "--root", str(pair_root), "--json")
     report = json.loads(doctor.stdout)
