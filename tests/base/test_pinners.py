@@ -113,6 +113,7 @@ def _judged(name: str, env: dict[str, str], tmp_path: Path) -> tuple[dict[str, o
     ("NCCL GIN Progress 0", {}, "NCCL (RCCL)"),  # as NCCL names it: the kernel keeps 15 characters
     ("async", {"UCX_TLS": "rc"}, "UCX"),
     ("pt_data_pin", {}, "PyTorch's DataLoader"),
+    ("loop", {"TLLM_EXECUTOR_LOOP_PIN": "1"}, "TensorRT-LLM's executor loop"),  # no row's name: its slice, its switch
 ])
 def test_a_librarys_thread_is_named_by_its_row_and_judged_narrowed_not_misplaced(
         name: str, env: dict[str, str], library: str, tmp_path: Path) -> None:

@@ -25,13 +25,14 @@ WHERE = {
 class Pinner:
     """One library of :data:`PINNERS`."""
 
-    __slots__ = ("aside", "belongs", "fights", "inherit", "library", "read", "signs", "steer", "threads", "vendor")
+    __slots__ = ("aside", "belongs", "fights", "inherit", "library", "read", "signs", "slices", "steer", "threads",
+                 "vendor")
 
     def __init__(self, library: str, *, threads: "tuple[str, ...]" = (), signs: "tuple[str, ...]" = (),
                  belongs: str = "placement", steer: "dict[str, str] | None" = None,
                  inherit: "tuple[tuple[str, str], ...]" = (), vendor: "str | None" = None,
                  fights: "tuple[tuple[str, tuple[str, ...], str], ...]" = (),
-                 aside: "tuple[tuple[str, str], ...]" = (), read: str = "") -> None:
+                 aside: "tuple[tuple[str, str], ...]" = (), slices: bool = False, read: str = "") -> None:
         self.library = library
         """Its name as its users write it."""
         self.threads = threads
@@ -53,6 +54,9 @@ class Pinner:
         """``(variable, values, fix)``: where the worker's environment holds the variable at one of the values
         (``""``: unset, where the library is in the process: its vendor's GPU, or its signs; ``"*"``: any value
         but an off word), the library pins against numapin's placement, and ``fix`` says what to set."""
+        self.slices = slices
+        """Whether it narrows an unnamed thread to a slice of the placement where its signs are set to ``1``: such a
+        narrowed thread of such a process is known as its."""
         self.aside = aside
         """What the start-up hook sets (where unset) in a process that will name its GPU later, so that this
         whole-process binder steps aside and numapin alone places the worker: ``(variable, value)``."""
@@ -103,7 +107,7 @@ PINNERS = {
         "NIXL", signs=("NIXL_",), belongs="nic",
         read="ai-dynamo/nixl#1999 (its UCCL backend pins proxy threads to the NIC's node)"),
     "tensorrt_llm": Pinner(
-        "TensorRT-LLM's executor loop", signs=("TLLM_EXECUTOR_LOOP_PIN",),
+        "TensorRT-LLM's executor loop", signs=("TLLM_EXECUTOR_LOOP_PIN",), slices=True,
         steer={"TLLM_EXECUTOR_LOOP_PIN": "1 pins its executor's event loop to a slice of the GPU's node's CPUs",
                "TLLM_EXECUTOR_LOOP_PIN_OFFSET": "where the slice starts (default 16; each further GPU on the node 2 "
                "further)", "TLLM_EXECUTOR_LOOP_PIN_NCORES": "how many CPUs (default 2)"},
@@ -142,9 +146,14 @@ PINNERS = {
 }
 
 
-def named(thread: "str | None", environ: "dict[str, str] | None" = None) -> "str | None":
+def named(thread: "str | None", environ: "dict[str, str] | None" = None, *, narrowed: bool = False) -> "str | None":
     """The row (a key of :data:`PINNERS`) whose thread name ``thread`` is, in a process of this environment (a
-    row with signs needs one of them there); None where none is."""
+    row with signs needs one of them there); or, for a thread ``narrowed`` to a slice of the placement, the row
+    that slices unnamed threads where its signs are on. None where none is."""
+    if narrowed and environ is not None:
+        for key, row in PINNERS.items():
+            if row.slices and any(environ.get(sign, "").strip() == "1" for sign in row.signs):
+                return key
     if not thread:
         return None
     for key, row in PINNERS.items():

@@ -298,11 +298,12 @@ def _parent(pid: int) -> int | None:
 
 
 def _pinner(name: str | None, mask: CpuSet | None, inside: bool | None, environ: Mapping[str, str],
-            vendor: str | None) -> str | None:
+            vendor: str | None, narrowed: bool = False) -> str | None:
     """The library of :data:`numapin.base.pinners.PINNERS` that set a thread's mask, where the table knows it: by
-    the thread's name, or, for ROCr's unnamed helpers on an AMD GPU's worker, by their mask of every CPU while the
-    variable that makes them inherit is not 0."""
-    found = pinners.named(name, dict(environ))
+    the thread's name; a slice by the library that slices where its variable is on (TensorRT-LLM's executor loop);
+    or, for ROCr's unnamed helpers on an AMD GPU's worker, by their mask of every CPU while the variable that makes
+    them inherit is not 0."""
+    found = pinners.named(name, dict(environ), narrowed=narrowed)
     rocr = pinners.PINNERS["rocr"]
     if found is None and vendor == rocr.vendor and inside is False and mask is not None and \
             pinners.unheeded("rocr", dict(environ)) and mask >= this_host_cpus():
@@ -375,10 +376,10 @@ def judge(
         seen = stat if tid == pid else ops.stat(tid)  # its name and last CPU (the main thread's: read above)
         name = None if seen is None else seen.name
         inside = None if want is None or mask is None else mask <= want.target
+        narrowed = bool(inside) and want is not None and mask != want.target
         threads.append(ThreadState(tid, name, mask, None if seen is None else seen.last_cpu, inside,
-                                   mask is not None and mask in own,
-                                   bool(inside) and want is not None and mask != want.target,
-                                   _pinner(name, mask, inside, environ, vendor)))
+                                   mask is not None and mask in own, narrowed,
+                                   _pinner(name, mask, inside, environ, vendor, narrowed)))
     crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
                   for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
     pages, size, hidden = None, None, False
