@@ -28,3 +28,12 @@ def test_json_text_writes_what_json_writes(value: object) -> None:
 def test_what_json_would_not_write_plainly_is_refused(value: object) -> None:
     with pytest.raises(TypeError):
         json_text(value)
+
+
+def test_json_already_written_is_put_in_as_it_is() -> None:
+    from numapin.base.text import Written, json_text
+
+    entry = Written(json_text({"b": 1, "a": "x"}))
+    assert json_text({"z": [entry, entry], "y": entry}) == '{"y": {"a": "x", "b": 1}, "z": [{"a": "x", "b": 1}, ' \
+        '{"a": "x", "b": 1}]}'
+    assert json_text("plain") == '"plain"'  # a plain string is still a JSON string

@@ -6,7 +6,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["counted", "decimal", "format_size", "json_text", "json_value", "markup", "plural", "printable", "table"]
+__all__ = ["Written", "counted", "decimal", "format_size", "json_text", "json_value", "markup", "plural", "printable",
+           "table"]
 
 
 _DIGITS = frozenset("0123456789")
@@ -108,6 +109,13 @@ def _json_string(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+class Written(str):
+    """JSON text already written (by :func:`json_text`): put in as it is where it is a value of another document,
+    so that a document of many parts that do not change (a process's declared buffers) re-serialises none."""
+
+    __slots__ = ()
+
+
 def json_text(value: object) -> str:
     """``value`` (dicts with string keys, lists, tuples, strings, integers, finite floats, booleans, None) as
     ``json.dumps(value, sort_keys=True)`` writes it, without importing json: its decoder imports ``re``, and
@@ -116,6 +124,8 @@ def json_text(value: object) -> str:
         return "null"
     if value is True or value is False:
         return "true" if value else "false"
+    if isinstance(value, Written):
+        return str.__str__(value)
     if isinstance(value, str):
         return _json_string(value)
     if isinstance(value, int):

@@ -14,7 +14,7 @@ import os
 from ..base.files import Folder
 from ..base.frozen import frozen
 from ..base.logger import log
-from ..base.text import json_text, json_value
+from ..base.text import Written, json_text, json_value
 from ..cpuset import CpuSet
 from .folders import DECLARATION, Where, declaration_name, folders, owner, places, reading_folders, start_time
 from .record import CAP, VERSION, exact_int
@@ -43,6 +43,10 @@ class Declared:
         return {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
                 "asked_page_size": self.asked_page_size, "locked": self.locked}
 
+    def text(self) -> Written:
+        """Its entry of a declaration, written once by its owner (:func:`declare` puts it in as it is)."""
+        return Written(json_text(self.as_dict()))
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Declared | None:
         try:
@@ -62,10 +66,11 @@ class Declaration:
     more_bytes: int = 0
 
 
-def declare(buffers: Iterable[Declared], *, more: int = 0, more_bytes: int = 0) -> None:
-    """Declare this process's open host buffers (none: the declaration is removed), and how many more it holds than
-    it lists (``more``, of ``more_bytes`` bytes). Never raises: one debug line, as a record's write."""
-    listed = [b.as_dict() for b in buffers]
+def declare(entries: Iterable[Written], *, more: int = 0, more_bytes: int = 0) -> None:
+    """Declare this process's open host buffers, each its entry (:meth:`Declared.text`: written once, when the
+    buffer is made; none: the declaration is removed), and how many more it holds than it lists (``more``, of
+    ``more_bytes`` bytes). Never raises: one debug line, as a record's write."""
+    listed = list(entries)
     pid, start = os.getpid(), start_time(os.getpid())
     if start is None:
         return

@@ -30,7 +30,7 @@ import weakref
 
 from ..base.errors import EnvironmentProblem, UsageError
 from ..base.logger import log
-from ..base.text import counted, format_size
+from ..base.text import Written, counted, format_size
 from ..cpuset import CpuSet
 from ..facts.machine import cached as cached_facts
 from ..kernel import mapping
@@ -79,6 +79,7 @@ class HostBuffer(mmap.mmap):
     """Its resident bytes by node, as the kernel counted them after the fill."""
     _unregister: Any
     _finalizer: Any
+    _entry: Written
     _declared: Any
     """What the process's declaration says of it (:class:`numapin.pinning.declaration.Declared`)."""
 
@@ -190,6 +191,7 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
 
     buffer._declared = Declared(buffer.address, buffer.nbytes, nodes, buffer.page_size,
                                 mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE), buffer.locked)
+    buffer._entry = buffer._declared.text()  # written once: a declaration of many re-serialises none
     _OPEN[buffer] = None
     _OPEN_BYTES[0] += buffer.nbytes
     # One dropped unclosed (its mapping goes with it) leaves the count.
@@ -411,6 +413,14 @@ def _read_back(buffer: HostBuffer, page_size: int, notes: list[str]) -> tuple[di
     """The buffer's bytes on each node, and its page size, as the kernel counts its own pages: the mapping's line
     of ``numa_maps`` where the mapping is the buffer alone (one read), else ``move_pages`` asked for no move, page
     by page (a neighbour with the same flags and policy may have merged with it)."""
+    if buffer.nbytes // page_size <= _ASKED_PAGE_BY_PAGE:
+        # A small buffer asks the kernel of its own pages alone: numa_maps walks every mapping of the process,
+        # and a process making hundreds of small buffers would pay that walk for each (quadratic in them).
+        try:
+            pages, stride = mapping.page_nodes(buffer.address, buffer.nbytes, page_size)
+            return {n: count * stride * page_size for n, count in pages.items()}, page_size
+        except OSError:
+            pass  # no move_pages here: numa_maps below
     line = _numa_maps_line(buffer.address)
     size = page_size
     if line is not None:
@@ -427,6 +437,11 @@ def _read_back(buffer: HostBuffer, page_size: int, notes: list[str]) -> tuple[di
                      "not its own in numa_maps)")
         return {}, size
     return {n: count * stride * size for n, count in pages.items()}, size
+
+
+#: The most pages a buffer has for its read-back to ask the kernel page by page (``move_pages``) rather than read
+#: the process's ``numa_maps`` (256 MiB of base pages).
+_ASKED_PAGE_BY_PAGE = 1 << 16
 
 
 def _numa_maps_line(address: int) -> str | None:
@@ -472,8 +487,9 @@ def _declare() -> None:
 
     from .declaration import LISTED_AT_MOST, declare
 
-    listed = [b._declared for b in islice(_OPEN.keys(), LISTED_AT_MOST)]
-    declare(listed, more=len(_OPEN) - len(listed), more_bytes=_OPEN_BYTES[0] - sum(d.nbytes for d in listed))
+    listed = list(islice(_OPEN.keys(), LISTED_AT_MOST))
+    declare([b._entry for b in listed], more=len(_OPEN) - len(listed),
+            more_bytes=_OPEN_BYTES[0] - sum(b.nbytes for b in listed))
 
 
 def _close_all() -> None:
