@@ -218,3 +218,49 @@ def test_node_exporter_serves_the_textfile_and_never_half_of_one(services: Servi
         writer.join()
     assert set(seen) <= counts and len(set(seen)) == 2, seen
     assert sorted(p.name for p in folder.iterdir()) == [TEXTFILE]
+
+
+def test_the_service_monitors_relabelling_names_each_series_by_its_node_and_no_worker_by_numapins_pod(
+        services: Services, tmp_path: Path) -> None:
+    # The ServiceMonitor's endpoint as the Prometheus Operator renders it (honor_labels, its relabelings in
+    # Prometheus's spelling), on a target carrying the labels the operator gives one (numapin's own pod, its
+    # namespace, container, service, endpoint; the node's name as Kubernetes discovery has it): every series names
+    # the node, and a worker in no pod carries none of numapin's pod labels. The alerts load in the same Prometheus.
+    import yaml
+
+    prometheus = binary("prometheus", "prometheus")
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+    (endpoint,) = yaml.safe_load((deploy / "servicemonitor.yaml").read_text())["spec"]["endpoints"]
+    spelling = {"sourceLabels": "source_labels", "targetLabel": "target_label"}
+    relabel = [{spelling.get(k, k): v for k, v in step.items()} for step in endpoint["relabelings"]]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump({"groups": yaml.safe_load((deploy / "prometheusrule.yaml").read_text())
+                                     ["spec"]["groups"]}))
+    worker = services.worker(min(os.sched_getaffinity(0)))
+    exporter = services.start([*NUMAPIN, "exporter", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE)
+    assert exporter.stderr is not None
+    target = exporter.stderr.readline().split("http://")[-1].split("/")[0]
+    operator = {"pod": "numapin-x7k2p", "namespace": "numapin", "container": "numapin", "service": "numapin",
+                "endpoint": "metrics", "__meta_kubernetes_pod_node_name": "gpu-node-7"}
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "rule_files": [str(rules)],
+        "scrape_configs": [{"job_name": "numapin", "honor_labels": endpoint["honorLabels"],
+                            "static_configs": [{"targets": [target], "labels": operator}],
+                            "relabel_configs": relabel}]}))
+    port = free_port()
+    services.start([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], stderr=subprocess.DEVNULL)
+
+    def series(expression: str) -> list[dict[str, str]] | None:
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        data = json.loads(fetch(url))
+        return [r["metric"] for r in data["data"]["result"]] or None
+
+    (mine,) = until("the worker's series", lambda: series(f'numapin_worker{{pid="{worker}"}}'))
+    assert mine["node"] == "gpu-node-7" and not {"pod", "namespace", "container", "service"} & set(mine), mine
+    (up,) = until("up", lambda: series('up{job="numapin"}'))
+    assert up["node"] == "gpu-node-7", up
+    loaded = json.loads(fetch(f"http://127.0.0.1:{port}/api/v1/rules"))["data"]["groups"]
+    alerts = {rule["name"] for group in loaded for rule in group["rules"]}
+    assert {"NumapinExporterDown", "NumapinExporterAbsent", "GpuWorkerMisplaced"} <= alerts, alerts

@@ -32,7 +32,8 @@ def _documents() -> list[dict[str, Any]]:
     yaml = kube.needed("yaml", "kubetest")
     found = []
     for path in sorted(DEPLOY.glob("*.yaml")):
-        found += [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if path.name != "kustomization.yaml":  # kustomize's own kind, checked below
+            found += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return found
 
 
@@ -92,7 +93,8 @@ def test_the_image_is_this_version_and_its_server_is_probed_for_life() -> None:
     name, _, tag = container["image"].rpartition(":")
     assert (name, tag) == ("numapin", __version__), "the manifest names this version, never latest"
     docs = (REPO / "docs" / "kubernetes.md").read_text()
-    assert f"numapin:{__version__}@$(cat numapin.digest)" in docs, "the documented flow pins the digest"
+    assert f"numapin=REGISTRY/numapin:{__version__}@$(cat ../../numapin.digest)" in docs, \
+        "the documented flow pins the digest"
     for probe in ("readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"] == {"path": "/", "port": "metrics"}, probe  # served: see the image test
     assert container["livenessProbe"]["timeoutSeconds"] * container["livenessProbe"]["failureThreshold"] >= 10
@@ -109,10 +111,43 @@ def test_the_prometheus_rule_holds_the_documented_alerts_and_promtool_takes_it(t
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     checked = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
-    assert checked.returncode == 0 and "SUCCESS: 3 rules found" in checked.stdout, checked.stdout + checked.stderr
+    rules_found = len(rule["spec"]["groups"][0]["rules"])
+    assert checked.returncode == 0 and f"SUCCESS: {rules_found} rules found" in checked.stdout, \
+        checked.stdout + checked.stderr
     rules.write_text(yaml.safe_dump({"groups": [{**rule["spec"]["groups"][0], "rules": [
         {"alert": "Broken", "expr": "numapin_up =="}]}]}))
     assert subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, timeout=60).returncode != 0
+
+
+def test_every_alert_has_a_severity_a_runbook_that_exists_and_names_its_node() -> None:
+    import re
+
+    docs = (REPO / "docs" / "kubernetes.md").read_text()
+    anchors = {re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+               for heading in re.findall(r"^#{2,3} (.+)$", docs, re.M)}
+    rules = _one("PrometheusRule")["spec"]["groups"][0]["rules"]
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("critical", "warning", "info"), rule["alert"]
+        page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert page == "docs/kubernetes.md" and anchor in anchors, rule["alert"]
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
+        assert "$labels.instance" not in rule["annotations"]["summary"], "a pod's address names no node"
+    exprs = [rule["expr"] for rule in rules]
+    assert any(e.startswith("absent(up{") for e in exprs) and any(e.startswith("up{") for e in exprs), \
+        "the exporter's own absence fires an alert"
+    relabel = _one("ServiceMonitor")["spec"]["endpoints"][0]["relabelings"]
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"} in relabel
+
+
+def test_the_kustomization_applies_every_manifest_with_the_image_named_once() -> None:
+    yaml = kube.needed("yaml", "kubetest")
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    manifests = sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name != "kustomization.yaml")
+    assert sorted(kustomization["resources"]) == manifests
+    (container,) = _one("DaemonSet")["spec"]["template"]["spec"]["containers"]
+    (image,) = kustomization["images"]
+    assert image["name"] == container["image"].rpartition(":")[0] and image["newTag"] == \
+        container["image"].rpartition(":")[2], "the kustomization rewrites the DaemonSet's own image"
 
 
 def test_the_service_monitor_finds_the_service_and_its_port() -> None:
