@@ -36,7 +36,8 @@ METRICS = {
     "numapin_worker_drift_total": ("counter", "Times the worker's keeper saw its placement move, by cause: cpuset, "
                                               "mems (the cgroup's allowed CPUs or memory nodes changed), moved (a "
                                               "thread's mask changed by someone else), inherited (a new thread on a "
-                                              "mask that is not the placement)."),
+                                              "mask that is not the placement), narrowed (a thread's mask made a "
+                                              "slice inside the placement: left as it is)."),
     "numapin_worker_host_memory_bytes": ("gauge", "The worker's resident memory on one NUMA node, by kind: anon "
                                                   "(private anonymous), shmem (shared memory, where cudaHostAlloc "
                                                   "puts pinned buffers), huge (hugetlb), file (files mapped)."),
