@@ -331,3 +331,10 @@ def test_a_view_kept_until_exit_costs_no_traceback_at_exit(tmp_path: Path) -> No
                           env={**os.environ, "NUMAPIN_RUNTIME_DIR": str(tmp_path)})
     assert done.returncode == 0 and done.stdout == "made\n", done.stderr
     assert "Traceback" not in done.stderr and "BufferError" not in done.stderr, done.stderr
+
+
+def test_a_gpu_named_where_none_is_visible_names_the_commands_flag_too() -> None:
+    # numapin buffer --gpu 1 on a host (or in a container) of no GPU: the way out is its --node, said as such.
+    done = subprocess.run([*NUMAPIN, "buffer", "--gpu", "1", "--size", "1M"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 2 and "numapin buffer --node N" in done.stderr, done.stderr

@@ -127,7 +127,12 @@ def test_a_planned_buffer_is_checked_against_the_gpus_nodes_free_huge_pages(tmp_
     pool.mkdir(parents=True)
     args = ("--root", str(root), "--gpu", "0", "--buffer", "1G", "--hugepages", "2M")
     (pool / "free_hugepages").write_text("511\n")  # one short of 1 GiB of 2 MiB pages
+    (pool / "nr_hugepages").write_text("600\n")
     assert "hugepages-not-free" in _doctor_ids(env, *args)
+    done = subprocess.run([*NUMAPIN, "doctor", *args, "--json"], capture_output=True, text=True, timeout=60, env=env)
+    (fix,) = [f["fix"] for f in json.loads(done.stdout)["findings"] if f["id"] == "hugepages-not-free"]
+    # The command itself, its number filled: the node's pool now (600) and the one page it lacks.
+    assert "echo 601 > /sys/devices/system/node/node0/hugepages/hugepages-2048kB/nr_hugepages" in fix, fix
     (pool / "free_hugepages").write_text("512\n")
     assert "hugepages-not-free" not in _doctor_ids(env, *args)
     assert "hugepages-not-free" not in _doctor_ids(env, "--root", str(root), "--gpu", "0", "--buffer", "1G")

@@ -367,8 +367,25 @@ def node_free_bytes(root: str | os.PathLike[str] | None, node: int) -> int | Non
     return None
 
 
+def _pool(node: int, size: int) -> str:
+    return f"sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB"
+
+
 def free_hugepages(root: str | os.PathLike[str] | None, node: int, size: int) -> int | None:
     """Huge pages of ``size`` bytes free in node ``node``'s pool now; None where the kernel has no such pool (or
     the file cannot be read)."""
-    return decimal((Host.at(root).read(f"sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB/"
-                                       "free_hugepages") or "").strip())
+    return decimal((Host.at(root).read(f"{_pool(node, size)}/free_hugepages") or "").strip())
+
+
+def reserve_command(root: str | os.PathLike[str] | None, nodes: CpuSet, size: int, needed: int) -> str:
+    """The command that reserves ``needed`` huge pages of ``size`` bytes free on ``nodes`` (spread over them), each
+    node's pool written its new total: its pages now and its share of what is missing."""
+    host = Host.at(root)
+    ids = sorted(nodes)
+    missing = needed - sum(free_hugepages(root, n, size) or 0 for n in ids)
+    lines = []
+    for i, node in enumerate(ids):
+        share = missing // len(ids) + (1 if i < missing % len(ids) else 0)
+        now = decimal((host.read(f"{_pool(node, size)}/nr_hugepages") or "").strip()) or 0
+        lines.append(f"echo {now + max(0, share)} > /{_pool(node, size)}/nr_hugepages")
+    return "; ".join(lines)

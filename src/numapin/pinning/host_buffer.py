@@ -217,7 +217,8 @@ def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | No
     if gpu is not None and (isinstance(gpu, bool) or not isinstance(gpu, int) or not 0 <= gpu < len(facts.visible)):
         raise UsageError(f"host_buffer(gpu={gpu!r}): this process sees {counted(len(facts.visible), 'GPU')}, "
                          f"0 to {len(facts.visible) - 1}" if facts.visible else
-                         f"host_buffer(gpu={gpu!r}): this process sees no GPU; name a node (node=N)", value=gpu)
+                         f"host_buffer(gpu={gpu!r}): this process sees no GPU; name a node (node=N; numapin buffer "
+                         f"--node N): the nodes with memory here are {exist}", value=gpu)
     if not facts.visible:
         raise UsageError("host_buffer(): no GPU is visible to this process to choose a node by; name a node "
                          f"(node=N; numapin buffer --node N): the nodes with memory here are {exist}", value=gpu)
@@ -275,14 +276,13 @@ def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[st
     if hugepages is None:
         return base
     size = mapping.HUGE_PAGES[hugepages]
-    from ..facts.topology import free_hugepages
+    from ..facts.topology import free_hugepages, reserve_command
 
     needed = -(-nbytes // size)
     free = sum(free_hugepages("/", n, size) or 0 for n in nodes)  # this kernel's pools, whatever the facts' root
     if free < needed:
         notes.append(f"{hugepages} pages: node(s) {nodes} have {free} free, {needed} needed (reserve them: "
-                     f"echo N > /sys/devices/system/node/nodeX/hugepages/hugepages-{size >> 10}kB/nr_hugepages); "
-                     "base pages instead")
+                     f"{reserve_command('/', nodes, size, needed)}); base pages instead")
         return base
     return size
 

@@ -10,7 +10,7 @@ from ...base.text import format_size, plural
 from ...cpuset import CpuSet
 from ...facts import procfs
 from ...facts.machine import Facts
-from ...facts.topology import free_hugepages
+from ...facts.topology import free_hugepages, reserve_command
 from ...kernel.mapping import HUGE_PAGES
 from ...pinning import record
 from ...pinning.judge import Judgement
@@ -104,7 +104,7 @@ def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, jud
             found.append(Finding(
                 "hugepages-not-free", "warning", f"its host buffer at {b.address:#x} ({format_size(b.nbytes)}) asked "
                 f"for {format_size(b.asked_page_size)} pages and got {format_size(b.page_size)} pages: node(s) "
-                f"{b.nodes} had too few free", _HUGE_WHY, _huge_fix(b.nodes, b.asked_page_size, b.nbytes)))
+                f"{b.nodes} had too few free", _HUGE_WHY, _huge_fix(facts, b.nodes, b.asked_page_size, b.nbytes)))
     if size is None:
         return found
     if hugepages is not None and placement is not None and placement.mems:
@@ -115,7 +115,7 @@ def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, jud
             found.append(Finding(
                 "hugepages-not-free", "warning", f"{hugepages} pages: node(s) {placement.mems} have "
                 f"{sum(f or 0 for f in free)} free, {needed} needed for {format_size(size)}",
-                _HUGE_WHY, _huge_fix(placement.mems, page, size)))
+                _HUGE_WHY, _huge_fix(facts, placement.mems, page, size)))
     if lock:
         try:
             limit = procfs.locked_memory_limit(os.getpid() if pid is None else pid)
@@ -135,8 +135,8 @@ _HUGE_WHY = ("the buffer steps down to base pages: a large pool then needs 512 t
              "and its copies miss the TLB more")
 
 
-def _huge_fix(nodes: CpuSet, page: int, size: int) -> str:
-    kib = page >> 10
-    return (f"reserve {-(-size // page)} on node(s) {nodes} before the job: echo N > /sys/devices/system/node/"
-            f"nodeX/hugepages/hugepages-{kib}kB/nr_hugepages (1G pages are surest reserved at boot: "
-            f"hugepagesz={'1G' if page >= 1 << 30 else '2M'} hugepages=N)")
+def _huge_fix(facts: Facts, nodes: CpuSet, page: int, size: int) -> str:
+    needed = -(-size // page)
+    command = reserve_command(facts.topology.root, nodes, page, needed)
+    return (f"reserve {needed} on node(s) {nodes} before the job: {command} (1G pages are surest reserved at "
+            f"boot: hugepagesz={'1G' if page >= 1 << 30 else '2M'} hugepages={needed})")
