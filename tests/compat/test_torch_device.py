@@ -253,3 +253,14 @@ def test_a_naming_of_a_gpu_the_process_does_not_see_changes_nothing_and_the_next
     assert before["warnings"] == [], before
     assert after["raised"] is None and _on(after["masks"], live.NODE0), after
     assert (after["how"], after["gpu"], after["warnings"]) == ("autopin", 0, []), after
+
+
+def test_a_pytorch_without_the_deprecated_alias_costs_no_warning(pair_root: Path, tmp_path: Path) -> None:
+    # Newer PyTorch dropped torch.accelerator.set_device_idx: every worker warning of it would be noise.
+    folder = _fake_torch(tmp_path / "newer")
+    accelerator = folder / "torch" / "accelerator.py"
+    accelerator.write_text(accelerator.read_text().replace("set_device_idx = set_device_index\n", ""))
+    got = _namings(folder, [("accelerator", 1)], {AUTOPIN: "1", AUTOPIN_OPTIONS["memory"]: "none"})
+    steps = got["steps"]
+    assert isinstance(steps, list) and steps[0]["warnings"] == [], steps
+    assert _on(steps[0]["masks"], live.NODE1) and steps[0]["gpu"] == 1, steps  # the function it has still places

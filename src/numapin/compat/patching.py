@@ -98,10 +98,13 @@ class FunctionPatch:
     runs the module's code anew and so brings the original back).
     """
 
-    def __init__(self, module: str, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    def __init__(self, module: str, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]], *,
+                 optional: bool = False) -> None:
         self.module = module
         self.name = name
         self.make = make
+        #: A name a version of the module may lack (a deprecated alias): its absence is no warning, one debug line.
+        self.optional = optional
         self.target = f"{module}.{name}"
         self._lock = threading.RLock()
         self._finder: _Finder | None = None
@@ -165,6 +168,10 @@ class FunctionPatch:
                 current = None if holder is None else holder.__dict__.get(attribute) if isinstance(holder, type) \
                     else getattr(holder, attribute, None)
                 if current is None:
+                    if self.optional:
+                        log.debug("%s: this version has no %s (an alias it dropped); nothing to patch",
+                                  self.module, self.name)
+                        return PatchReport(self.target, refused=f"{self.module} has no {self.name}")
                     return self._refuse(f"{self.module} has no {self.name}")
                 original = getattr(current, _MARK, None)
                 if original is not None:  # patched already (by an earlier numapin module, before a reload)

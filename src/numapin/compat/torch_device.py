@@ -172,7 +172,9 @@ def _replacement(original: Callable[..., Any]) -> Callable[..., Any]:
                                                                     "__doc__"), updated=())
 
 
-_PATCHES = tuple(FunctionPatch(module, name, _replacement) for module, name in TARGETS)
+#: ``set_device_idx``, the deprecated alias, is gone from newer PyTorch: its absence is said at debug level only.
+_PATCHES = tuple(FunctionPatch(module, name, _replacement, optional=name == "set_device_idx")
+                 for module, name in TARGETS)
 _AT_EXIT: list[str] = []
 
 
