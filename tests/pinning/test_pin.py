@@ -602,3 +602,29 @@ def test_pin_applies_a_placement_already_decided(pair_root: Path) -> None:
         numapin.pin(0)  # and back
 
     in_child(child)
+
+
+def test_a_rehearsal_pins_nothing_and_names_what_the_user_gave(tmp_path: Path) -> None:
+    # A machine whose CPUs are not this host's (dgx-h100 on this host), through NUMAPIN_FSROOT: pin() places nothing
+    # and says so, naming the variable the user set, never the host's own CPUs as someone's external mask; exec says
+    # the same of what it was given, --machine or the variable.
+    import subprocess
+    import sys
+
+    import live
+    from numapin.facts import synthetic
+
+    root = synthetic.write("dgx-h100", tmp_path / "dgx")
+    code = "import numapin; r = numapin.pin(gpu=0); print(r.action.name, r.mask is None)"
+    env = live.without_inputs(dict(os.environ)) | {"NUMAPIN_FSROOT": str(root)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.stdout.split() == ["NOTHING", "True"], done.stdout + done.stderr
+    assert f"NUMAPIN_FSROOT={root} (the synthetic machine dgx-h100) is not this host" in done.stderr, done.stderr
+    assert "external" not in done.stderr and "--machine dgx-h100" not in done.stderr.split("; --machine pair")[0]
+    exec_env = subprocess.run([sys.executable, "-m", "numapin", "exec", "--local-rank", "0", "--", "true"],
+                              capture_output=True, text=True, timeout=60, env=env)
+    typed = subprocess.run([sys.executable, "-m", "numapin", "exec", "--machine", "dgx-h100", "--", "true"],
+                           capture_output=True, text=True, timeout=60,
+                           env=live.without_inputs(dict(os.environ)))
+    assert exec_env.returncode == 0 and f"NUMAPIN_FSROOT={root}" in exec_env.stderr, exec_env.stderr
+    assert typed.returncode == 0 and "--machine dgx-h100 is not this host" in typed.stderr, typed.stderr

@@ -17,7 +17,7 @@ import _thread  # threading's locks themselves, without threading's import
 import os
 
 from ..base.choices import parse_choice
-from ..base.environment import CUDA_VISIBLE_DEVICES, GPU_VISIBILITY, PRIORITY_CORES
+from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, GPU_VISIBILITY, PRIORITY_CORES
 from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
@@ -217,6 +217,26 @@ def this_host_cpus() -> CpuSet:
     planned and judged, never pinned for real."""
     return CpuSet.parse_or_none(Host.at("/").read("sys/devices/system/cpu/online") or "") \
         or CpuSet(os.sched_getaffinity(0))
+
+
+def rehearsal(topology: Topology, environ: Mapping[str, str], *, typed: str | None = None) -> str | None:
+    """Why a machine (its ``topology``) is a rehearsal here, in the words of what the user gave (``typed``: the
+    option, ``--machine NAME``; else ``NUMAPIN_FSROOT`` from ``environ``): its CPUs are not this host's, so it is
+    planned and judged, never pinned. None for this host (the live root, or ``pair``: its CPUs are this host's)."""
+    if Host(topology.root).is_live:
+        return None
+    here = this_host_cpus()
+    if topology.online <= here:
+        return None
+    from .synthetic import written
+
+    name = written(topology.root)
+    given = environ.get(FSROOT)
+    what = typed or (f"{FSROOT}={given}" + (f" (the synthetic machine {name})" if name else "") if given
+                     else f"the machine under {topology.root}")
+    return (f"{what} is not this host (its CPUs {topology.online}, this host's {here}): a rehearsal, which plans and "
+            "judges (numapin exec --dry-run shows what would be done) but pins nothing here; --machine pair is this "
+            "host seen as two nodes")
 
 
 def this_host_nodes() -> CpuSet:

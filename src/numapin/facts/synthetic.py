@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
+from .host import Host
 
 __all__ = ["MARKER", "SHAPES", "MachineSpec", "shape_named", "synthetic", "write", "written"]
 
@@ -175,11 +176,9 @@ def shape_named(name: str) -> MachineSpec:
 
 
 def written(dest: str | os.PathLike[str]) -> str | None:
-    """The name of the synthetic machine written under ``dest``, None when there is none."""
-    try:
-        return (Path(dest) / MARKER).read_text().strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
+    """The name of the synthetic machine written under ``dest``, None when there is none (or its marker is no
+    regular file: a folder handed in as a machine is read as any root, never waited on)."""
+    return (Host.at(dest).read(MARKER) or "").strip() or None
 
 
 def _put(root: Path, rel: str, text: str) -> None:

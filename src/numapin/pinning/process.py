@@ -17,7 +17,7 @@ from ..base.errors import EnvironmentProblem, NumapinError, UsageError, errno_na
 from ..base.frozen import frozen
 from ..base.logger import log
 from ..cpuset import CpuSet, CpuSpec
-from ..facts.machine import Facts
+from ..facts.machine import Facts, rehearsal
 from ..facts.machine import cached as cached_facts
 from ..facts.machine import forget as forget_facts
 from ..kernel.affinity import LinuxThreads, Outcome, ThreadKernel, outcome_of
@@ -229,6 +229,12 @@ def pin(
                                    f"the {len(facts.visible)} visible is assumed; name it with pin(gpu=N)")
             else:
                 explicit_cpus(facts.topology, placement.cpus)  # a placement made elsewhere must fit here
+            # A machine whose CPUs are not this host's (a synthetic one, through NUMAPIN_FSROOT or root=) is planned
+            # and judged, never pinned by this kernel (a model kernel, handed in, acts on any machine); the host's
+            # own CPUs are no one's external mask.
+            why = None if kernel is not None else rehearsal(facts.topology, env)
+            if why is not None:
+                raise EnvironmentProblem(why)
         except UsageError:
             raise
         except (EnvironmentProblem, OSError) as exc:

@@ -18,8 +18,7 @@ from ..base.logger import log
 from ..base.pinners import PINNERS, sets
 from ..base.text import plural
 from ..cpuset import CpuSet
-from ..facts.host import Host
-from ..facts.machine import Facts, this_host_cpus
+from ..facts.machine import Facts, rehearsal
 from ..facts.machine import cached as cached_facts
 from ..placement.modes import Cores, Placement, PlacementMode, parse_mode, rank_share, resolve
 from ..placement.ranks import LocalRank, requested_rank
@@ -164,6 +163,16 @@ class PreparedExec:
         return "\n".join(lines)
 
 
+def _typed(request: ExecRequest, facts: Facts) -> str | None:
+    """What the user typed that names a synthetic machine (``--machine NAME``), where the request's root is one."""
+    if request.root is None:
+        return None
+    from ..facts.synthetic import written
+
+    name = written(facts.topology.root)
+    return f"--machine {name}" if name else None
+
+
 def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | None:
     if request.gpu is not None or request.cpus is not None:
         return None
@@ -251,18 +260,11 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
                  " ".join(f"{k}={v}" for k, v in prepared.crowd))
     p = prepared.placement
     facts = cached_facts(request.root, env)
-    # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys.
-    host = None if Host(facts.topology.root).is_live else this_host_cpus()
-    if host is not None and not facts.topology.online <= host:
-        # A rehearsal (--machine dgx-h100 on a laptop): the kernel here has none of that machine's CPUs to pin
-        # to; respecting "someone else's" mask, or stepping down, would only hide that.
-        from ..facts.synthetic import written
-
-        name = written(facts.topology.root)
-        what = f"--machine {name}" if name else f"the machine under {facts.topology.root}"
-        why = (f"{what} is not this host (its CPUs {facts.topology.online}, this host's {host}): a rehearsal, "
-               "which plans and judges (numapin exec --dry-run shows what would be done) but pins nothing here; "
-               "--machine pair is this host seen as two nodes")
+    # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys. A
+    # rehearsal (--machine dgx-h100 on a laptop): the kernel here has none of that machine's CPUs to pin to;
+    # respecting "someone else's" mask, or stepping down, would only hide that.
+    why = rehearsal(facts.topology, env, typed=_typed(request, facts))
+    if why is not None:
         if request.strict:
             raise EnvironmentProblem(why)
         log.warning("%s; %s unpinned", why, "the program runs" if request.program else "this process runs")
