@@ -8,11 +8,15 @@ no account to run a process as a user or to give it a file.
 
 from __future__ import annotations
 
+import os
 import pwd
 import subprocess
+import time
 from dataclasses import dataclass
 
-NAME = "numapin-test-other"
+#: The user's name: of this test process (each run of the suite, each of its workers, makes its own, so that two runs
+#: side by side never remove the user the other uses). A name of 32 characters at most, as useradd takes.
+NAME = f"numapin-test-{os.getpid()}"
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,13 @@ def make() -> Other:
     except KeyError:
         pass
     try:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
-                       check=True)
+        for attempt in range(20):  # another run's useradd may hold /etc/passwd's lock a moment (exit 10)
+            done = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+                                  capture_output=True, text=True)
+            if done.returncode != 10:
+                break
+            time.sleep(0.1 * (attempt + 1))
+        assert done.returncode == 0, done.stderr
     except FileNotFoundError:
         taken = {entry.pw_uid for entry in pwd.getpwall()}
         assert BARE_ID not in taken, f"user id {BARE_ID} is an account's here"
@@ -68,4 +77,7 @@ def make() -> Other:
 
 def remove(other: Other) -> None:
     if other.made:
-        subprocess.run(["userdel", NAME], check=False, capture_output=True)
+        for attempt in range(20):  # as for useradd: another run may hold the lock a moment
+            if subprocess.run(["userdel", NAME], check=False, capture_output=True).returncode != 10:
+                break
+            time.sleep(0.1 * (attempt + 1))

@@ -176,7 +176,8 @@ def test_the_numactl_stand_in_is_never_where_another_user_can_make_it(
 
     tag = f"{os.geteuid()}-{hashlib.sha256(sys.executable.encode()).hexdigest()[:12]}"
     guess = f"/tmp/numapin-front-{tag}"  # where the stand-in of root's interpreter was
-    assert _planted_numactl(other, guess)
+    # Planted (by this run's other user, or already by another run's, side by side with this one).
+    assert _planted_numactl(other, guess) or (Path(guess) / "numactl").exists()
     try:
         home = private_tmp / "home"
         home.mkdir()
