@@ -87,8 +87,11 @@ def serve(listener: socket.socket, answer: Callable[[str, Mapping[str, str]], An
     """Accept and answer on ``listener`` until ``stopped`` is set (or forever); ``answer(path, headers)`` gives
     a GET's answer (headers by lower-case name)."""
     loop = _Loop(listener, answer)
-    while stopped is None or not stopped.is_set():
-        loop.once(0.5 if stopped is not None else None)
+    try:
+        while stopped is None or not stopped.is_set():
+            loop.once(0.5 if stopped is not None else None)
+    finally:
+        loop.close()
 
 
 class _Loop:
@@ -244,6 +247,16 @@ class _Loop:
                 self.wake.send(b"x")  # the loop starts the next queued request
             except OSError:
                 pass
+
+    def close(self) -> None:
+        """Close every connection still waiting or queued, and the loop's own sockets (answers under way end by
+        themselves)."""
+        for waiting in [*self.waiting.values(), *self.queue]:
+            self._drop(waiting)
+        self.queue.clear()
+        self.selector.close()
+        self.wake.close()
+        self.woken.close()
 
     def _refuse(self, waiting: _Waiting, code: int, text: str) -> None:
         self._forget(waiting)
