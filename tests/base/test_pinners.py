@@ -211,3 +211,21 @@ def test_a_library_turned_against_the_placement_is_a_finding_with_its_fix(
     for f in found:
         fixes = [fix for key, row in PINNERS.items() if f.id.startswith(key) for _, _, fix in row.fights]
         assert f.fix in fixes or any(fix in f.fix for fix in fixes), f
+
+
+def test_a_proxy_on_its_nics_node_is_judged_by_its_row_not_misplaced(tmp_path: Path) -> None:
+    # UCCL pins its proxy threads to its NIC's node. A worker placed on a slice of that node (mode exclusive) holds
+    # one there: outside the placement, where the table says it belongs; known only where UCCL is in the process.
+    from numapin.facts import synthetic
+    from numapin.facts.machine import cached
+    from numapin.pinning.judge import on_nic_node
+
+    facts = cached(synthetic.write("dgx-h100", tmp_path / "dgx"), {})
+    gpu = facts.inventory.gpus[0]
+    nics = facts.network().nearest(gpu.pci)
+    assert nics, "the DGX H100 gives each GPU a NIC"
+    node = nics[0].cpus
+    assert on_nic_node(node, {"UCCL_NUM_PROXIES": "4"}, facts, gpu.pci) == "uccl"
+    assert on_nic_node(node, {}, facts, gpu.pci) is None  # no UCCL here: whoever did it, it stays outside
+    elsewhere = facts.topology.online - node
+    assert on_nic_node(elsewhere, {"UCCL_NUM_PROXIES": "4"}, facts, gpu.pci) is None  # not on its NIC's node

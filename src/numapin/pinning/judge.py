@@ -311,6 +311,18 @@ def _pinner(name: str | None, mask: CpuSet | None, inside: bool | None, environ:
     return found
 
 
+def on_nic_node(mask: CpuSet, environ: Mapping[str, str], facts: Facts, pci: str | None) -> str | None:
+    """The library of :data:`numapin.base.pinners.PINNERS` whose threads belong on the NIC's node (UCCL's proxies,
+    NIXL's), in a process whose environment shows it, where ``mask`` lies on the CPUs of the NICs nearest the GPU at
+    ``pci``: a thread that library put where it belongs, judged by its row. None for any other thread."""
+    rows = [key for key, row in pinners.PINNERS.items()
+            if row.belongs == "nic" and any(name.startswith(row.signs) for name in environ)]
+    if not rows or not pci:
+        return None
+    near = CpuSet.union([nic.cpus for nic in facts.network().nearest(pci)])
+    return rows[0] if near and mask <= near else None
+
+
 def judge(
     pid: int,
     *,
@@ -377,9 +389,12 @@ def judge(
         name = None if seen is None else seen.name
         inside = None if want is None or mask is None else mask <= want.target
         narrowed = bool(inside) and want is not None and mask != want.target
+        pinner = _pinner(name, mask, inside, environ, vendor, narrowed)
+        if inside is False and pinner is None and want is not None and mask is not None:
+            pinner = on_nic_node(mask, environ, facts, want.placement.pci)
+            inside = True if pinner is not None else inside  # where its library's row says it belongs
         threads.append(ThreadState(tid, name, mask, None if seen is None else seen.last_cpu, inside,
-                                   mask is not None and mask in own, narrowed,
-                                   _pinner(name, mask, inside, environ, vendor, narrowed)))
+                                   mask is not None and mask in own, narrowed, pinner))
     crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
                   for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
     pages, size, hidden = None, None, False
