@@ -333,11 +333,16 @@ def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_c
     finally:
         proc.kill()
         proc.wait()
+    def keys(pci: str) -> str:  # the GPU as numapin writes it, and as DCGM's exporter does (pci_bus_id)
+        domain, _, rest = pci.partition(":")
+        return f'pci="{pci}",pci_bus_id="{domain.zfill(8).upper()}:{rest.upper()}"'
+
+    assert keys("0000:1a:00.0") == 'pci="0000:1a:00.0",pci_bus_id="00000000:1A:00.0"'
     for pci, count in zip(gpus, (1, 0), strict=True):
-        assert placed[f'numapin_gpu_workers{{pci="{pci}"}}'] == str(count), placed
-        assert placed[f'numapin_gpu_workers_misplaced{{pci="{pci}"}}'] == "0"
-    assert moved[f'numapin_gpu_workers_misplaced{{pci="{gpus[0]}"}}'] == "1"
-    assert moved[f'numapin_gpu_threads_outside{{pci="{gpus[0]}"}}'] == "1"
+        assert placed[f"numapin_gpu_workers{{{keys(pci)}}}"] == str(count), placed
+        assert placed[f"numapin_gpu_workers_misplaced{{{keys(pci)}}}"] == "0"
+    assert moved[f"numapin_gpu_workers_misplaced{{{keys(gpus[0])}}}"] == "1"
+    assert moved[f"numapin_gpu_threads_outside{{{keys(gpus[0])}}}"] == "1"
     said = [(s, v) for s, v in {**placed, **moved}.items() if s.startswith("numapin_worker{")]
     words = sorted({re.search(r'placed_by="([^"]*)"', s).group(1) for s, _ in said})  # type: ignore[union-attr]
     assert words == ["exec", "moved"] and set(words) <= set(PLACED_BY), said

@@ -17,7 +17,7 @@ from ..base.text import printable
 from ..pinning.verdict import placed_by_label
 from .ps import Survey, Verdict, Worker
 
-__all__ = ["METRICS", "TEXTFILE", "exposition", "write_textfile"]
+__all__ = ["METRICS", "TEXTFILE", "dcgm_bus_id", "exposition", "write_textfile"]
 
 #: The file ``--textfile DIR`` writes (node_exporter reads every ``*.prom`` of its folder).
 TEXTFILE = "numapin.prom"
@@ -72,6 +72,13 @@ def _number(value: float) -> str:
     return repr(float(value)) if isinstance(value, float) else str(value)
 
 
+def dcgm_bus_id(pci: str) -> str:
+    """A PCI address as DCGM's exporter labels a GPU (``pci_bus_id``): an eight-digit domain, upper-case hex
+    (``0000:18:00.0`` is ``00000000:18:00.0``)."""
+    domain, colon, rest = pci.partition(":")
+    return f"{domain.zfill(8)}{colon}{rest}".upper() if colon and rest else pci.upper()
+
+
 def exposition(found: Survey) -> str:
     """The survey as Prometheus text: one series per worker and metric, and the host's totals."""
     series: dict[str, list[str]] = {name: [] for name in METRICS}
@@ -104,14 +111,15 @@ def exposition(found: Survey) -> str:
             away = bool(w.host_memory["shared_elsewhere"] or w.host_memory["buffers_elsewhere"])
             add("numapin_worker_host_memory_elsewhere", w, int(away))
     for pci in sorted({*found.gpus, *(w.pci for w in found.counted if w.pci)}):
-        # Keyed by the GPU alone (as DCGM's exporter keys its series): stable across the workers' restarts.
+        # Keyed by the GPU alone (as DCGM's exporter keys its series): stable across the workers' restarts; and
+        # by DCGM's own spelling of the address too, so that a join with its series needs no label_replace.
         on = [w for w in found.counted if w.pci == pci]
-        series["numapin_gpu_workers"].append(f'numapin_gpu_workers{{pci="{_value(pci)}"}} {len(on)}')
+        keys = f'pci="{_value(pci)}",pci_bus_id="{_value(dcgm_bus_id(pci))}"'
+        series["numapin_gpu_workers"].append(f"numapin_gpu_workers{{{keys}}} {len(on)}")
         series["numapin_gpu_workers_misplaced"].append(
-            f'numapin_gpu_workers_misplaced{{pci="{_value(pci)}"}} '
-            f"{sum(w.verdict is Verdict.MISPLACED for w in on)}")
+            f"numapin_gpu_workers_misplaced{{{keys}}} {sum(w.verdict is Verdict.MISPLACED for w in on)}")
         series["numapin_gpu_threads_outside"].append(
-            f'numapin_gpu_threads_outside{{pci="{_value(pci)}"}} '
+            f"numapin_gpu_threads_outside{{{keys}}} "
             f"{sum(w.outside for w in on if w.verdict in (Verdict.OK, Verdict.MISPLACED))}")
     add("numapin_workers", None, len(found.counted))
     add("numapin_workers_misplaced", None, len(found.misplaced))
