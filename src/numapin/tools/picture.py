@@ -270,10 +270,13 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
     node = t.node(node_id)
     y += 20
     gx, gpus_right = x + _PAD, x + _PAD
-    for index, label in gpus:
-        label = fit(label, 12, _MAX_WIDTH - x - 24 - 3 * _PAD)
-        w = _text_width(label, 12) + 24 + 2 * _PAD
-        if gx + w > x + _MAX_WIDTH and gx > x + _PAD:  # the next row, as cache groups wrap
+    # What a node's rows may hold: the picture's width less the node's and its package's frames around them.
+    room = _MAX_WIDTH - x - 4 * _PAD
+    labels = [(index, fit(label, 12, room - 24 - 2 * _PAD)) for index, label in gpus]
+    widths = [_text_width(label, 12) + 24 + 2 * _PAD for _, label in labels]
+    per_row = _balanced(widths, room)
+    for n, ((index, label), w) in enumerate(zip(labels, widths, strict=True)):
+        if n and n % per_row == 0:  # the next row: as many GPUs on each, the last row never the odd one out
             gx, y = x + _PAD, y + 22 + _PAD
         c.parts.append(f'<g id="gpu-{index}" data-gpu="{index}">')
         c.rect(gx, y, w, 22, "fill:#FFFFFF;stroke:#000;stroke-width:1.5", inner=f"<title>{markup(label)}</title>")
@@ -290,7 +293,7 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
     row_x, row_y, row_h, widest = x + _PAD, y, 0.0, gpus_right - x
     for group in groups:
         w, h = _group_size(group, cell)
-        if row_x + w > x + _MAX_WIDTH and row_x > x + _PAD:
+        if row_x + w > x + room and row_x > x + _PAD:
             row_x, row_y = x + _PAD, row_y + row_h + _PAD
             row_h = 0.0
         _group(c, facts, plan, group, row_x, row_y, cell)
@@ -304,6 +307,18 @@ def _node(c: _Canvas, facts: Facts, plan: _Plan, node_id: int, cpus: CpuSet, gpu
     widest = max(widest, label_width + _PAD)
     c.rect(x, top, widest + _PAD, y - top, "fill:none;stroke:#555;stroke-width:1", f' id="node-{node_id}"')
     return widest + _PAD, y - top
+
+
+def _balanced(widths: list[float], room: float) -> int:
+    """How many boxes of ``widths`` (each followed by a pad) a row takes: as many as fit in ``room``, then spread
+    evenly over the rows they need (four GPUs that do not fit in one row go 2 + 2, never 3 + 1)."""
+    fit_in, used = 0, float(_PAD)
+    for w in widths:
+        if used + w > room and fit_in:
+            break
+        fit_in, used = fit_in + 1, used + w + _PAD
+    rows = -(-len(widths) // max(1, fit_in))
+    return max(1, -(-len(widths) // rows))
 
 
 def _cache_groups(facts: Facts, cpus: CpuSet) -> list[list[CpuSet]]:
