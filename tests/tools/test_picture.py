@@ -243,3 +243,22 @@ def test_the_live_picture_is_well_formed_xml_whatever_a_process_is_named(
     shown = name.encode("unicode_escape").decode().replace("\\x1b", "\\x1b")
     assert f"pid {proc.pid} {shown}" in legend, legend
     assert not set(legend) & {"\x01", "\x07", "\x1b"}
+
+
+@pytest.mark.parametrize("machine", ["dgx-h100", "epyc-nps4", "mi300x"])
+def test_the_plan_fits_a_1400_pixel_window_and_each_nodes_gpus_share_their_rows_evenly(
+        machine: str, tmp_path: Path) -> None:
+    _, root = draw(tmp_path, "plan", "--machine", machine, "--mode", "exclusive", "--reserve", "1")
+    assert float(root.get("width", "0")) <= 1400, root.get("width")
+    rows: dict[str, dict[str, int]] = {}  # node -> row (its y) -> GPUs on it
+    for node in root.iter(f"{SVG}rect"):
+        if (node.get("id") or "").startswith("node-"):
+            top, bottom = float(node.get("y", 0)), float(node.get("y", 0)) + float(node.get("height", 0))
+            for g in root.iter(f"{SVG}g"):
+                if (g.get("id") or "").startswith("gpu-"):
+                    y = float(g.find(f"{SVG}rect").get("y", 0))  # type: ignore[union-attr]
+                    if top <= y <= bottom:
+                        row = rows.setdefault(node.get("id", ""), {})
+                        row[str(y)] = row.get(str(y), 0) + 1
+    for node, counts in rows.items():
+        assert max(counts.values()) - min(counts.values()) <= 1, (node, counts)  # 2 + 2, never 3 + 1
