@@ -77,6 +77,14 @@ class ScanTimeout(NumapinError):
     """A scan of the host's processes ran past the time it was given (the exporter's scrape bound): checked inside
     each step over a process, so that no process, however costly to look into, holds a scan past it."""
 
+    @classmethod
+    def past(cls, deadline: float | None, where: str) -> None:
+        """Raise one, saying ``where`` the scan was, once ``time.monotonic()`` is past ``deadline`` (None: none)."""
+        import time
+
+        if deadline is not None and time.monotonic() > deadline:
+            raise cls(f"the scan ran past its time bound, {where}")
+
 
 def _rebuilt(cls: type[NumapinError], args: tuple[object, ...], fields: dict[str, object]) -> NumapinError:
     """An unpickled error: its message and fields restored without calling the class's constructor."""

@@ -414,7 +414,7 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
     mine = namespaces("self")
     groups: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
-        _in_time(deadline)
+        ScanTimeout.past(deadline, "among the processes of other namespaces")
         try:
             key = namespaces(pid)
         except ProcessError:
@@ -429,11 +429,6 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
         found.update(got)
         unread += missed
     return found, unread
-
-
-def _in_time(deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise ScanTimeout("the scan ran past its time bound, among the processes of other namespaces")
 
 
 def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None],
@@ -461,7 +456,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
     wanted: dict[str, list[tuple[int, int, str, int, int]]] = {}  # folder -> (pid, uid, name, inner, start)
     try:
         for pid in pids:
-            _in_time(deadline)
+            ScanTimeout.past(deadline, "among the processes of other namespaces")
             start, uid = start_of(pid), owner_of(pid)
             try:
                 inner = procfs.inner_pid(pid)
@@ -476,7 +471,7 @@ def _in_namespace(ns: int, pids: list[int], start_of: Callable[[int], int | None
                 wanted.setdefault(path, []).append((pid, uid, name, inner, start))
         found: dict[int, tuple[Record, Where]] = {}
         for path, looked in wanted.items():
-            _in_time(deadline)
+            ScanTimeout.past(deadline, "among the processes of other namespaces")
             looked = [entry for entry in looked if entry[0] not in found]  # a process's first folder wins
             if not looked:
                 continue

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError, ScanTimeout
@@ -237,7 +236,7 @@ def survey(
     me = os.getpid()
     owners = {}
     for pid in chosen:
-        _in_time(deadline)
+        ScanTimeout.past(deadline, "listing the processes' owners")
         try:
             owners[pid] = procfs.owner(pid)
         except ProcessError:
@@ -293,7 +292,7 @@ def survey(
     declarations = present(set(owners.values()))  # the host buffers declared here, listed once a scan
     found: list[Worker] = []
     for pid in chosen:
-        _in_time(deadline, len(found))
+        ScanTimeout.past(deadline, f"{len(found)} workers found so far")
         if pid == me and not asked:
             continue
         try:
@@ -347,12 +346,6 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
             w = replace(w, pod=pod, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
         checked.append(w)
     return checked, unnamed
-
-
-def _in_time(deadline: float | None, found: int = 0) -> None:
-    """ScanTimeout past ``deadline`` (``time.monotonic()``): asked at each process of each step of a scan."""
-    if deadline is not None and time.monotonic() > deadline:
-        raise ScanTimeout(f"the scan ran past its time bound, {found} workers found so far")
 
 
 def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Callable[[int], tuple[str, ...]],
