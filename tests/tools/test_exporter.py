@@ -333,11 +333,13 @@ def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_c
     finally:
         proc.kill()
         proc.wait()
-    def keys(pci: str) -> str:  # the GPU as numapin writes it, and as DCGM's exporter does (pci_bus_id)
-        domain, _, rest = pci.partition(":")
-        return f'pci="{pci}",pci_bus_id="{domain.zfill(8).upper()}:{rest.upper()}"'
+    uuids = {v.gpu.pci: v.gpu.uuid for v in cached(str(pair_root), {}).visible}
 
-    assert keys("0000:1a:00.0") == 'pci="0000:1a:00.0",pci_bus_id="00000000:1A:00.0"'
+    def keys(pci: str) -> str:  # the GPU as numapin writes it, and as DCGM's exporter does (pci_bus_id, UUID)
+        domain, _, rest = pci.partition(":")
+        return f'pci="{pci}",pci_bus_id="{domain.zfill(8).upper()}:{rest.upper()}",UUID="{uuids.get(pci)}"'
+
+    assert all(uuids.values()), "the pair machine's GPUs have UUIDs, as NVIDIA's driver gives them"
     for pci, count in zip(gpus, (1, 0), strict=True):
         assert placed[f"numapin_gpu_workers{{{keys(pci)}}}"] == str(count), placed
         assert placed[f"numapin_gpu_workers_misplaced{{{keys(pci)}}}"] == "0"

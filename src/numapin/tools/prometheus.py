@@ -110,11 +110,13 @@ def exposition(found: Survey) -> str:
                     add("numapin_worker_host_memory_bytes", w, size, kind=kind, node=node)
             away = bool(w.host_memory["shared_elsewhere"] or w.host_memory["buffers_elsewhere"])
             add("numapin_worker_host_memory_elsewhere", w, int(away))
+    uuids = dict(found.uuids)
     for pci in sorted({*found.gpus, *(w.pci for w in found.counted if w.pci)}):
         # Keyed by the GPU alone (as DCGM's exporter keys its series): stable across the workers' restarts; and
         # by DCGM's own spelling of the address too, so that a join with its series needs no label_replace.
         on = [w for w in found.counted if w.pci == pci]
-        keys = f'pci="{_value(pci)}",pci_bus_id="{_value(dcgm_bus_id(pci))}"'
+        keys = f'pci="{_value(pci)}",pci_bus_id="{_value(dcgm_bus_id(pci))}"' + (
+            f',UUID="{_value(uuids[pci])}"' if pci in uuids else "")
         series["numapin_gpu_workers"].append(f"numapin_gpu_workers{{{keys}}} {len(on)}")
         series["numapin_gpu_workers_misplaced"].append(
             f"numapin_gpu_workers_misplaced{{{keys}}} {sum(w.verdict is Verdict.MISPLACED for w in on)}")

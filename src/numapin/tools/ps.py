@@ -134,6 +134,9 @@ class Survey:
     gpus: tuple[str, ...] = ()
     """The PCI addresses of the host's GPUs, where a scan of the whole host asked for them (the per-GPU series
     count a GPU without a worker as 0); empty for a scan of chosen processes."""
+    uuids: tuple[tuple[str, str], ...] = ()
+    """Each of :attr:`gpus` with its UUID, where the machine gives one (the per-GPU series carry it as DCGM's
+    exporter does)."""
     pod_names: str | None = None
     """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one; or,
     beginning ``stale:``, that they are the kubelet's last answer, which did not come now."""
@@ -307,8 +310,10 @@ def survey(
     unnamed = None
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, machine)
-    gpus = tuple(g.pci for g in machine().inventory.gpus if g.pci) if every_gpu and not asked else ()
-    return Survey(tuple(found), unseen, gpus, unnamed)
+    every = machine().inventory.gpus if every_gpu and not asked else ()
+    gpus = tuple(g.pci for g in every if g.pci)
+    uuids = tuple((g.pci, g.uuid) for g in every if g.pci and g.uuid)
+    return Survey(tuple(found), unseen, gpus, uuids, unnamed)
 
 
 def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
