@@ -264,3 +264,39 @@ def test_the_service_monitors_relabelling_names_each_series_by_its_node_and_no_w
     loaded = json.loads(fetch(f"http://127.0.0.1:{port}/api/v1/rules"))["data"]["groups"]
     alerts = {rule["name"] for group in loaded for rule in group["rules"]}
     assert {"NumapinExporterDown", "NumapinExporterAbsent", "GpuWorkerMisplaced"} <= alerts, alerts
+
+
+def test_every_panel_of_the_dashboard_has_data_from_real_prometheus_scraping_the_exporter(
+        services: Services, tmp_path: Path, pair_root: Path) -> None:
+    # deploy/grafana's dashboard: each panel's every query, its node variable at All, answered with data by Prometheus
+    # scraping the exporter (the pair machine: two GPUs, one worker placed), the node label as the ServiceMonitor
+    # gives it.
+    prometheus = binary("prometheus", "prometheus")
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "numapin-dashboard.json")
+                           .read_text())
+    services.env["NUMAPIN_FSROOT"] = str(pair_root)
+    services.worker(min(os.sched_getaffinity(0)))
+    exporter = services.start([*NUMAPIN, "exporter", "--listen", "127.0.0.1:0"], stderr=subprocess.PIPE)
+    assert exporter.stderr is not None
+    target = exporter.stderr.readline().split("http://")[-1].split("/")[0]
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                      f"  - job_name: numapin\n    static_configs:\n      - targets: ['{target}']\n"
+                      "        labels: {node: gpu-node-7}\n")
+    port = free_port()
+    services.start([prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"], stderr=subprocess.DEVNULL)
+
+    def answered(expression: str) -> list[object] | None:
+        url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expression})
+        data = json.loads(fetch(url))
+        assert data["status"] == "success", (expression, data)
+        return data["data"]["result"] or None
+
+    queries = [t["expr"].replace("$node", ".*") for p in dashboard["panels"] for t in p["targets"]]
+    assert len(queries) >= 9 and all("$" not in q for q in queries)
+    for expression in queries:
+        assert until(f"data for {expression}", lambda e=expression: answered(e)), expression
+    variable = next(v for v in dashboard["templating"]["list"] if v["name"] == "node")
+    values = until("the node variable's values", lambda: answered("group by (node) (numapin_up)"))
+    assert variable["query"] == "label_values(numapin_up, node)" and values
