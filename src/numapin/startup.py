@@ -33,7 +33,7 @@ value is one warning on stderr and the interpreter starts as usual.
 # interpreter's modules (tests/test_startup_imports.py); the rest is imported where it is used.
 import os
 
-from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, FSROOT, KEEP, PATCH
+from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN_OPTIONS, KEEP, PATCH
 
 #: The start-up import rule. A process that is no worker (no rank, not one GPU visible) imports these of
 #: numapin and nothing more: the environment's names and the glance at the PCI devices.
@@ -181,18 +181,21 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
 
         raise UsageError(f"{AUTOPIN}={quoted(value)}: expected 1 (or true, yes, on) to pin, 0 (or false, no, off) "
                          "to leave processes alone", value=value)
-    from .facts.glance import not_a_worker, visible_without_rank
+    from .facts.glance import glimpse, not_a_worker
 
     # Most processes of a job are no workers: the environment and one listing of the PCI devices say so,
     # and nothing else of numapin is imported. Where the glance is unsure, the machine is read whole.
-    visible = visible_without_rank(env)
+    visible, vendor = glimpse(env)
     if visible is None:
         from .placement.ranks import local_rank
 
         if local_rank(env) is None:
             from .facts.machine import cached as cached_facts
 
-            visible = len(cached_facts(None, env).visible)
+            seen = cached_facts(None, env).visible
+            visible = len(seen)
+            vendors = {str(v.gpu.vendor) for v in seen}
+            vendor = vendors.pop() if len(vendors) == 1 else None
     if visible is not None and visible != 1:
         why = not_a_worker(visible)
         if any(env.get(name, "").strip() for name in AUTOPIN_OPTIONS.values()):
@@ -208,7 +211,7 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
         # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
         # GPUs before a task: then it is placed for them.
         if visible > 1 and env is os.environ:
-            _crowd()
+            _crowd(vendor)
         _watch(unplaced=why if visible > 1 else None)
         return None, why
     from .pinning.request import autopin_request, pin_running
@@ -218,16 +221,15 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
     return pinned, None
 
 
-def _crowd() -> None:
+def _crowd(vendor: str | None) -> None:
     """A process that sees several GPUs and will name its own later (a vLLM or SGLang server, its workers): what it
     starts inherits, before any runtime or framework reads them, the variables that make the other pinners'
     threads inherit the placement (ROCr's helpers) or named (NCCL's), and SGLang's own binder's step aside, so that
     numapin alone places each worker when it names its GPU (:data:`numapin.base.pinners.PINNERS`). Never over a
     value the caller set."""
     from .base.pinners import steps_aside
-    from .facts.glance import host_vendor
 
-    for name, value in steps_aside(host_vendor(os.environ.get(FSROOT) or "/"), dict(os.environ)):
+    for name, value in steps_aside(vendor, dict(os.environ)):  # vendor: the glance's, of the GPUs in view
         os.environ[name] = value
 
 

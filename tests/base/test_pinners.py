@@ -229,3 +229,17 @@ def test_a_proxy_on_its_nics_node_is_judged_by_its_row_not_misplaced(tmp_path: P
     assert on_nic_node(node, {}, facts, gpu.pci) is None  # no UCCL here: whoever did it, it stays outside
     elsewhere = facts.topology.online - node
     assert on_nic_node(elsewhere, {"UCCL_NUM_PROXIES": "4"}, facts, gpu.pci) is None  # not on its NIC's node
+
+
+def test_a_server_on_an_amd_host_hands_its_workers_rocrs_inheritance_before_they_start(python: object,
+                                                                                       tmp_path: Path) -> None:
+    # The MI300X machine's eight GPUs in view, no rank (vLLM's or SGLang's server): what it starts inherits
+    # HSA_OVERRIDE_CPU_AFFINITY_DEBUG=0 (the glance's vendor: one look at the PCI devices) and SGLang's step aside.
+    from numapin.facts import synthetic
+
+    root = synthetic.write("mi300x", tmp_path / "mi300x")
+    code = ("import os; print(os.environ.get('HSA_OVERRIDE_CPU_AFFINITY_DEBUG'), "
+            "os.environ.get('SGLANG_AUTO_NUMA_BIND'), os.environ.get('NCCL_SET_THREAD_NAME'))")
+    done = python("-c", code, NUMAPIN_AUTOPIN="1", NUMAPIN_FSROOT=str(root),  # type: ignore[operator]
+                  **{RUNTIME_DIR: str(tmp_path / "records")})
+    assert done.stdout.split() == ["0", "0", "None"], done.stdout + done.stderr

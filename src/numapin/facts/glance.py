@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "held_by", "host_vendor", "load_nvml", "machine_gpus",
+__all__ = ["ACCELERATORS", "Accelerator", "accelerator", "glimpse", "held_by", "load_nvml", "machine_gpus",
            "no_worker",
            "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers",
            "visible_without_rank"]
@@ -370,25 +370,24 @@ def _rocm_visible(environ: "Mapping[str, str]", count: int) -> int | None:
 def visible_without_rank(environ: "Mapping[str, str]") -> int | None:
     """How many GPUs this process sees, where that count alone says whether it is a worker (no launcher rank
     is set); None where a rank is set or the glance is unsure, for the full reading to decide."""
+    return glimpse(environ)[0]
+
+
+def glimpse(environ: "Mapping[str, str]") -> "tuple[int | None, str | None]":
+    """:func:`visible_without_rank`'s count, and the one vendor (a row of :data:`ACCELERATORS`) whose GPUs the
+    host shows (None for none, or two, or a rank set), from one look at the PCI devices."""
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
-        return None
+        return None, None
     counts = _counts(os.environ.get(FSROOT) or "/")  # the root the full reading would read
     if counts is None or sum(map(bool, counts)) > 1 or environ.get(ACCELERATOR):
-        return None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
+        return None, None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
+    vendor = next((name for name, count in zip(ACCELERATORS, counts, strict=True) if count), None)
     nvidia, amd, gaudi = counts
     if gaudi:  # a module list (or one module) is the full reading's to match against the modules sysfs shows
-        return None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi
+        return (None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi), vendor
     if amd:
-        return _rocm_visible(environ, amd)
-    return _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia)
-
-
-def host_vendor(root: str) -> str | None:
-    """The one vendor (a row of :data:`ACCELERATORS`) whose GPUs the host shows; None for none, or two."""
-    counts = _counts(root)
-    if counts is None or sum(map(bool, counts)) != 1:
-        return None
-    return next(name for name, count in zip(ACCELERATORS, counts, strict=True) if count)
+        return _rocm_visible(environ, amd), vendor
+    return _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia), vendor
 
 
 def no_worker(environ: "Mapping[str, str]") -> str | None:
