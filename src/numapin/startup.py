@@ -38,13 +38,14 @@ from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN
 #: The start-up import rule. A process that is no worker (no rank, not one GPU visible) imports these of
 #: numapin and nothing more: the environment's names and the glance at the PCI devices.
 NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", "numapin.base.environment",
-                                  "numapin.base.pinners", "numapin.facts", "numapin.facts.glance"})
+                                  "numapin.facts", "numapin.facts.glance"})
 #: A worker pinned at start imports at most these of numapin: the machine read (its GPUs' vendor's module), the
 #: decision, the walk, the record (not the judge, the tools' commands, the network or interrupts, the synthetic
 #: machines).
 WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen", "numapin.base.logger",
-    "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gaudi", "numapin.facts.gpu",
+    "numapin.base.pinners", "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gaudi",
+    "numapin.facts.gpu",
     "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.inventory", "numapin.facts.kinds",
     "numapin.facts.machine", "numapin.facts.nvidia", "numapin.facts.pci", "numapin.facts.procfs",
     "numapin.facts.rocm", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
@@ -210,9 +211,8 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
             log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
         # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
         # GPUs before a task: then it is placed for them.
-        if visible > 1 and env is os.environ:
-            _crowd(vendor)
-        _watch(unplaced=why if visible > 1 else None)
+        crowd = visible > 1 and env is os.environ  # a server that starts its workers: they inherit the crowd's
+        _watch(unplaced=why if visible > 1 else None, crowd=(vendor,) if crowd else None)
         return None, why
     from .pinning.request import autopin_request, pin_running
 
@@ -222,8 +222,9 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
 
 
 def _crowd(vendor: str | None) -> None:
-    """A process that sees several GPUs and will name its own later (a vLLM or SGLang server, its workers): what it
-    starts inherits, before any runtime or framework reads them, the variables that make the other pinners'
+    """A process that sees several GPUs and will name its own later (a vLLM or SGLang server, its workers), at
+    its import of torch (which those import before they start a worker or a GPU runtime; a launcher or a script
+    that never imports it pays nothing): what it starts inherits the variables that make the other pinners'
     threads inherit the placement (ROCr's helpers) or named (NCCL's), and SGLang's own binder's step aside, so that
     numapin alone places each worker when it names its GPU (:data:`numapin.base.pinners.PINNERS`). Never over a
     value the caller set."""
@@ -245,11 +246,17 @@ def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
         keep(period)
 
 
-def _watch(*, ray: bool = True, unplaced: str | None = None) -> None:
-    """Install the patches for what this process may import later, each the first time it is imported."""
+def _watch(*, ray: bool = True, unplaced: str | None = None, crowd: tuple[str | None] | None = None) -> None:
+    """Install the patches for what this process may import later, each the first time it is imported; ``crowd``:
+    the GPUs' vendor, where the crowd's variables are set at torch's import (:func:`_crowd`)."""
     import sys
 
-    wanted = {"torch": lambda: _torch(unplaced)}
+    def torch() -> None:
+        if crowd is not None:
+            _crowd(crowd[0])
+        _torch(unplaced)
+
+    wanted = {"torch": torch}
     if ray:
         wanted["ray"] = _ray
     sys.meta_path.insert(0, _ImportWatch(wanted))

@@ -175,20 +175,37 @@ def test_the_start_up_hook_sets_it_before_the_runtime_could_read_it(python: obje
     assert kept.stdout.strip() == "1", kept.stderr
 
 
+def _empty_torch(into: Path) -> Path:
+    """A package named torch that does nothing: what a server imports before it starts its workers."""
+    (into / "torch").mkdir(parents=True)
+    (into / "torch" / "__init__.py").write_text("")
+    return into
+
+
 def test_a_server_that_names_its_gpus_later_sets_sglangs_binder_aside(pair_root: Path, tmp_path: Path) -> None:
-    # Two GPUs in view, no rank (an SGLang server): its schedulers, started with this environment, leave their
-    # placement to numapin, which places each when it names its GPU. A value the caller set stays.
+    # Two GPUs in view, no rank (an SGLang server): at its import of torch (before it starts a scheduler), what it
+    # starts inherits SGLang's step aside, and numapin places each scheduler when it names its GPU. A process that
+    # never imports torch is left as it was; a value the caller set stays.
     from child import in_child
 
-    def child(preset: dict[str, str]) -> dict[str, str | None]:
+    folder = _empty_torch(tmp_path / "fake")
+
+    def child(preset: dict[str, str]) -> tuple[str | None, dict[str, str | None]]:
+        import sys
+
         from numapin import startup
 
         os.environ.update({"NUMAPIN_AUTOPIN": "1", **preset})
         startup.activate(os.environ)
-        return {name: os.environ.get(name) for name in ("SGLANG_AUTO_NUMA_BIND", "NCCL_SET_THREAD_NAME")}
+        before = os.environ.get("SGLANG_AUTO_NUMA_BIND")
+        sys.path.insert(0, str(folder))
+        import torch  # noqa: F401  (the empty one)
 
-    assert in_child(lambda: child({})) == {"SGLANG_AUTO_NUMA_BIND": "0", "NCCL_SET_THREAD_NAME": "1"}
-    assert in_child(lambda: child({"SGLANG_AUTO_NUMA_BIND": "1"}))["SGLANG_AUTO_NUMA_BIND"] == "1"
+        return before, {name: os.environ.get(name) for name in ("SGLANG_AUTO_NUMA_BIND", "NCCL_SET_THREAD_NAME")}
+
+    before, after = in_child(lambda: child({}))
+    assert before is None and after == {"SGLANG_AUTO_NUMA_BIND": "0", "NCCL_SET_THREAD_NAME": "1"}
+    assert in_child(lambda: child({"SGLANG_AUTO_NUMA_BIND": "1"}))[1]["SGLANG_AUTO_NUMA_BIND"] == "1"
 
 
 @pytest.mark.parametrize(("env", "vendor", "finding"), [
@@ -233,13 +250,14 @@ def test_a_proxy_on_its_nics_node_is_judged_by_its_row_not_misplaced(tmp_path: P
 
 def test_a_server_on_an_amd_host_hands_its_workers_rocrs_inheritance_before_they_start(python: object,
                                                                                        tmp_path: Path) -> None:
-    # The MI300X machine's eight GPUs in view, no rank (vLLM's or SGLang's server): what it starts inherits
-    # HSA_OVERRIDE_CPU_AFFINITY_DEBUG=0 (the glance's vendor: one look at the PCI devices) and SGLang's step aside.
+    # The MI300X machine's eight GPUs in view, no rank (vLLM's or SGLang's server): from its import of torch, what
+    # it starts inherits HSA_OVERRIDE_CPU_AFFINITY_DEBUG=0 (the glance's vendor: one look at the PCI devices) and
+    # SGLang's step aside.
     from numapin.facts import synthetic
 
     root = synthetic.write("mi300x", tmp_path / "mi300x")
-    code = ("import os; print(os.environ.get('HSA_OVERRIDE_CPU_AFFINITY_DEBUG'), "
+    code = ("import os, torch; print(os.environ.get('HSA_OVERRIDE_CPU_AFFINITY_DEBUG'), "
             "os.environ.get('SGLANG_AUTO_NUMA_BIND'), os.environ.get('NCCL_SET_THREAD_NAME'))")
     done = python("-c", code, NUMAPIN_AUTOPIN="1", NUMAPIN_FSROOT=str(root),  # type: ignore[operator]
-                  **{RUNTIME_DIR: str(tmp_path / "records")})
+                  PYTHONPATH=str(_empty_torch(tmp_path / "fake")), **{RUNTIME_DIR: str(tmp_path / "records")})
     assert done.stdout.split() == ["0", "0", "None"], done.stdout + done.stderr
