@@ -211,8 +211,8 @@ def _autopin(env: "Mapping[str, str]") -> "tuple[PinResult | None, str | None]":
             log.debug("start-up: %s; placed if it names a GPU (through PyTorch) or Ray hands it one", why)
         # Left alone, unless it names its GPU later (a vLLM or SGLang worker, through PyTorch) or Ray hands it
         # GPUs before a task: then it is placed for them.
-        crowd = visible > 1 and env is os.environ  # a server that starts its workers: they inherit the crowd's
-        _watch(unplaced=why if visible > 1 else None, crowd=(vendor,) if crowd else None)
+        # A server that starts its workers (several GPUs in view): they inherit the crowd's variables.
+        _watch(unplaced=why if visible > 1 else None, crowd=visible > 1 and env is os.environ, vendor=vendor)
         return None, why
     from .pinning.request import autopin_request, pin_running
 
@@ -246,14 +246,14 @@ def _keep(env: "Mapping[str, str]", pinned: "PinResult | None") -> None:
         keep(period)
 
 
-def _watch(*, ray: bool = True, unplaced: str | None = None, crowd: tuple[str | None] | None = None) -> None:
+def _watch(*, ray: bool = True, unplaced: str | None = None, crowd: bool = False, vendor: str | None = None) -> None:
     """Install the patches for what this process may import later, each the first time it is imported; ``crowd``:
-    the GPUs' vendor, where the crowd's variables are set at torch's import (:func:`_crowd`)."""
+    set the crowd's variables, for ``vendor``'s GPUs, at torch's import (:func:`_crowd`)."""
     import sys
 
     def torch() -> None:
-        if crowd is not None:
-            _crowd(crowd[0])
+        if crowd:
+            _crowd(vendor)
         _torch(unplaced)
 
     wanted = {"torch": torch}

@@ -12,6 +12,10 @@ hook read it. Each row cites what was read for it, with the version.
 Plain classes, not numapin's frozen records: the start-up hook reads the rows of a worker's vendor at every start.
 """
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = ["OFF", "PINNERS", "WHERE", "Pinner", "fighting", "named", "sets", "steps_aside", "unheeded"]
 
 #: Where a library's threads belong, in words: the closed set of a row's ``belongs``.
@@ -62,6 +66,10 @@ class Pinner:
         whole-process binder steps aside and numapin alone places the worker: ``(variable, value)``."""
         self.read = read
         """What was read for this row, with versions."""
+
+    def shown(self, environ: "Mapping[str, str]") -> bool:
+        """Whether a process's environment shows it in use: one of its signs is set there (none: never)."""
+        return any(name.startswith(self.signs) for name in environ) if self.signs else False
 
 
 #: The other pinners numapin knows. Thread names are the libraries' own (``pthread_setname_np``).
@@ -158,7 +166,7 @@ def named(thread: "str | None", environ: "dict[str, str] | None" = None, *, narr
         return None
     for key, row in PINNERS.items():
         if any(thread.startswith(prefix) for prefix in row.threads) and (
-                not row.signs or (environ is not None and any(v.startswith(row.signs) for v in environ))):
+                not row.signs or (environ is not None and row.shown(environ))):
             return key
     return None
 
@@ -171,8 +179,8 @@ def fighting(key: str, environ: "dict[str, str]", vendor: "str | None") -> "list
     """Row ``key``'s variables that, in this environment of a worker of ``vendor``'s GPU, make the library pin
     against numapin's placement: ``(variable, its value or unset, the fix)``."""
     row = PINNERS[key]
-    present = (row.vendor is not None and row.vendor == vendor) or \
-        any(name.startswith(row.signs) for name in environ) if row.signs else row.vendor == vendor
+    # In the process: its vendor's GPU is the worker's, or its variables are set.
+    present = (row.vendor is not None and row.vendor == vendor) or row.shown(environ)
     found = []
     for name, values, fix in row.fights:
         value = environ.get(name, "").strip()
@@ -193,9 +201,8 @@ def steps_aside(vendor: "str | None", environ: "dict[str, str]") -> "list[tuple[
     """What the start-up hook sets, where unset, in a process of ``vendor``'s host that will name its GPU later (a
     server that starts its workers): the crowd's inheritance (:func:`sets`) and the whole-process binders' step
     aside, before any runtime or framework reads them."""
-    wanted = [pair for row in PINNERS.values() if row.vendor == vendor for pair in row.inherit]
-    wanted += [pair for row in PINNERS.values() for pair in row.aside]
-    return [(k, v) for k, v in wanted if k not in environ]
+    aside = [(k, v) for row in PINNERS.values() for k, v in row.aside if k not in environ]
+    return sets(vendor, environ)[0] + aside
 
 
 def sets(vendor: "str | None", environ: "dict[str, str]") -> "tuple[list[tuple[str, str]], list[tuple[str, str]]]":

@@ -111,6 +111,10 @@ class Facts:
         """The visible GPU ``index``; when there is none, the error names the exact cause."""
         return select_gpu(self.visible, index, found=len(self.inventory.gpus), cut=self.cut)
 
+    def vendor_at(self, pci: str | None) -> str | None:
+        """The vendor (a row of ``glance.ACCELERATORS``) of the machine's GPU at ``pci``; None for no GPU there."""
+        return next((str(g.vendor) for g in self.inventory.gpus if pci and g.pci == pci), None)
+
     def _machine(self) -> Machine:
         return self.machine if self.machine is not None else Machine(self.topology, self.inventory)
 

@@ -315,8 +315,7 @@ def on_nic_node(mask: CpuSet, environ: Mapping[str, str], facts: Facts, pci: str
     """The library of :data:`numapin.base.pinners.PINNERS` whose threads belong on the NIC's node (UCCL's proxies,
     NIXL's), in a process whose environment shows it, where ``mask`` lies on the CPUs of the NICs nearest the GPU at
     ``pci``: a thread that library put where it belongs, judged by its row. None for any other thread."""
-    rows = [key for key, row in pinners.PINNERS.items()
-            if row.belongs == "nic" and any(name.startswith(row.signs) for name in environ)]
+    rows = [key for key, row in pinners.PINNERS.items() if row.belongs == "nic" and row.shown(environ)]
     if not rows or not pci:
         return None
     near = CpuSet.union([nic.cpus for nic in facts.network().nearest(pci)])
@@ -374,8 +373,7 @@ def judge(
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     marker = exec_marker(environ)
-    vendor = None if want is None else next((str(g.vendor) for g in facts.inventory.gpus
-                                             if want.placement.pci and g.pci == want.placement.pci), None)
+    vendor = None if want is None else facts.vendor_at(want.placement.pci)
     ops = LinuxThreads(pid)
     own = state().thread_masks() if pid == os.getpid() else set()
     own |= {m for m in (marker, None if found is None else found.mask) if m is not None}

@@ -352,8 +352,7 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
         notes.append(f"thread pools sized {share}: the {len(placement.workers)} CPUs are shared by the ranks of "
                      f"{sharing} GPUs (mode {placement.mode}; --mode exclusive gives each rank CPUs of its own)")
     nic, network, kept_network = _network(facts, placement, request.nics, environ, notes)
-    vendor = next((str(g.vendor) for g in facts.inventory.gpus if placement.pci and g.pci == placement.pci), None)
-    crowd, kept_crowd = sets(vendor, dict(environ))
+    crowd, kept_crowd = sets(facts.vendor_at(placement.pci), dict(environ))
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept,
                         nic=nic, network=network, kept_network=kept_network, crowd=tuple(crowd),
                         kept_crowd=tuple(kept_crowd))

@@ -177,9 +177,7 @@ def diagnose(
     findings += pinned_memory(env, facts, judged, named)
     if pid is not None or environ is None:  # a process, not an environment handed in
         findings += memory_refused(pid, found)
-    vendor = None if placement is None else next(
-        (str(g.vendor) for g in facts.inventory.gpus if placement.pci and g.pci == placement.pci), None)
-    findings += crowd_findings(env, vendor)
+    findings += crowd_findings(env, None if placement is None else facts.vendor_at(placement.pci))
     if judged is not None:
         from ..threads_report import crowd_words
 
