@@ -65,3 +65,48 @@ def test_show_into_a_closed_pipe_is_quiet() -> None:
         proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=60)
         assert (proc.returncode, proc.stderr) == (0, ""), reader
     assert proc.stdout == ""
+
+
+def test_the_rehearsal_lists_eight_workers_on_dgx_h100_and_the_host_none(tmp_path: Path) -> None:
+    # README's rehearsal as written (the folder moved into this test's own), then what ps --root says of it.
+    import json
+    import signal
+    import time
+
+    from live import without_inputs
+
+    code = block("rehearsal")
+    assert code.count("/tmp/dgx") >= 3 and "numapin ps --root /tmp/dgx" in code
+    folder = tmp_path / "dgx"
+    env = without_inputs(dict(os.environ))
+    script = f'numapin() {{ "{sys.executable}" -m numapin "$@"; }}\n' + code.replace("/tmp/dgx", str(folder))
+    said = tmp_path / "said"
+    with said.open("w") as out:  # a file, not a pipe: the workers keep what they inherit open for 60 s
+        shell = subprocess.Popen(["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+    try:
+        assert shell.wait(timeout=120) == 0, said.read_text()
+        workers: list[dict[str, object]] = []
+        for _ in range(60):  # on a loaded machine the eight may still be starting after the block's own wait
+            listed = subprocess.run([sys.executable, "-m", "numapin", "ps", "--root", str(folder), "--json"],
+                                    capture_output=True, text=True, timeout=60, env=env)
+            workers = json.loads(listed.stdout)["workers"]
+            if len(workers) == 8:
+                break
+            time.sleep(0.5)
+        assert sorted(w["gpu"] for w in workers) == list(range(8)), workers  # type: ignore[type-var]
+        assert {w["verdict"] for w in workers} == {"rehearsal"} and {w["placed_by"] for w in workers} == {"exec"}
+        assert len({w["expected"] for w in workers}) == 8  # exclusive: each GPU its own share of its node
+        assert json.loads(listed.stdout)["tally"]["rehearsal"] == 8 and listed.returncode == 0
+        pids = {w["pid"] for w in workers}
+        # The host's own ps never reads the folder: none is a worker there, none has the rehearsal's verdict.
+        host = subprocess.run([sys.executable, "-m", "numapin", "ps", "--json", "--all"], capture_output=True,
+                              text=True, timeout=60, env=env)
+        seen = [w for w in json.loads(host.stdout)["workers"] if w["pid"] in pids]
+        assert all(w["candidate"] and w["verdict"] != "rehearsal" for w in seen), seen
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+    ended = subprocess.run([sys.executable, "-m", "numapin", "ps", "--root", str(folder), "--json"],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert json.loads(ended.stdout)["workers"] == []  # a rehearsal's process that ended is listed no more

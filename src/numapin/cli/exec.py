@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     # machine's folder is removed before the program replaces this process.
     with machine_root(args) as root:
         # Each option parsed once, here, by its declaration's parser (what argparse typed already is kept).
-        request = ExecRequest(program=program, root=root, **{
+        request = ExecRequest(program=program, root=root, machine=args.machine or None, **{
             name: option.parse(value) if isinstance(value, str) and option.kind in ("choice", "text") else value
             for name, option in OPTIONS.items() if (value := getattr(args, name)) is not None})
         prepared = prepare_exec(request, os.environ)

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
                        every_gpu=args.prometheus or args.textfile is not None)
         if args.svg or args.html:
             _live_pictures(args, root, found)
-        rehearsal = _rehearsal(args.machine, root)
+        rehearsal = _rehearsal(f"machine: {args.machine}" if args.machine else f"root: {root}" if root else None,
+                               root)
     if quiet:
         return found.exit_code
     if args.textfile is not None:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                           "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
                          indent=2))
     else:
-        from ..pinning.verdict import placed_by_label
+        from ..pinning.verdict import Verdict, placed_by_label
 
         if args.wide:
             header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
@@ -79,8 +80,13 @@ def run(args: argparse.Namespace) -> int:
         else:  # within 100 columns: who placed it in one word, the threads outside of all, drift where there is any
             header = ["pid", "name", "gpu", "pci", "placed by", "outside", "remote", "verdict"]
             rows = [[str(w.pid), w.name, dash(w.gpu), w.where or "-", placed_by_label(w.placed_by),
-                     f"{w.outside} of {w.threads}", "-" if w.remote is None else f"{100 * w.remote:.1f}%",
+                     "-" if w.verdict is Verdict.REHEARSAL else f"{w.outside} of {w.threads}",
+                     "-" if w.remote is None else f"{100 * w.remote:.1f}%",
                      w.verdict_words + (" (candidate)" if w.candidate else "")] for w in found.workers]
+            if any(w.verdict is Verdict.REHEARSAL for w in found.workers):  # what it would have: the point of one
+                header.insert(4, "expected")
+                for row, w in zip(rows, found.workers, strict=True):
+                    row.insert(4, "-" if w.target is None else str(w.target))
             if any(w.drift for w in found.workers):
                 header.insert(6, "drift")
                 for row, w in zip(rows, found.workers, strict=True):
@@ -91,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 row.insert(2, "-" if w.pod is None else str(w.pod))
         print("\n".join(table(header, rows)))
         for w in found.workers:
-            if w.note:
+            if w.note and w.verdict is not Verdict.REHEARSAL:  # the rehearsal's line below says it once for all
                 print(f"note: {w.pid}: {w.note}")
             memory = w.host_memory or {}
             for words in [memory.get("shared_elsewhere"), *memory.get("buffers_elsewhere", ())]:
@@ -120,17 +126,18 @@ def run(args: argparse.Namespace) -> int:
     return found.exit_code
 
 
-def _rehearsal(machine: str | None, root: str | None) -> str | None:
-    """A line saying that --machine NAME is not this host (its CPUs are not this host's), or None."""
-    if not machine:
+def _rehearsal(typed: str | None, root: str | None) -> str | None:
+    """A line saying that the machine read (``typed``: ``machine: NAME``, ``root: DIR``) is not this host (its CPUs
+    are not this host's), or None."""
+    if not typed:
         return None
     from ..facts.machine import cached, this_host_cpus
 
     cpus, here = cached(root, {}).topology.online, this_host_cpus()
     if cpus <= here:
         return None
-    return (f"machine: {machine} is a rehearsal (its CPUs {cpus}; this host's {here}): this host's processes "
-            "judged as if they ran there, by their records and environment")
+    return (f"{typed} is a rehearsal (its CPUs {cpus}; this host's {here}): this host's processes judged as if "
+            "they ran there, by their records and environment; those rehearsed there, by what was decided for them")
 
 
 def _live_pictures(args: argparse.Namespace, root: str | None, found: Survey) -> None:
@@ -171,14 +178,15 @@ def tally(tally: dict[str, int], workers: int) -> str:
 
 def arguments(ps: argparse.ArgumentParser) -> None:
     ps.description = ("Every GPU worker of this host: a process that holds a GPU (a /dev/nvidiaN or AMD render node "
-                      "open, NVML's "
-                      "process list) or numapin's record of it; with its GPU, expected placement, threads outside "
-                      "it, remote share of its own memory, what placed it and the verdict: ok, misplaced (threads "
-                      "outside, or too much of its own memory on other nodes), unknown, unreadable. A process known "
-                      "only from its environment (a launcher rank, CUDA_VISIBLE_DEVICES: every shell of a job has "
-                      "them) is a candidate, listed with --all or by PID, never counted. Run by a user other than "
-                      "root, it judges other users' workers by their records and counts the processes it could not "
-                      "look into. Exit 1 when a worker is misplaced; 2 for a PID that is no process.")
+                      "open, NVML's process list) or numapin's record of it; with its GPU, expected placement, "
+                      "threads outside it, remote share of its own memory, what placed it and the verdict: ok, "
+                      "misplaced (threads outside, or too much of its own memory on other nodes), unknown, "
+                      "unreadable; with --root DIR, rehearsal (a process a rehearsal under DIR started, listed by what "
+                      "was decided for it). A process known only from its environment (a launcher rank, "
+                      "CUDA_VISIBLE_DEVICES: every shell of a job has them) is a candidate, listed with --all or by "
+                      "PID, never counted. Run by a user other than root, it judges other users' workers by their "
+                      "records and counts the processes it could not look into. Exit 1 when a worker is misplaced; 2 "
+                      "for a PID that is no process.")
     ps.add_argument("pids", nargs="*", type=count_arg, metavar="PID", help="only these processes (default: all)")
     ps.add_argument("--all", action="store_true",
                     help="list the candidates too: processes known only from their environment (never counted)")

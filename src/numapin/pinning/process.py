@@ -234,6 +234,10 @@ def pin(
             # own CPUs are no one's external mask.
             why = None if kernel is not None else rehearsal(facts.topology, env)
             if why is not None:
+                from .rehearsed import note as rehearsed
+
+                if rehearsed(facts.topology.root, placement, pins.acting.how if pins.acting else "pin") is not None:
+                    why += f"; its placement kept for numapin ps --root {facts.topology.root}"
                 raise EnvironmentProblem(why)
         except UsageError:
             raise

@@ -61,6 +61,9 @@ class ExecRequest:
     policy: ExternalMaskPolicy = default("policy")
     strict: bool = False
     root: str | None = None
+    machine: str | None = None
+    """The synthetic machine ``root`` was written for by ``--machine NAME`` (a temporary folder, gone with the
+    command: nothing rehearsed there is kept); None for a root the user gave (``--root``, ``NUMAPIN_FSROOT``)."""
     threads: str = default("threads")
     """Thread-pool sizes for the program: ``auto`` (the placement's CPU count), ``keep``, or a number."""
     nodes: CpuSet | None = default("nodes")
@@ -164,13 +167,16 @@ class PreparedExec:
 
 
 def _typed(request: ExecRequest, facts: Facts) -> str | None:
-    """What the user typed that names a synthetic machine (``--machine NAME``), where the request's root is one."""
+    """What the user typed that names the machine, where the request's root is not this host's: ``--machine NAME``,
+    or ``--root DIR``; None where it came from the environment (:func:`rehearsal` names the variable)."""
+    if request.machine is not None:
+        return f"--machine {request.machine}"
     if request.root is None:
         return None
     from ..facts.synthetic import written
 
     name = written(facts.topology.root)
-    return f"--machine {name}" if name else None
+    return f"--root {request.root}" + (f" (the synthetic machine {name})" if name else "")
 
 
 def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | None:
@@ -267,7 +273,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     if why is not None:
         if request.strict:
             raise EnvironmentProblem(why)
-        log.warning("%s; %s unpinned", why, "the program runs" if request.program else "this process runs")
+        log.warning("%s; %s unpinned%s", why, "the program runs" if request.program else "this process runs",
+                    _rehearsed(request, facts, p))
         return None, env
     # The decision made once, in prepare_exec(), is the one applied. The reserved cores are the
     # program's to take (NUMAPIN_RESERVED below): this process and every thread run on the rest.
@@ -285,6 +292,19 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     if prepared.kept_pools:
         log.info("thread pools left as set: %s", " ".join(f"{k}={v}" for k, v in prepared.kept_pools))
     return result, env
+
+
+def _rehearsed(request: ExecRequest, facts: Facts, placement: Placement) -> str:
+    """Leave the rehearsal's decision beside the machine rehearsed, where the user will look (not in the temporary
+    folder of ``--machine``); the words that say where, or nothing."""
+    if request.machine is not None:
+        return ""
+    from .rehearsed import note
+
+    kept = note(facts.topology.root, placement, "exec" if request.program else "autopin")
+    root = request.root or facts.topology.root
+    gpu = "" if placement.gpu is None else f"GPU {placement.gpu}, "
+    return "" if kept is None else f" (kept for numapin ps --root {root}: {gpu}CPUs {placement.workers})"
 
 
 def pin_running(request: ExecRequest, environ: Mapping[str, str] | None = None) -> PinResult | None:

@@ -22,6 +22,9 @@ class Verdict(Choice):
     """Nothing says which GPU it drives, so there is no placement to judge it by."""
     UNREADABLE = "unreadable"
     """Another user's process: nothing this user may read says where it should be."""
+    REHEARSAL = "rehearsal"
+    """A process of a rehearsal (``ps --root DIR`` of a machine that is not this host): what numapin would have
+    applied to it there, pinned nowhere (:mod:`numapin.pinning.rehearsed`)."""
 
 
 #: The default bound on the share of a worker's own memory (heap, stacks, anonymous and shared memory it made;

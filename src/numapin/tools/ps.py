@@ -307,6 +307,8 @@ def survey(
             continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
+    if root is not None:
+        found = _rehearsed(found, str(root), chosen if asked else None, stat_of)
     unnamed = None
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, machine)
@@ -314,6 +316,33 @@ def survey(
     gpus = tuple(g.pci for g in every if g.pci)
     uuids = tuple((g.pci, g.uuid) for g in every if g.pci and g.uuid)
     return Survey(tuple(found), unseen, gpus, uuids, unnamed)
+
+
+def _rehearsed(found: list[Worker], root: str, chosen: list[int] | None,
+               stat_of: Callable[[int], procfs.Stat | None]) -> list[Worker]:
+    """The workers found, with each process a rehearsal left under ``root`` (of those ``chosen``) in its place: a
+    rehearsal's process holds no GPU here, so it is found at most as a candidate, from its environment."""
+    if Host(root).is_live:
+        return found
+    from ..pinning.rehearsed import listed
+
+    rehearsed = {r.pid: r for r in listed(root) if chosen is None or r.pid in chosen}
+    if not rehearsed:
+        return found
+    workers = {w.pid: w for w in found}
+    for r in rehearsed.values():
+        stat = stat_of(r.pid)
+        if stat is None or stat.exited:
+            continue
+        try:
+            threads = len(procfs.tasks(r.pid))
+        except ProcessError:
+            continue
+        p = r.placement
+        workers[r.pid] = Worker(r.pid, stat.name, Verdict.REHEARSAL, "rehearsal", r.how, p.rank, p.gpu, p.pci, p,
+                                threads, note=f"rehearsed under {root}: placed nowhere (its CPUs are not this "
+                                "host's)", target=p.workers)
+    return [workers[pid] for pid in (sorted(workers) if chosen is None else chosen) if pid in workers]
 
 
 def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
