@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Python
-from numapin.startup import NEVER_AT_START, NOT_A_WORKER_IMPORTS, WORKER_IMPORTS
+from numapin.startup import NEVER_AT_START, NOT_A_WORKER_IMPORTS, worker_imports
 
 LOADED = "import sys; found = sorted(sys.modules); import json; print(json.dumps(found))"  # json imports re and enum
 
@@ -35,5 +35,5 @@ def test_a_worker_pinned_at_start_imports_only_what_the_rule_allows(python: Pyth
     loaded = _loaded(python, pair_root, tmp_path, LOCAL_RANK="0", NUMAPIN_MEMORY=memory)
     ours = {m for m in loaded if m.startswith("numapin")}
     assert "numapin.pinning.process" in ours, "the worker pinned (the check below can fail)"
-    assert ours - WORKER_IMPORTS == set(), f"outside the start-up rule: {sorted(ours - WORKER_IMPORTS)}"
+    assert ours - worker_imports() == set(), f"outside the start-up rule: {sorted(ours - worker_imports())}"
     assert [m for m in NEVER_AT_START if m in loaded] == []

@@ -39,16 +39,15 @@ from .base.environment import APPLIED, AUTOPIN, AUTOPIN_OFF, AUTOPIN_ON, AUTOPIN
 #: numapin and nothing more: the environment's names and the glance at the PCI devices.
 NOT_A_WORKER_IMPORTS = frozenset({"numapin", "numapin.startup", "numapin.base", "numapin.base.environment",
                                   "numapin.facts", "numapin.facts.glance"})
-#: A worker pinned at start imports at most these of numapin: the machine read (its GPUs' vendor's module), the
-#: decision, the walk, the record (not the judge, the tools' commands, the network or interrupts, the synthetic
-#: machines).
+#: A worker pinned at start imports at most these of numapin, and its GPUs' vendor's module (:func:`worker_imports`):
+#: the machine read, the decision, the walk, the record (not the judge, the tools' commands, the network or
+#: interrupts, the synthetic machines).
 WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
     "numapin.base.choices", "numapin.base.errors", "numapin.base.files", "numapin.base.frozen", "numapin.base.logger",
-    "numapin.base.pinners", "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gaudi",
-    "numapin.facts.gpu",
+    "numapin.base.pinners", "numapin.base.text", "numapin.cpuset", "numapin.facts.cgroup", "numapin.facts.gpu",
     "numapin.facts.grouping", "numapin.facts.host", "numapin.facts.inventory", "numapin.facts.kinds",
-    "numapin.facts.machine", "numapin.facts.nvidia", "numapin.facts.pci", "numapin.facts.procfs",
-    "numapin.facts.rocm", "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
+    "numapin.facts.machine", "numapin.facts.pci", "numapin.facts.procfs",
+    "numapin.facts.sysfs", "numapin.facts.topology", "numapin.kernel",
     "numapin.kernel.affinity", "numapin.kernel.mempolicy", "numapin.pinning", "numapin.pinning.decision",
     "numapin.pinning.folders", "numapin.pinning.memory", "numapin.pinning.options", "numapin.pinning.process",
     "numapin.pinning.record", "numapin.pinning.request", "numapin.pinning.results", "numapin.pinning.state",
@@ -65,7 +64,15 @@ if TYPE_CHECKING:
     from .pinning.results import PinResult
 
 __all__ = ["NEVER_AT_START", "NOT_A_WORKER_IMPORTS", "PATCHES", "WORKER_IMPORTS", "Activation", "activate",
-           "at_start"]
+           "at_start", "worker_imports"]
+
+
+def worker_imports() -> "frozenset[str]":
+    """:data:`WORKER_IMPORTS` and every vendor's reader module of the accelerators' table (a worker imports its
+    GPUs' vendor's)."""
+    from .facts.glance import ACCELERATORS
+
+    return WORKER_IMPORTS | {row.module for row in ACCELERATORS.values()}
 
 
 def _tensorrt_llm() -> "tuple[PatchReport, ...]":

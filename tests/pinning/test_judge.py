@@ -275,7 +275,7 @@ def test_a_gpu_device_file_is_known_by_the_name_its_holder_sees(target: str, dev
     # names the device from that tree's top: /new/dev/nvidia1 is GPU 1's device still. An AMD GPU is held
     # through its render node; /dev/kfd is every ROCm process's, of no GPU in particular; a Gaudi through its
     # accel device (hlN before), never its control device (which monitoring tools open).
-    from numapin.tools.ps import _DEVICE
+    from numapin.tools.ps import _device
 
-    found = _DEVICE.search(target)
+    found = _device().search(target)
     assert (None if found is None else "/" + found.group(1)) == device

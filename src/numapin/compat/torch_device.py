@@ -60,8 +60,14 @@ __all__ = ["TARGETS", "Follower", "install", "named_gpu", "uninstall"]
 #: The functions a PyTorch program names its GPU with: (module, function).
 TARGETS = (("torch.cuda", "set_device"), ("torch.accelerator", "set_device_index"),
            ("torch.accelerator", "set_device_idx"))
-#: The device types that name one of numapin's GPUs (ROCm builds call theirs ``cuda`` too).
-_KINDS = frozenset({"cuda", "hip"})
+
+
+def _kinds() -> frozenset[str]:
+    """The device types that name one of numapin's GPUs: every vendor's of the accelerators' table (ROCm's builds
+    call theirs ``cuda`` too; a Gaudi's is ``hpu``)."""
+    from ..facts.glance import ACCELERATORS
+
+    return frozenset(kind for row in ACCELERATORS.values() for kind in row.torch)
 
 
 def named_gpu(device: object) -> int | None:
@@ -76,14 +82,14 @@ def named_gpu(device: object) -> int | None:
     if isinstance(device, str):
         kind, colon, index = device.strip().partition(":")
         text = index if colon else kind
-        if colon and kind not in _KINDS:
+        if colon and kind not in _kinds():
             return None
         return int(text) if text.isascii() and text.isdigit() and len(text) < 10 else None
     if hasattr(device, "__index__"):
         number = operator.index(device)
         return number if number >= 0 else None
     given = getattr(device, "index", None)
-    if getattr(device, "type", None) in _KINDS and isinstance(given, int) and not isinstance(given, bool) \
+    if getattr(device, "type", None) in _kinds() and isinstance(given, int) and not isinstance(given, bool) \
             and given >= 0:
         return given
     return None

@@ -18,6 +18,7 @@ from ..base.environment import (
     ACCELERATOR,
     CUDA_VISIBLE_DEVICES,
     FSROOT,
+    GPU_VISIBILITY,
     HABANA_VISIBLE_MODULES,
     HIP_VISIBLE_DEVICES,
     HLS_MODULE_ID,
@@ -33,16 +34,23 @@ if TYPE_CHECKING:
 __all__ = ["ACCELERATORS", "Accelerator", "accelerator", "glimpse", "held_by", "load_nvml", "machine_gpus",
            "no_worker",
            "not_a_worker", "nvidia_driver_loaded", "nvidia_usable", "render_node_absent", "shows_drivers",
-           "visible_without_rank"]
+           "visibility", "visible_without_rank"]
 
 class Accelerator:
-    """One vendor's row of :data:`ACCELERATORS`: how its devices are found and named. A plain class, not a
-    record of numapin's: the glance defines it in every Python process of a job, and imports nothing for it."""
+    """One vendor's row of :data:`ACCELERATORS`: how its devices are found, counted and named. A plain class, not a
+    record of numapin's: the glance defines it in every Python process of a job, and imports nothing for it.
 
-    __slots__ = ("classes", "device", "driver", "maker", "module", "pci_vendor", "signs", "variables")
+    A vendor is its row and its reader module (``module``): every other part of numapin asks the row."""
 
-    def __init__(self, pci_vendor: int, classes: "tuple[int, ...] | None", driver: str, module: str,
-                 signs: "tuple[str, ...]", variables: str, maker: str, device: str) -> None:
+    __slots__ = ("classes", "count", "device", "driver", "files", "maker", "module", "names", "only", "pci_vendor",
+                 "shown", "signs", "torch", "unsure_when_loaded")
+
+    def __init__(self, pci_vendor: int, classes: "tuple[int, ...] | None", driver: str, module: str, *,
+                 names: "tuple[str, ...]", maker: str, device: str, files: str, torch: "tuple[str, ...]" = (),
+                 signs: "tuple[str, ...]" = (), only: "tuple[str, ...] | None" = None,
+                 count: "Callable[[str, list[str], bool], int] | None" = None,
+                 shown: "Callable[[Mapping[str, str], int], int | None] | None" = None,
+                 unsure_when_loaded: bool = False) -> None:
         self.pci_vendor = pci_vendor
         """Its PCI vendor id."""
         self.classes = classes
@@ -50,47 +58,57 @@ class Accelerator:
         self.driver = driver
         """The kernel driver its runtime needs its devices held by."""
         self.module = module
-        """The module of ``numapin.facts`` that reads its devices and says which a process sees."""
-        self.signs = signs
-        """The folders that show its driver loaded where sysfs shows none of its functions."""
-        self.variables = variables
-        """The variables that choose its devices, as a user would set them."""
+        """The module that reads its devices and says which a process sees, by its whole dotted name (a vendor's
+        module may live outside numapin)."""
+        self.names = names
+        """The variables that choose its devices, in the order its runtime reads them."""
         self.maker = maker
         """Its maker's name as users write it."""
         self.device = device
         """How its runtime names a device of it in a process (``cuda``, ``hip``, ``hpu``)."""
+        self.files = files
+        """Its device files under ``/dev``, as a regular expression (``nvidia\\d+``): a process holding one drives
+        its device."""
+        self.torch = torch or (device,)
+        """The device types by which PyTorch names one of its devices (ROCm's builds call theirs ``cuda`` too)."""
+        self.signs = signs
+        """The folders that show its driver loaded where sysfs shows none of its functions."""
+        self.only = names if only is None else only
+        """The variables only its runtime reads: set, they say a process drives its devices."""
+        self.count = count or _functions_count
+        """How many devices the full reading finds, from the PCI functions of it the glance found: ``(root,
+        functions, held)``, ``held`` when sysfs names each function's driver."""
+        self.shown = shown or self._shown
+        """How many of ``count`` devices a process with ``environ`` sees; None where only the full reading can
+        tell (by default, where one of its variables is set)."""
+        self.unsure_when_loaded = unsure_when_loaded
+        """Its driver, loaded (``signs``), may list devices sysfs does not show (NVML in a bare container)."""
+
+    def _shown(self, environ: "Mapping[str, str]", count: int) -> "int | None":
+        return None if any(name in environ for name in self.names) else count
+
+    @property
+    def variables(self) -> str:
+        """Its variables as a user would write them: ``A, B or C``."""
+        return " or ".join(part for part in (", ".join(self.names[:-1]), self.names[-1]) if part)
 
 
-#: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value). The only place their PCI ids and
-#: drivers are written, but for the synthetic machines' writer, which makes sysfs as each driver does. A GPU's
-#: classes are base class 0x03 (0x0300 VGA, 0x0302 3D controller); AMD's add 0x0380 (other display: MI100-MI250)
-#: and 0x1200 (processing accelerator: MI300X and later); Habana Labs' (Intel Gaudi's) functions are all
-#: accelerators. The NVIDIA driver shows itself loaded by its GPUs' entries or its module (NVML then lists a bare
-#: container's GPUs), AMD's by its KFD topology. Kept here, not in the vendors' modules: every Python process of a
-#: job with the start-up file asks this table, and importing three modules more costs each start more than its
-#: work.
-ACCELERATORS = {
-    "nvidia": Accelerator(0x10DE, (0x0300, 0x0302), "nvidia", "nvidia",
-                          ("proc/driver/nvidia/gpus", "sys/module/nvidia"), "CUDA_VISIBLE_DEVICES", "NVIDIA", "cuda"),
-    "amd": Accelerator(0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "rocm", ("sys/class/kfd",),
-                       "ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES", "AMD", "hip"),
-    "gaudi": Accelerator(0x1DA3, None, "habanalabs", "gaudi", (), "HABANA_VISIBLE_MODULES or HLS_MODULE_ID",
-                         "Intel Gaudi", "hpu"),
-}
-_BY_ID = {row.pci_vendor: (name, row.classes) for name, row in ACCELERATORS.items()}
+def _functions_count(root: str, functions: "list[str]", held: bool) -> int:
+    """A vendor's devices where each PCI function is one."""
+    return len(functions)
 
 
 def accelerator(vendor: "int | None", pci_class: "Callable[[], int | None]") -> "str | None":
     """Whose accelerator a PCI function of vendor id ``vendor`` is (a row's name of :data:`ACCELERATORS`), or None
     (another device: a bridge, a NIC, a display card of no vendor read here). ``pci_class`` reads the function's
     class, asked only of a vendor whose accelerators are some of its classes."""
-    found = None if vendor is None else _BY_ID.get(vendor)
-    if found is None:
-        return None
-    if found[1] is None:
-        return found[0]
-    pci_class_now = pci_class()
-    return found[0] if pci_class_now is not None and pci_class_now >> 8 in found[1] else None
+    for name, row in ACCELERATORS.items():
+        if row.pci_vendor == vendor:
+            if row.classes is None:
+                return name
+            pci_class_now = pci_class()
+            return name if pci_class_now is not None and pci_class_now >> 8 in row.classes else None
+    return None
 
 
 _KFD_NODES = "sys/class/kfd/kfd/topology/nodes"
@@ -262,10 +280,11 @@ def _kfd_gpus(root: str) -> int | None:
     return count if seen else None
 
 
-def _counts(root: str) -> "tuple[int, int, int] | None":
-    """How many NVIDIA and AMD GPUs and Gaudis the full reading of the machine under ``root`` finds (see
-    ``inventory.read_gpus``), or None when only it can tell: sysfs shows none, but an NVIDIA driver is loaded (NVML
-    then lists the GPUs of a bare container; a capture may have left the vendor files out)."""
+def _counts(root: str) -> "dict[str, int] | None":
+    """How many devices of each vendor (a row of :data:`ACCELERATORS`) the full reading of the machine under
+    ``root`` finds (see ``inventory.read_gpus``), or None when only it can tell: sysfs shows none, but a driver is
+    loaded that can list devices sysfs does not show (NVIDIA's: NVML then lists the GPUs of a bare container; a
+    capture may have left the vendor files out)."""
     found: dict[str, list[str]] = {name: [] for name in ACCELERATORS}
     devices = _folder(os.path.join(root, "sys/bus/pci/devices"))
     drivers = shows_drivers(root)
@@ -286,14 +305,12 @@ def _counts(root: str) -> "tuple[int, int, int] | None":
     finally:
         if devices is not None:
             os.close(devices)
-    nvidia_functions, amd, gaudi = found["nvidia"], len(found["amd"]), len(found["gaudi"])
-    nvidia = len(nvidia_usable(root, nvidia_functions, held=drivers)[0]) if nvidia_functions else 0
-    if amd or _listdir(os.path.join(root, "sys/class/kfd")):
-        kfd = _kfd_gpus(root)
-        amd = amd if kfd is None else kfd  # ROCm's GPUs are the KFD topology's (partitions each count)
-    if nvidia + amd + gaudi == 0 and nvidia_driver_loaded(root):
+    counts = {vendor: row.count(root, found[vendor], drivers) for vendor, row in ACCELERATORS.items()}
+    if not any(counts.values()) and any(row.unsure_when_loaded and any(_listdir(os.path.join(root, folder))
+                                                                       for folder in row.signs)
+                                        for row in ACCELERATORS.values()):
         return None
-    return nvidia, amd, gaudi
+    return counts
 
 
 def nvidia_driver_loaded(root: str) -> bool:
@@ -306,7 +323,7 @@ def machine_gpus(root: str) -> int | None:
     """How many GPUs, of every vendor, the full reading of the machine under ``root`` finds, or None when
     only it can tell."""
     counts = _counts(root)
-    return None if counts is None else sum(counts)
+    return None if counts is None else sum(counts.values())
 
 
 def _visible(value: str | None, count: int) -> int | None:
@@ -367,6 +384,50 @@ def _rocm_visible(environ: "Mapping[str, str]", count: int) -> int | None:
     return len(shown)
 
 
+def _nvidia_count(root: str, functions: "list[str]", held: bool) -> int:
+    """NVIDIA's GPUs: those of its functions a process can use (the driver's entries and device files)."""
+    return len(nvidia_usable(root, functions, held=held)[0]) if functions else 0
+
+
+def _amd_count(root: str, functions: "list[str]", held: bool) -> int:
+    """AMD's GPUs: the KFD topology's where it shows them (each partition counts), else the functions."""
+    if functions or _listdir(os.path.join(root, "sys/class/kfd")):
+        kfd = _kfd_gpus(root)
+        return len(functions) if kfd is None else kfd
+    return 0
+
+
+#: The accelerators numapin reads, a row per vendor (a ``Vendor``'s value): the one place their PCI ids, drivers,
+#: variables and device files are written; with its reader module (``module``), all a vendor is to numapin (the
+#: synthetic machines' writer also makes sysfs as each driver does). A GPU's classes are base class 0x03 (0x0300
+#: VGA, 0x0302 3D controller); AMD's add 0x0380 (other display: MI100-MI250) and 0x1200 (processing accelerator:
+#: MI300X and later); Habana Labs' (Intel Gaudi's) functions are all accelerators. The NVIDIA driver shows itself
+#: loaded by its GPUs' entries or its module (NVML then lists a bare container's GPUs), AMD's by its KFD
+#: topology. Kept here, not in the vendors' modules: every Python process of a job with the start-up file asks
+#: this table, and importing three modules more costs each start more than its work. Its order is the order
+#: vendors are read in.
+ACCELERATORS = {
+    "nvidia": Accelerator(0x10DE, (0x0300, 0x0302), "nvidia", "numapin.facts.nvidia", names=(CUDA_VISIBLE_DEVICES,),
+                          maker="NVIDIA", device="cuda", files=r"nvidia\d+", only=(),
+                          signs=("proc/driver/nvidia/gpus", "sys/module/nvidia"), count=_nvidia_count,
+                          shown=lambda environ, count: _visible(environ.get(CUDA_VISIBLE_DEVICES), count),
+                          unsure_when_loaded=True),
+    "amd": Accelerator(0x1002, (0x0300, 0x0302, 0x0380, 0x1200), "amdgpu", "numapin.facts.rocm",
+                       names=(ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES), maker="AMD",
+                       device="hip", torch=("cuda", "hip"), files=r"dri/renderD\d+|kfd", signs=("sys/class/kfd",),
+                       only=(ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES), count=_amd_count, shown=_rocm_visible),
+    "gaudi": Accelerator(0x1DA3, None, "habanalabs", "numapin.facts.gaudi",
+                         names=(HABANA_VISIBLE_MODULES, HLS_MODULE_ID), maker="Intel Gaudi", device="hpu",
+                         files=r"accel/accel\d+|hl\d+"),
+}
+
+
+def visibility() -> "tuple[str, ...]":
+    """Every variable that changes which devices a process sees, or in which order: the environment's known ones
+    and every row's (a vendor added to the table brings its own)."""
+    return tuple(dict.fromkeys((*GPU_VISIBILITY, *(name for row in ACCELERATORS.values() for name in row.names))))
+
+
 def visible_without_rank(environ: "Mapping[str, str]") -> int | None:
     """How many GPUs this process sees, where that count alone says whether it is a worker (no launcher rank
     is set); None where a rank is set or the glance is unsure, for the full reading to decide."""
@@ -379,15 +440,11 @@ def glimpse(environ: "Mapping[str, str]") -> "tuple[int | None, str | None]":
     if any(environ.get(name, "").strip() for name in LOCAL_RANK_VARIABLES):
         return None, None
     counts = _counts(os.environ.get(FSROOT) or "/")  # the root the full reading would read
-    if counts is None or sum(map(bool, counts)) > 1 or environ.get(ACCELERATOR):
+    if counts is None or sum(map(bool, counts.values())) > 1 or environ.get(ACCELERATOR):
         return None, None  # a host of two vendors' GPUs: whose the process drives is the full reading's question
-    vendor = next((name for name, count in zip(ACCELERATORS, counts, strict=True) if count), None)
-    nvidia, amd, gaudi = counts
-    if gaudi:  # a module list (or one module) is the full reading's to match against the modules sysfs shows
-        return (None if HABANA_VISIBLE_MODULES in environ or HLS_MODULE_ID in environ else gaudi), vendor
-    if amd:
-        return _rocm_visible(environ, amd), vendor
-    return _visible(environ.get(CUDA_VISIBLE_DEVICES), nvidia), vendor
+    vendor = next((name for name, count in counts.items() if count), None)
+    # Each vendor's rule: a list of its variables the glance can follow, or None for the full reading.
+    return (0, None) if vendor is None else (ACCELERATORS[vendor].shown(environ, counts[vendor]), vendor)
 
 
 def no_worker(environ: "Mapping[str, str]") -> str | None:

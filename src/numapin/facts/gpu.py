@@ -6,7 +6,6 @@ The readers of each vendor's GPUs (a module per vendor, behind :mod:`numapin.fac
 
 from __future__ import annotations
 
-from ..base.choices import Choice
 from ..base.errors import EnvironmentProblem, UsageError, quoted
 from ..base.frozen import frozen
 from ..base.text import decimal
@@ -18,7 +17,7 @@ from .topology import Topology
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any, TypeAlias
+    from typing import Any, ClassVar, TypeAlias
 
     #: What a vendor's module reads of its devices (``read``): the GPUs a process may use, in its runtime's order;
     #: how to find those it may not (asked only when wanted: it may read every PCI function); and NVML's status
@@ -41,29 +40,60 @@ class NoGpuVisible(EnvironmentProblem):
     """No GPU is visible to this process at all."""
 
 
-class Vendor(Choice):
-    """Whose GPU it is, which decides only how it is found and which variables select it."""
+class Vendor(str):
+    """Whose GPU it is, which decides only how it is found and which variables select it: the name of a row of the
+    accelerators' table (:data:`numapin.facts.glance.ACCELERATORS`), whose words it gives. Not a closed set of
+    its own: a vendor added to the table is a ``Vendor`` with nothing more written. It reads, prints and compares
+    as its name, and one name is one object (``is`` holds, through copy and pickle too)."""
 
-    NVIDIA = "nvidia"
-    AMD = "amd"
-    GAUDI = "gaudi"
+    __slots__ = ()
+    NVIDIA: ClassVar[Vendor]
+    AMD: ClassVar[Vendor]
+    GAUDI: ClassVar[Vendor]
 
-    # Its words are its row's of the accelerators' table (numapin.facts.glance.ACCELERATORS).
+    def __new__(cls, value: str) -> Vendor:
+        found = _VENDORS.get(value)
+        if found is None:
+            if value not in ACCELERATORS:
+                raise ValueError(f"{value!r} is not a valid Vendor (the table's: {', '.join(ACCELERATORS)})")
+            found = _VENDORS[value] = super().__new__(cls, value)
+        return found
+
+    def __reduce__(self) -> tuple[type[Vendor], tuple[str]]:
+        return Vendor, (self.value,)
+
+    @classmethod
+    def every(cls) -> tuple[Vendor, ...]:
+        """Every vendor of the table, in its order."""
+        return tuple(cls(name) for name in ACCELERATORS)
+
+    @property
+    def value(self) -> str:
+        return str.__str__(self)
 
     @property
     def variables(self) -> str:
         """The variables that choose this vendor's GPUs, as a user would set them."""
-        return ACCELERATORS[self.value].variables
+        return ACCELERATORS[self].variables
 
     @property
     def maker(self) -> str:
         """Its maker's name as users write it: ``NVIDIA``, ``AMD``, ``Intel Gaudi``."""
-        return ACCELERATORS[self.value].maker
+        return ACCELERATORS[self].maker
 
     @property
     def device(self) -> str:
         """How its runtime names a device of it in a process: ``cuda``, ``hip``, ``hpu``."""
-        return ACCELERATORS[self.value].device
+        return ACCELERATORS[self].device
+
+    @property
+    def devices(self) -> str:
+        """What one of its devices is called: ``NVIDIA GPU``, ``Intel Gaudi`` (a Gaudi is no GPU to its maker)."""
+        return self.maker if ACCELERATORS[self].classes is None else f"{self.maker} GPU"
+
+
+_VENDORS: dict[str, Vendor] = {}
+Vendor.NVIDIA, Vendor.AMD, Vendor.GAUDI = Vendor("nvidia"), Vendor("amd"), Vendor("gaudi")
 
 
 @frozen
@@ -102,7 +132,7 @@ class Gpu:
     @property
     def name(self) -> str:
         """Its model, or its vendor's words for a GPU where the model is unknown."""
-        return self.model or (self.vendor.maker if self.vendor is Vendor.GAUDI else f"{self.vendor.maker} GPU")
+        return self.model or self.vendor.devices
 
     @property
     def where(self) -> str:

@@ -13,7 +13,7 @@ module has the same three functions:
   its variables show fewer than they list;
 - ``in_view(gpus, root)``: those a process whose root is ``root`` (a container's) may not use, and why.
 
-Adding a vendor is its row in the table, its ``Vendor`` member, and its module.
+Adding a vendor is its row in the table and its module.
 
 A host with GPUs of two vendors: a process drives one vendor's (its runtime's),
 ``NUMAPIN_ACCELERATOR`` names which; unset, the vendor with more GPUs (an
@@ -27,10 +27,6 @@ import os
 
 from ..base.environment import (
     ACCELERATOR,
-    HABANA_VISIBLE_MODULES,
-    HIP_VISIBLE_DEVICES,
-    HLS_MODULE_ID,
-    ROCR_VISIBLE_DEVICES,
 )
 from ..base.errors import UsageError, quoted
 from ..base.frozen import Later, field, frozen, replace
@@ -100,7 +96,7 @@ class Inventory:
 
     @property
     def vendors(self) -> tuple[Vendor, ...]:
-        return tuple(v for v in Vendor if any(g.vendor is v for g in self.gpus))
+        return tuple(v for v in Vendor.every() if any(g.vendor is v for g in self.gpus))
 
 
 # -- reading every vendor's devices ----------------------------------------
@@ -145,8 +141,7 @@ def _functions(host: Host, *, held: bool) -> dict[str, list[str]]:
 
 def _reader(vendor: str) -> Any:
     """The module that reads ``vendor``'s devices (its row of the table names it), imported where it has some."""
-    module = f"numapin.facts.{ACCELERATORS[vendor].module}"
-    return __import__(module, fromlist=["read"])
+    return __import__(ACCELERATORS[vendor].module, fromlist=["read"])
 
 
 def read_gpus(topology: Topology, *, nvml: Any = None, journal: list[str] | None = None) -> Inventory:
@@ -219,30 +214,26 @@ class _Resolution:
     """Whose GPUs the process drives (None where a host of two vendors leaves it open)."""
 
 
-#: Variables only one vendor's runtime reads: set, they say the process drives that vendor's devices.
-_ONLY = {Vendor.AMD: (ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES),
-         Vendor.GAUDI: (HABANA_VISIBLE_MODULES, HLS_MODULE_ID)}
-
-
 def choose_vendor(inventory: Inventory, environ: Mapping[str, str]) -> tuple[Vendor | None, str | None]:
     """Whose GPUs a process with ``environ`` drives; ``(None, why)`` where that cannot be told."""
     named = environ.get(ACCELERATOR, "").strip().lower()
     if named:
-        if named not in {str(v) for v in Vendor}:
+        if named not in ACCELERATORS:
             raise UsageError(f"{ACCELERATOR}={quoted(named)}: name whose GPUs the process drives, one of "
-                             + ", ".join(str(v) for v in Vendor), value=named)
+                             + ", ".join(ACCELERATORS), value=named)
         return Vendor(named), None
     vendors = inventory.vendors
     if len(vendors) <= 1:
         return (vendors[0] if vendors else Vendor.NVIDIA), None
-    hinted = [v for v in vendors if any(environ.get(name) is not None for name in _ONLY.get(v, ()))]
+    # Variables only one vendor's runtime reads (its row's): set, they say the process drives that vendor's devices.
+    hinted = [v for v in vendors if any(environ.get(name) is not None for name in ACCELERATORS[v].only)]
     if len(hinted) == 1:
         return hinted[0], None
     counts = {v: len(inventory.of(v)) for v in vendors}
     top = [v for v in vendors if counts[v] == max(counts.values())]
     if len(top) == 1:
         return top[0], None
-    held = " and ".join(counted(counts[v], v.maker if v is Vendor.GAUDI else f"{v.maker} GPU") for v in vendors)
+    held = " and ".join(counted(counts[v], v.devices) for v in vendors)
     return None, (f"this host has {held}, as many of each: set {ACCELERATOR}=" + " or ".join(map(str, vendors))
                   + " to say whose this process drives")
 

@@ -17,11 +17,11 @@ import _thread  # threading's locks themselves, without threading's import
 import os
 
 from ..base.choices import parse_choice
-from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, GPU_VISIBILITY, PRIORITY_CORES
+from ..base.environment import CUDA_VISIBLE_DEVICES, FSROOT, PRIORITY_CORES
 from ..base.errors import UsageError
 from ..base.frozen import field, frozen
 from ..cpuset import CpuSet
-from .glance import load_nvml
+from .glance import load_nvml, visibility
 from .host import Host, resolve_root
 from .inventory import Inventory, Vendor, VisibleGpu, in_view, read_gpus, resolve_visible, select_gpu
 from .kinds import CpuKinds, PriorityRule, read_kinds
@@ -68,7 +68,7 @@ class Machine:
         ``seen_from``: that process's root, where it is not this one's (a container's): the GPUs it was given."""
         priority = priority_rule(environ)
         inventory = self.inventory if seen_from is None else in_view(self.inventory, seen_from)
-        key = (tuple(environ.get(name) for name in GPU_VISIBILITY), priority)
+        key = (tuple(environ.get(name) for name in visibility()), priority)
         # A view through another root is not kept: a scan would keep one for every process it met.
         kept = nvml is None and inventory is self.inventory
         found = self.views.get(key) if kept else None

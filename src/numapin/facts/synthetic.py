@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
+from .glance import ACCELERATORS
 from .host import Host
 
 __all__ = ["MARKER", "SHAPES", "MachineSpec", "shape_named", "synthetic", "write", "written"]
@@ -75,7 +76,8 @@ class MachineSpec:
     frequencies: tuple[int, int] = (0, 0)
     """Maximum and base frequency of the (ordinary) cores in MHz; (0, 0) writes no cpufreq files."""
     gpu_vendor: str = "nvidia"
-    """``nvidia`` (the NVIDIA driver's files) or ``amd`` (amdgpu's render nodes and the KFD topology)."""
+    """A row of the accelerators' table: ``nvidia`` (the NVIDIA driver's files), ``amd`` (amdgpu's render nodes and
+    the KFD topology), or any other (its PCI functions, held by its driver, as every driver shows them)."""
     gpu_device: str = "0x2330"
     capture: tuple[tuple[int, int, int, int, int], ...] = ()
     """The PCI buses of a published host, per GPU (see :data:`RCCL_MI300X`); empty: buses laid out here."""
@@ -280,8 +282,12 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
     irqs = _Irqs(root, spec.cpus)
     if spec.gpu_vendor == "amd":
         _write_amd(spec, root, irqs)
-    else:
+    elif spec.gpu_vendor == "nvidia":
         _write_nvidia(spec, root, irqs, gpu_nodes)
+    else:  # a vendor of no files but its PCI functions': its row says its id and driver
+        row = ACCELERATORS[spec.gpu_vendor]
+        for gpu in range(spec.gpus):
+            _pci_device(root, spec, gpu, f"{row.pci_vendor:#06x}", irqs, row.driver)
 
     for number, nic in enumerate(_nics(spec)):
         _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)

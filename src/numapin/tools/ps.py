@@ -39,12 +39,16 @@ if TYPE_CHECKING:
 __all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
 
 
-#: A GPU's device file as a process's open file names it: ``/dev/nvidiaN``, an AMD GPU's render node
-#: ``/dev/dri/renderDN``, a Gaudi's ``/dev/accel/accelN`` (``/dev/hlN`` before), or ROCm's ``/dev/kfd`` (every
-#: ROCm process holds it; it names no GPU); also under the root of another mount namespace's tree (a container's
-#: /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where the kernel names the file from
-#: that tree's top.
-_DEVICE = re.compile(r"(?:^|/)(dev/(?:nvidia\d+|dri/renderD\d+|kfd|accel/accel\d+|hl\d+))$")
+def _device() -> re.Pattern[str]:
+    """A GPU's device file as a process's open file names it: each vendor's of the accelerators' table
+    (``/dev/nvidiaN``, an AMD GPU's render node ``/dev/dri/renderDN`` or ROCm's ``/dev/kfd``, which every ROCm
+    process holds and which names no GPU, a Gaudi's ``/dev/accel/accelN``...); also under the root of another mount
+    namespace's tree (a container's /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where the
+    kernel names the file from that tree's top. Made at each scan: a vendor added to the table is counted."""
+    from ..facts.glance import ACCELERATORS
+
+    files = "|".join(row.files for row in ACCELERATORS.values())
+    return re.compile(rf"(?:^|/)(dev/(?:{files}))$")
 
 
 @frozen
@@ -168,7 +172,7 @@ class Survey:
 
 def _devices(pid: int) -> tuple[str, ...]:
     """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...); AccessDenied for another user's."""
-    return tuple(sorted({"/" + m.group(1) for m in map(_DEVICE.search, procfs.fd_targets(pid)) if m}))
+    return tuple(sorted({"/" + m.group(1) for m in map(_device().search, procfs.fd_targets(pid)) if m}))
 
 
 def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], Facts]) -> dict[int, set[str]]:
