@@ -7,6 +7,10 @@ import argparse
 from ..base.errors import UsageError
 from .common import add_pod_resources, add_root, add_target, bytes_arg, count_arg, machine_root
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+if TYPE_CHECKING:
+    from ..facts.dra import DraDevice
+
 HELP = "what in the job would undo or waste the pin, and the fix"
 
 
@@ -16,10 +20,20 @@ def run(args: argparse.Namespace) -> int:
     if args.buffer is None and (args.hugepages or args.lock):
         raise UsageError("--hugepages and --lock say what a --buffer SIZE asks for: give --buffer too",
                          value=args.hugepages or "--lock")
+    slices: tuple[DraDevice, ...] = ()
+    if args.resource_slices is not None:
+        from ..facts.dra import read_slices
+
+        try:
+            with open(args.resource_slices, "rb") as file:
+                slices = read_slices(file.read((16 << 20) + 1))
+        except OSError as exc:
+            raise UsageError(f"--resource-slices {args.resource_slices}: {exc.strerror}",
+                             value=args.resource_slices) from None
     with machine_root(args) as root:
         found = diagnose(gpu=args.gpu, rank=args.local_rank, mode=args.mode, reserve=args.reserve, root=root,
                          pid=args.pid, pod_resources=args.pod_resources or None, buffer=args.buffer,
-                         hugepages=args.hugepages, lock=args.lock)
+                         hugepages=args.hugepages, lock=args.lock, resource_slices=slices)
     if args.json:
         import json
 
@@ -47,6 +61,10 @@ def arguments(doc: argparse.ArgumentParser) -> None:
                           "pages (--hugepages) and the locked-memory limit (--lock)")
     doc.add_argument("--hugepages", choices=("2M", "1G"), help="with --buffer: huge pages of this size asked for")
     doc.add_argument("--lock", action="store_true", help="with --buffer: the buffer is to be locked (mlock)")
+    doc.add_argument("--resource-slices", metavar="FILE",
+                     help="Kubernetes' ResourceSlices as kubectl get resourceslices -o json writes them: each GPU's "
+                          "NUMA node its DRA driver publishes (resource.kubernetes.io/numaNode, or the driver's "
+                          "numaNode) checked against the kernel's")
     doc.add_argument("--json", action="store_true", help="one JSON object: placement and findings")
     add_pod_resources(doc)
     add_root(doc)

@@ -38,11 +38,13 @@ from .launcher import (
 )
 from .machine import interrupt_findings, machine_findings, reserved_cpus
 from .memory import host_buffers, memory_refused, pinned_memory
-from .pod import pod_findings
+from .pod import dra_findings, pod_findings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
     from collections.abc import Mapping
+
+    from ...facts.dra import DraDevice
 
 
 __all__ = ["STARTUP_FILE", "Diagnosis", "Finding", "diagnose", "pod_findings", "slurm_binding", "startup_file"]
@@ -61,6 +63,7 @@ def diagnose(
     buffer: int | None = None,
     hugepages: str | None = None,
     lock: bool = False,
+    resource_slices: tuple[DraDevice, ...] = (),
 ) -> Diagnosis:
     """Check ``environ`` (default: this process's, or PID's when ``pid`` is given) against the placement.
 
@@ -73,7 +76,8 @@ def diagnose(
     What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
     checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
     ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``, ``lock``), checked
-    against the node's free huge pages and the process's ``RLIMIT_MEMLOCK``.
+    against the node's free huge pages and the process's ``RLIMIT_MEMLOCK``. ``resource_slices``: the devices DRA
+    drivers published (:func:`numapin.facts.dra.read_slices`), their NUMA nodes checked against the kernel's.
     """
     if hugepages is not None and hugepages not in HUGE_PAGES:
         raise UsageError(f"hugepages {hugepages!r}: {' or '.join(HUGE_PAGES)}", value=hugepages)
@@ -184,6 +188,7 @@ def diagnose(
         findings += [Finding("other-pinners", "info", words, "a library's own threads: where the table of the other "
                              "pinners says they belong, they are expected there", "nothing where it says expected; "
                              "else the variable it names") for words in crowd_words(judged)]
+    findings += dra_findings(facts, resource_slices)
     findings += startup_file(env)
     return Diagnosis(placement, tuple(findings), pid, basis, None if judged is None else judged.verdict)
 

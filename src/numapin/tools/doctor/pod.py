@@ -18,11 +18,12 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ...facts.dra import DraDevice
     from ...facts.inventory import Gpu
     from ...facts.pod import Pod
     from ...facts.podresources import Container
 
-__all__ = ["pod_findings"]
+__all__ = ["dra_findings", "pod_findings"]
 
 
 def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str | os.PathLike[str] | None,
@@ -163,3 +164,34 @@ def _plugin_node(gpu: Gpu | None, socket: str) -> list[Finding]:
         "the kubelet's topology manager aligns the pod's CPUs and memory with the plugin's node, away from the GPU",
         "correct the plugin's topology (NVIDIA's device plugin reads the GPU's numa_node from sysfs: check the "
         "firmware's, and the plugin's version), then restart the pod")]
+
+
+def dra_findings(facts: Facts, devices: tuple[DraDevice, ...]) -> list[Finding]:
+    """Each GPU of the machine whose DRA device (matched by PCI address) publishes a NUMA node other than the
+    kernel's: a claim aligned by ``matchAttribute`` on it puts CPUs and NICs on another node than its GPU's. The
+    GPU's own memory node first (Grace: a node of no CPUs) is said as such, an error only where no node of the
+    list is its CPUs'."""
+    found = []
+    by_pci = {d.pci: d for d in devices if d.pci and d.nodes}
+    for gpu in facts.inventory.gpus:
+        device = by_pci.get(gpu.pci)
+        if device is None or gpu.node is None or device.nodes[0] == gpu.node:
+            continue
+        what = (f"DRA driver {device.driver} publishes {device.attribute}={list(device.nodes)} for GPU {gpu.pci} "
+                f"(device {device.name}, slice {device.slice}); the kernel puts it on node {gpu.node}")
+        if device.nodes[0] in gpu.gpu_memory_nodes and gpu.node in device.nodes:
+            found.append(Finding("dra-numa-node", "info", what + ", its CPUs' node, which the list names too",
+                                 "its first node is the GPU's own memory (no CPUs): aligned by the list, a claim "
+                                 "still meets the CPUs' node", "nothing to do"))
+            continue
+        memory = device.nodes[0] in gpu.gpu_memory_nodes
+        fix = ("publish the list form (the DRAListTypeAttributes gate and the driver's list option): its nodes "
+               f"include node {gpu.node}, the CPUs' own" if memory else
+               f"the driver read another node than the kernel's numa_node for {gpu.pci}: update or report it; until "
+               "then align claims by resource.kubernetes.io/pcieRoot, not numaNode")
+        found.append(Finding("dra-numa-node", "warning", what + (" (its own memory's node, of no CPUs)" if memory
+                                                                   else ""),
+                             "the scheduler aligns a claim's CPUs, NICs and memory by the published node: none of "
+                             "those it names is the node of the GPU's CPUs, so they land across the interconnect "
+                             f"from it (numapin places the worker on node {gpu.node} whatever the claim says)", fix))
+    return found
