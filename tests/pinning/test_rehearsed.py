@@ -98,3 +98,23 @@ def test_any_json_is_an_entry_or_nothing(value: object) -> None:
     found = Rehearsed.from_dict(value) if isinstance(value, dict) else None
     assert found is None or (isinstance(found, Rehearsed) and found.how in ("exec", "autopin", "pin", "lease",
                                                                               "compat"))
+
+
+def test_root_rehearsing_on_another_users_folder_writes_nothing_there(other: Other) -> None:
+    # The folder is the other user's: a link it planted inside (run -> a folder of root's) would lead root's write
+    # anywhere, so root records no rehearsal in it, and still runs the program as a rehearsal.
+    folder = Path(tempfile.mkdtemp(prefix="numapin-rehearsal-", dir="/tmp"))
+    target = Path(tempfile.mkdtemp(prefix="numapin-roots-", dir="/tmp"))
+    try:
+        machine = _dgx(folder / "dgx")
+        os.chown(folder, other.uid, other.gid)
+        subprocess.run(["chown", "-R", f"{other.uid}:{other.gid}", str(machine)], check=True)
+        other.sh('ln -s "$1" "$2/run"', str(target), str(machine))
+        done = subprocess.run([sys.executable, "-m", "numapin", "exec", "--root", str(machine), "--local-rank", "0",
+                               "--", "true"], capture_output=True, text=True, timeout=60,
+                              env=live.without_inputs(dict(os.environ)))
+        assert done.returncode == 0 and "a rehearsal" in done.stderr, done.stderr
+        assert "kept for numapin ps" not in done.stderr
+        assert list(target.iterdir()) == []  # nothing made where the link leads
+    finally:
+        subprocess.run(["rm", "-rf", str(folder), str(target)], check=True)

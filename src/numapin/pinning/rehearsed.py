@@ -7,8 +7,9 @@ placement decided for it in ``DIR/run/numapin/rehearsed``, named by its pid and 
 ``numapin ps --root DIR`` lists it with the verdict ``rehearsal``. It is written under ``DIR`` only: a ``ps`` of
 the live host never reads it, and it is never taken for a placement (numapin's own records are elsewhere).
 
-A folder given as ``--root`` is the user's choice of what to believe about a machine; still, each entry is read
-capped, parsed strictly, and believed of a process only while that process lives with the start time written
+An entry is written only under a folder of the user's own (or root's) that no one else may change. A folder given
+as ``--root`` is the user's choice of what to believe about a machine; still, each entry is read capped, parsed
+strictly, and believed of a process only while that process lives with the start time written
 and belongs to the file's owner (or the file is root's).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..base.files import Folder
+from ..base.files import Folder, settled
 from ..base.frozen import frozen
 from ..base.logger import log
 from ..base.text import json_text, printable
@@ -83,6 +84,11 @@ def note(root: str, placement: Placement, how: str) -> str | None:
     if start is None:
         return None
     path = os.path.join(root, FOLDER)
+    # Only into a folder of this user's (or root's) that no one else may change: root rehearsing on another user's
+    # folder would otherwise make and write folders wherever a link planted in it leads.
+    if not settled(root, {os.geteuid(), 0}):
+        log.debug("rehearsal not recorded in %s: %s is not this user's alone", path, root)
+        return None
     entry = Rehearsed(pid, start, how, placement, time.time())
     try:
         with Folder.open(path, {os.geteuid()}, create=True) as folder:
