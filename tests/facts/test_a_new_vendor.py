@@ -116,13 +116,16 @@ def test_a_process_holding_its_device_is_listed_by_ps(vendor_root: tuple[Path, d
 def test_a_process_naming_its_device_late_is_placed(vendor_root: tuple[Path, dict[str, str]]) -> None:
     # The start-up hook sees two of the vendor's devices and no rank: left alone until the process names one.
     root, env = vendor_root
+    # The hook is asked here, after the vendor's module added its row (an installed start-up file would ask at the
+    # interpreter's start, before this test's module could add it).
     done = _python("""
         import os, numapin.startup as s
-        print(s.at_start().left_alone)
+        os.environ["NUMAPIN_AUTOPIN"] = "1"
+        print(s.activate().left_alone)
         import torch
         torch.accelerator.set_device_index("fake:1")
         print(sorted(os.sched_getaffinity(0)))
-    """, env | {"NUMAPIN_FSROOT": str(root), "NUMAPIN_AUTOPIN": "1"})
+    """, env | {"NUMAPIN_FSROOT": str(root)})
     assert done.returncode == 0, done.stderr
     alone, mask = done.stdout.splitlines()
     assert alone == "not a worker: no local rank and 2 GPUs visible"
