@@ -73,7 +73,7 @@ def test_the_rehearsal_lists_eight_workers_on_dgx_h100_and_the_host_none(tmp_pat
     import signal
     import time
 
-    from live import without_inputs
+    from live import until, without_inputs
 
     code = block("rehearsal")
     assert code.count("/tmp/dgx") >= 3 and "numapin ps --root /tmp/dgx" in code
@@ -95,6 +95,9 @@ def test_the_rehearsal_lists_eight_workers_on_dgx_h100_and_the_host_none(tmp_pat
                 break
             time.sleep(0.5)
         assert sorted(w["gpu"] for w in workers) == list(range(8)), workers  # type: ignore[type-var]
+        # Each worker's warning says it ran unpinned and where its placement was kept (written just after it was).
+        kept = f"its placement kept for numapin ps --root {folder}"
+        assert until(lambda: said.read_text().count(kept) == 8, 30), said.read_text()
         assert {w["verdict"] for w in workers} == {"rehearsal"} and {w["placed_by"] for w in workers} == {"exec"}
         assert len({w["expected"] for w in workers}) == 8  # exclusive: each GPU its own share of its node
         assert json.loads(listed.stdout)["tally"]["rehearsal"] == 8 and listed.returncode == 0

@@ -306,17 +306,20 @@ def _counts(root: str) -> "dict[str, int] | None":
         if devices is not None:
             os.close(devices)
     counts = {vendor: row.count(root, found[vendor], drivers) for vendor, row in ACCELERATORS.items()}
-    if not any(counts.values()) and any(row.unsure_when_loaded and any(_listdir(os.path.join(root, folder))
-                                                                       for folder in row.signs)
-                                        for row in ACCELERATORS.values()):
+    if not any(counts.values()) and any(row.unsure_when_loaded and _loaded(root, row) for row in ACCELERATORS.values()):
         return None
     return counts
+
+
+def _loaded(root: str, row: Accelerator) -> bool:
+    """Whether ``row``'s driver shows itself loaded under ``root`` (a folder of its ``signs`` holds anything)."""
+    return any(_listdir(os.path.join(root, folder)) for folder in row.signs)
 
 
 def nvidia_driver_loaded(root: str) -> bool:
     """Whether the NVIDIA driver is loaded under ``root`` (its GPU entries or its module show): where sysfs shows
     no GPU of its, NVML then lists the GPUs of a bare container."""
-    return any(_listdir(os.path.join(root, folder)) for folder in ACCELERATORS["nvidia"].signs)
+    return _loaded(root, ACCELERATORS["nvidia"])
 
 
 def machine_gpus(root: str) -> int | None:

@@ -236,8 +236,8 @@ def pin(
             if why is not None:
                 from .rehearsed import note as rehearsed
 
-                if rehearsed(facts.topology.root, placement, pins.acting.how if pins.acting else "pin") is not None:
-                    why += f"; its placement kept for numapin ps --root {facts.topology.root}"
+                kept = rehearsed(facts.topology.root, placement, pins.acting.how if pins.acting else "pin")
+                why += f"; {kept}" if kept else ""
                 raise EnvironmentProblem(why)
         except UsageError:
             raise

@@ -77,9 +77,9 @@ def _name(pid: int, start: int) -> str:
 
 
 def note(root: str, placement: Placement, how: str) -> str | None:
-    """Leave what a rehearsal decided for this process under ``root`` (the rehearsed machine's); the folder
-    written, or None where it could not be (said at debug: the rehearsal itself goes on). What processes that
-    ended left there is removed first."""
+    """Leave what a rehearsal decided for this process under ``root`` (the rehearsed machine's); the words that say
+    where it was kept and what it holds, or None where it could not be (said at debug: the rehearsal itself goes
+    on). What processes that ended left there is removed first."""
     pid, start = os.getpid(), start_time(os.getpid())
     if start is None:
         return None
@@ -99,7 +99,8 @@ def note(root: str, placement: Placement, how: str) -> str | None:
     except OSError as exc:
         log.debug("rehearsal not recorded in %s: %s", path, exc)
         return None
-    return path
+    gpu = "" if placement.gpu is None else f"GPU {placement.gpu}, "
+    return f"its placement kept for numapin ps --root {root}: {gpu}CPUs {placement.workers}"
 
 
 def _ended(name: str) -> bool:

@@ -302,9 +302,7 @@ def _rehearsed(request: ExecRequest, facts: Facts, placement: Placement) -> str:
     from .rehearsed import note
 
     kept = note(facts.topology.root, placement, "exec" if request.program else "autopin")
-    root = request.root or facts.topology.root
-    gpu = "" if placement.gpu is None else f"GPU {placement.gpu}, "
-    return "" if kept is None else f" (kept for numapin ps --root {root}: {gpu}CPUs {placement.workers})"
+    return f" ({kept})" if kept else ""
 
 
 def pin_running(request: ExecRequest, environ: Mapping[str, str] | None = None) -> PinResult | None:

@@ -44,7 +44,7 @@ def _device() -> re.Pattern[str]:
     (``/dev/nvidiaN``, an AMD GPU's render node ``/dev/dri/renderDN`` or ROCm's ``/dev/kfd``, which every ROCm
     process holds and which names no GPU, a Gaudi's ``/dev/accel/accelN``...); also under the root of another mount
     namespace's tree (a container's /dev, or a namespace made after a switch_root: ``/new/dev/nvidia1``), where the
-    kernel names the file from that tree's top. Made at each scan: a vendor added to the table is counted."""
+    kernel names the file from that tree's top. Made for each scan: a vendor added to the table is counted."""
     from ..facts.glance import ACCELERATORS
 
     files = "|".join(row.files for row in ACCELERATORS.values())
@@ -170,9 +170,10 @@ class Survey:
 # -- finding them -----------------------------------------------------------------------
 
 
-def _devices(pid: int) -> tuple[str, ...]:
-    """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...); AccessDenied for another user's."""
-    return tuple(sorted({"/" + m.group(1) for m in map(_device().search, procfs.fd_targets(pid)) if m}))
+def _devices(pid: int, device: re.Pattern[str]) -> tuple[str, ...]:
+    """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...: ``device``, :func:`_device`'s);
+    AccessDenied for another user's."""
+    return tuple(sorted({"/" + m.group(1) for m in map(device.search, procfs.fd_targets(pid)) if m}))
 
 
 def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], Facts]) -> dict[int, set[str]]:
@@ -266,12 +267,13 @@ def survey(
         return owners[pid] if pid in owners else record.owner(pid)
 
     held: dict[int, tuple[str, ...] | ProcessError] = {}
+    device = _device()  # once a scan, not once a process
 
     def devices_of(pid: int) -> tuple[str, ...]:
         """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again)."""
         if pid not in held:
             try:
-                held[pid] = _devices(pid)
+                held[pid] = _devices(pid, device)
             except ProcessError as exc:
                 held[pid] = exc
         found = held[pid]
