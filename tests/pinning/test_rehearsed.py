@@ -51,7 +51,15 @@ def test_pin_and_the_start_up_hook_leave_their_rehearsal_and_ps_lists_it_while_i
                                capture_output=True, text=True, timeout=60, env=live.without_inputs(dict(os.environ)))
         (worker,) = json.loads(shown.stdout)["workers"]
         assert (worker["verdict"], worker["gpu"], worker["placed_by"]) == ("rehearsal", 5, "pin")
-        assert worker["expected"] == str(kept[by_pin.pid].placement.workers)
+        assert worker["expected"] == str(kept[by_pin.pid].placement.workers) and worker["misplaced_by"] == []
+        # One judge: threads and doctor --pid say of it what ps says, by the same decision.
+        for command in (["threads", str(hooked.pid), "--json"], ["doctor", "--pid", str(hooked.pid), "--json"]):
+            said = subprocess.run([sys.executable, "-m", "numapin", *command, "--root", str(root)],
+                                  capture_output=True, text=True, timeout=60,
+                                  env=live.without_inputs(dict(os.environ)))
+            answer = json.loads(said.stdout)
+            assert answer["verdict"] == "rehearsal", (command, said.stdout + said.stderr)
+            assert str(kept[hooked.pid].placement.workers) in json.dumps(answer), (command, said.stdout)
     finally:
         for child in (by_pin, hooked):
             child.kill()

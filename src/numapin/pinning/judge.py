@@ -38,6 +38,7 @@ from ..placement.ranks import LocalRank, local_rank
 from . import record as records
 from .declaration import Declared, declared
 from .record import Record
+from .rehearsed import of as rehearsal_of
 from .state import exec_marker, state
 from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
 
@@ -131,7 +132,9 @@ class Judgement:
     @property
     def misplaced_by(self) -> tuple[str, ...]:
         """What makes it misplaced: ``threads`` (one outside the target), ``memory`` (more of its own memory on
-        other nodes than the bound allows); empty when it is not."""
+        other nodes than the bound allows); empty when it is not (a rehearsal's process, pinned nowhere, never is)."""
+        if self.verdict is Verdict.REHEARSAL:
+            return ()
         share = self.remote_share()
         return tuple(why for why, found in (
             ("threads", bool(self.outside)),
@@ -370,8 +373,15 @@ def judge(
             environ, unreadable = {}, True
     if facts is None:
         facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
+    live = Host(facts.topology.root).is_live  # this host: no other CPUs or nodes to leave out (nothing read)
+    # A process a rehearsal started under the machine read (not this host): judged by what was decided for it there.
+    rehearsed = None if live else rehearsal_of(str(facts.topology.root), pid, stat.start)
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
+    if rehearsed is not None and gpu is None and cpus is None and mode is None and rank is None and not reserve:
+        p = rehearsed.placement
+        want, note = Expected(p, p.workers, f"the rehearsal's decision ({rehearsed.how}: {gpu_words(p) or p.reason}, "
+                                            f"mode {p.mode}), pinned nowhere"), None
     marker = exec_marker(environ)
     vendor = None if want is None else facts.vendor_at(want.placement.pci)
     ops = LinuxThreads(pid)
@@ -414,7 +424,6 @@ def judge(
     main = next((t.cpus for t in threads if t.tid == pid), None)
     # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
     # machine's other CPUs exist nowhere, and no process was kept from them).
-    live = Host(facts.topology.root).is_live  # this host: no other CPUs or nodes to leave out (nothing read)
     baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
     who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
     if want is None:
@@ -443,6 +452,8 @@ def judge(
             max_remote = None
     judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
                        buffers, unjudged, unlisted, crowd)
+    if rehearsed is not None:  # placed nowhere: neither right nor wrong, whatever its threads' masks say
+        return replace(judged, verdict=Verdict.REHEARSAL, placed_by=rehearsed.how)
     if judged.misplaced_by:
         return replace(judged, verdict=Verdict.MISPLACED)
     return judged

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..placement.modes import Placement
 
-__all__ = ["FOLDER", "Rehearsed", "listed", "note"]
+__all__ = ["FOLDER", "Rehearsed", "listed", "note", "of"]
 
 #: Under the rehearsed machine's root, where the machine's own ``/run`` would be.
 FOLDER = "run/numapin/rehearsed"
@@ -111,31 +111,47 @@ def _ended(name: str) -> bool:
     return start_time(int(pid)) != int(start)
 
 
-def listed(root: str) -> list[Rehearsed]:
-    """The processes rehearsed under ``root`` that still run, each as it was left (none where nothing was)."""
+def _folder(root: str) -> Folder | None:
+    """The rehearsal folder under ``root``, held open (None where there is none, or of a user it may not be)."""
+    try:
+        return Folder.open(os.path.join(root, FOLDER), {os.stat(root).st_uid, os.geteuid(), 0})
+    except OSError:
+        return None
+
+
+def _believed(folder: Folder, name: str) -> Rehearsed | None:
+    """The entry ``name`` of ``folder``, where it is believed: of a live process with the pid and start time of its
+    name, which the file's owner runs (or the file is root's)."""
     import json
 
-    path = os.path.join(root, FOLDER)
+    if not name.endswith(".json") or _ended(name):
+        return None
+    read = folder.read(name, _CAP)
+    if read is None:
+        return None
+    data, uid = read
     try:
-        top = os.stat(root).st_uid
-        folder = Folder.open(path, {top, os.geteuid(), 0})
-    except OSError:
+        entry = Rehearsed.from_dict(json.loads(data))
+    except (ValueError, RecursionError):
+        return None
+    if entry is None or _name(entry.pid, entry.start) != name or uid not in (0, owner(entry.pid)):
+        return None
+    return entry
+
+
+def listed(root: str) -> list[Rehearsed]:
+    """The processes rehearsed under ``root`` that still run, each as it was left (none where nothing was)."""
+    folder = _folder(root)
+    if folder is None:
         return []
-    found = []
     with folder:
-        for name in sorted(folder.names())[:_MOST]:
-            if not name.endswith(".json") or _ended(name):
-                continue
-            read = folder.read(name, _CAP)
-            if read is None:
-                continue
-            data, uid = read
-            try:
-                entry = Rehearsed.from_dict(json.loads(data))
-            except (ValueError, RecursionError):
-                continue
-            # Believed of a process only by its name's pid and start, and of one the file's owner runs.
-            if entry is None or _name(entry.pid, entry.start) != name or uid not in (0, owner(entry.pid)):
-                continue
-            found.append(entry)
-    return found
+        return [entry for name in sorted(folder.names())[:_MOST] if (entry := _believed(folder, name)) is not None]
+
+
+def of(root: str, pid: int, start: int) -> Rehearsed | None:
+    """Process ``pid``'s entry under ``root`` (it started at ``start``), asked for by name; None where it has none."""
+    folder = _folder(root)
+    if folder is None:
+        return None
+    with folder:
+        return _believed(folder, _name(pid, start))

@@ -299,6 +299,7 @@ def survey(
     from ..pinning.declaration import present
 
     declarations = present(set(owners.values()))  # the host buffers declared here, listed once a scan
+    rehearsed = _rehearsed(root)
     found: list[Worker] = []
     for pid in chosen:
         ScanTimeout.past(deadline, f"{len(found)} workers found so far")
@@ -306,15 +307,13 @@ def survey(
             continue
         try:
             worker = _look(pid, stat_of, devices_of, known, nvml, machine, root, memory, max_remote, declarations,
-                           asked=asked, candidates=candidates)
+                           asked=asked, candidates=candidates, rehearsed=rehearsed)
         except AccessDenied:
             seen = stat_of(pid)
             unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
             continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
-    if root is not None:
-        found = _rehearsed(found, str(root), chosen if asked else None, stat_of)
     unnamed = None
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, machine)
@@ -324,31 +323,14 @@ def survey(
     return Survey(tuple(found), unseen, gpus, uuids, unnamed)
 
 
-def _rehearsed(found: list[Worker], root: str, chosen: list[int] | None,
-               stat_of: Callable[[int], procfs.Stat | None]) -> list[Worker]:
-    """The workers found, with each process a rehearsal left under ``root`` (of those ``chosen``) in its place: a
-    rehearsal's process holds no GPU here, so it is found at most as a candidate, from its environment."""
-    if Host(root).is_live:
-        return found
+def _rehearsed(root: str | os.PathLike[str] | None) -> set[int]:
+    """The processes a rehearsal under ``root`` started that still run (none for this host's own root): each holds
+    no GPU here, and is a worker of the machine rehearsed all the same."""
+    if root is None or Host(str(root)).is_live:
+        return set()
     from ..pinning.rehearsed import listed
 
-    rehearsed = {r.pid: r for r in listed(root) if chosen is None or r.pid in chosen}
-    if not rehearsed:
-        return found
-    workers = {w.pid: w for w in found}
-    for r in rehearsed.values():
-        stat = stat_of(r.pid)
-        if stat is None or stat.exited:
-            continue
-        try:
-            threads = len(procfs.tasks(r.pid))
-        except ProcessError:
-            continue
-        p = r.placement
-        workers[r.pid] = Worker(r.pid, stat.name, Verdict.REHEARSAL, "rehearsal", r.how, p.rank, p.gpu, p.pci, p,
-                                threads, note=f"rehearsed under {root}: placed nowhere (its CPUs are not this "
-                                "host's)", target=p.workers)
-    return [workers[pid] for pid in (sorted(workers) if chosen is None else chosen) if pid in workers]
+    return {r.pid for r in listed(str(root))}
 
 
 def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
@@ -392,10 +374,11 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
           known: Mapping[int, record.Record],
           nvml: Mapping[int, set[str]], machine: Callable[[], Facts], root: str | os.PathLike[str] | None,
           memory: bool, max_remote: float | None, declarations: Container[str], *, asked: bool,
-          candidates: bool) -> Worker | None:
+          candidates: bool, rehearsed: Container[int] = ()) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
     be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
-    ``candidates``: its environment read even when nothing it holds makes it a worker."""
+    ``candidates``: its environment read even when nothing it holds makes it a worker; ``rehearsed``: the processes
+    a rehearsal under ``root`` started (workers of the machine rehearsed)."""
     entry = known.get(pid)
     try:
         devices: tuple[str, ...] | None = devices_of(pid)
@@ -403,7 +386,7 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
         devices = None  # another user's: only a record or NVML can say it is a worker
     except NoSuchProcess:
         return None
-    if not (entry or devices or pid in nvml or asked or candidates):
+    if not (entry or devices or pid in nvml or pid in rehearsed or asked or candidates):
         if devices is None:
             raise AccessDenied(pid, "its open files")
         return None  # what it holds says no, and its environment could make it a candidate at most: not read
@@ -423,7 +406,8 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
     launcher = None if env is None else next(
         (f"{v}={env[v]}" for v in LOCAL_RANK_VARIABLES if env.get(v, "").strip()), None)
     # What it holds makes a worker; what it inherited, a candidate (every shell of a Slurm step has LOCAL_RANK).
-    held = "record" if entry else devices[0] if devices else "NVML" if pid in nvml else None
+    held = ("record" if entry else devices[0] if devices else "NVML" if pid in nvml
+            else "rehearsal" if pid in rehearsed else None)
     why = held or launcher or (f"{CUDA_VISIBLE_DEVICES}={env[CUDA_VISIBLE_DEVICES]}"
                                if env is not None and CUDA_VISIBLE_DEVICES in env else None)
     if why is None:
