@@ -91,6 +91,13 @@ def test_an_entry_is_believed_only_of_a_process_its_owner_runs(other: Other) -> 
                 entry = {"version": 1, "pid": pid, "start": start_time(pid), "how": "exec", "placement": placement}
                 other.sh('printf %s "$1" > "$2"', json.dumps(entry), str(kept / f"{pid}-{start_time(pid)}.json"))
             assert [r.pid for r in listed(str(folder))] == [theirs.pid]
+            # A FIFO or a link in an entry's name is passed over (never opened to block, never followed); the
+            # entry they stand for is then no longer read.
+            named = kept / f"{theirs.pid}-{start_time(theirs.pid)}.json"
+            other.sh('mv "$1" "$1.real" && ln -s "$1.real" "$1"', str(named))
+            assert listed(str(folder)) == []
+            other.sh('rm "$1" && mkfifo "$1"', str(named))
+            assert listed(str(folder)) == []
         finally:
             theirs.kill()
             theirs.wait()
