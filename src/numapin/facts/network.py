@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-__all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "read_network", "relation"]
+__all__ = ["GpuLink", "Network", "Nic", "RankNic", "Relation", "assign", "pci_path", "read_network", "relation"]
 
 class Relation(Choice):
     """How a GPU reaches a NIC, nearest first (``nvidia-smi topo -m``'s legend)."""
@@ -114,7 +114,7 @@ class Network:
         return next((link.relation for link in self.of_gpu(pci) if link.name == name), None)
 
 
-def _pci_path(host: Host, rel: str) -> tuple[str, ...] | None:
+def pci_path(host: Host, rel: str) -> tuple[str, ...] | None:
     """The PCI path of the device ``rel`` leads to: host bridge, bridges, and the nearest PCI function."""
     target = host.resolve(rel)
     if target is None or not target.startswith("sys/devices/"):
@@ -168,13 +168,13 @@ def read_nics(topology: Topology, warnings: list[str] | None = None, *, host: Ho
     notes: list[str] = [] if warnings is None else warnings
     by_pci: dict[str, dict[str, Any]] = {}
     for hca in sorted(host.listdir("sys/class/infiniband")):
-        path = _pci_path(host, f"sys/class/infiniband/{hca}")
+        path = pci_path(host, f"sys/class/infiniband/{hca}")
         if path is None or _is_virtual_function(host, path):
             continue
         ports, kind = _ports(host, hca)
         by_pci.setdefault(path[-1], {"path": path, "netdevs": []}).update(name=hca, ports=ports, type=kind)
     for netdev in sorted(host.listdir("sys/class/net")):
-        path = _pci_path(host, f"sys/class/net/{netdev}")
+        path = pci_path(host, f"sys/class/net/{netdev}")
         if path is None or _is_virtual_function(host, path):
             continue
         entry = by_pci.setdefault(path[-1], {"path": path, "netdevs": []})
@@ -201,7 +201,7 @@ def read_network(topology: Topology, gpus: tuple[Gpu, ...], *, journal: list[str
     one_node = len(topology.cpu_nodes) <= 1
     links, paths = [], []
     for gpu in gpus:
-        path = _pci_path(host, f"sys/bus/pci/devices/{gpu.pci}")
+        path = pci_path(host, f"sys/bus/pci/devices/{gpu.pci}")
         if path is None:
             continue
         paths.append((gpu.pci, path))

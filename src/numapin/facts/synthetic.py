@@ -83,6 +83,9 @@ class MachineSpec:
     """The PCI buses of a published host, per GPU (see :data:`RCCL_MI300X`); empty: buses laid out here."""
     partitions: int = 1
     """Logical GPUs per device (an MI300X in CPX mode: 8), each its own KFD node and render node."""
+    narrow_link: int | None = None
+    """A GPU whose PCIe link trained at half its width (x8 of x16), as a badly seated card or riser leaves it; the
+    others train at x16, 32 GT/s."""
 
     @property
     def cores(self) -> int:
@@ -293,6 +296,10 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
         _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)
     irqs.write()
 
+    # Transparent huge pages as Ubuntu and Debian ship them: for ranges that ask, each fault compacting if it must.
+    _put(root, "sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
+    _put(root, "sys/kernel/mm/transparent_hugepage/defrag", "always defer defer+madvise [madvise] never")
+    _put(root, "sys/kernel/mm/transparent_hugepage/hpage_pmd_size", str(2 << 20))
     allowed = every if cgroup_cpus is None else cgroup_cpus & every
     _put(root, "proc/self/cgroup", "0::/")
     _put(root, "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0")
@@ -320,6 +327,13 @@ def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irq
     _put(root, f"{device}/local_cpulist", str(local))
     _put(root, f"{device}/local_cpus", local.to_mask(words=-(-spec.cpus // 32)))
     _link(root, f"sys/bus/pci/devices/{bdf}", device)
+    # Its link, as both ends of it show it: the function and the port above it.
+    width = 8 if gpu == spec.narrow_link else 16
+    for end in (device, device.rsplit("/", 1)[0]):
+        _put(root, f"{end}/current_link_width", str(width))
+        _put(root, f"{end}/max_link_width", "16")
+        _put(root, f"{end}/current_link_speed", "32.0 GT/s PCIe")
+        _put(root, f"{end}/max_link_speed", "32.0 GT/s PCIe")
     # The driver that holds it, both ways, as the kernel links them.
     _link(root, f"sys/bus/pci/drivers/{driver}/{bdf}", device)
     _link(root, f"{device}/driver", f"sys/bus/pci/drivers/{driver}")

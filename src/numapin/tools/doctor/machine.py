@@ -92,6 +92,32 @@ def machine_findings(facts: Facts, host: Host, placement: Placement | None, env:
     return found
 
 
+def link_findings(facts: Facts, host: Host) -> list[Finding]:
+    """``pcie-link-degraded``: a visible GPU's PCIe link (or a bridge's above it) trained below its most: fewer
+    lanes is a warning; a lower speed alone is information, since a GPU at idle lowers its speed to save power."""
+    from ...facts.link import links_above
+
+    found = []
+    for index, seen in enumerate(facts.visible):
+        links = links_above(host, seen.gpu.pci)
+        narrow = [link for link in links if link.narrow]
+        slow = [link for link in links if link.slow]
+        if not narrow and not slow:
+            continue
+        said = "; ".join(link.words() for link in narrow or slow)
+        found.append(Finding(
+            "pcie-link-degraded", "warning" if narrow else "info",
+            f"GPU {index} ({seen.gpu.pci})'s PCIe link trained below its most: {said}",
+            "host-to-device copies move at most what the narrowest link carries: half the lanes halve them, "
+            "whatever numapin places" if narrow else
+            "a lower speed halves copies where it lasts; a GPU at idle lowers its link's speed itself",
+            "reseat the card or its riser, check the slot's lanes in the BIOS (bifurcation), then read "
+            "current_link_width again" if narrow else
+            "read it again while a copy runs (nvidia-smi -q -d PCIE: Link, Current); still low under load: the "
+            "slot's generation in the BIOS, the riser, the card's seating"))
+    return found
+
+
 def reserved_cpus(env: Mapping[str, str], placement: Placement) -> CpuSet:
     """The hot thread's cores: the placement's, else those numapin exec --reserve exported to the process."""
     if placement.reserved:
