@@ -651,6 +651,126 @@ def host_buffer_for_a_grace_gpu_uses_its_memory_only_node() -> str:
     return f"on memory-only node {min(nodes)}; refused: {refused[:100]}"
 
 
+def _numa_maps_pages(address: int) -> dict[int, int]:
+    """The pages by node of this process's mapping at ``address``, as its line of numa_maps counts them."""
+    line = next(x for x in Path("/proc/self/numa_maps").read_text().splitlines() if x.startswith(f"{address:x} "))
+    return {int(f[1:].partition("=")[0]): int(f.partition("=")[2]) for f in line.split()
+            if f[:1] == "N" and "=" in f}
+
+
+def _even(pages: dict[int, int], nodes: tuple[int, ...]) -> bool:
+    """40-60% of the pages on each of two nodes (an even share within 10 points, for more nodes)."""
+    total = sum(pages.values())
+    return bool(total) and all(abs(pages.get(n, 0) / total - 1 / len(nodes)) <= 0.1 for n in nodes)
+
+
+@check(shapes=("two-node",))
+def host_buffer_spread_over_two_nodes_is_interleaved() -> str:
+    """host_buffer(128 MiB, nodes=[0, 1]): 40-60% of its pages on each node, read from numa_maps (its policy
+    there: interleave), as its read-back says; declared as a spread."""
+    import numapin
+
+    with numapin.host_buffer(128 << 20, nodes=[0, 1]) as buf:
+        pages = _numa_maps_pages(buf.address)
+        line = next(x for x in Path("/proc/self/numa_maps").read_text().splitlines()
+                    if x.startswith(f"{buf.address:x} "))
+        said, on, entry, notes = str(buf.nodes), dict(buf.on_nodes), json.loads(str(buf._entry)), buf.notes
+    assert _even(pages, (0, 1)) and "interleave" in line, line
+    assert said == "0-1" and sum(on.values()) == 128 << 20 and entry.get("spread") is True, (said, on, entry)
+    assert not notes, notes
+    return f"{pages} ({line.split()[1]})"
+
+
+@check(shapes=("two-node",))
+def host_buffer_spread_under_seccomp_still_holds() -> str:
+    """Under the seccomp filter refusing mbind: host_buffer(nodes=[0, 1]) still 40-60% on each node (each node's
+    threads fill its stripes), and a note says the policy was refused and how it was spread instead."""
+    said = _filtered_buffer("nodes=[0, 1]")
+    pages = {int(f[1:].partition("=")[0]): int(f.partition("=")[2]) for f in said.split() if f[:1] == "N" and "=" in f}
+    assert said.startswith("buffer [0, 1] mbind refused") and "stripes" in said, said
+    assert _even(pages, (0, 1)), said
+    return f"{pages}: {said[:120]}"
+
+
+_SPREAD_WORKER = """
+import sys, time
+sys.path.insert(0, {here!r})
+import numapin
+numapin.pin(0, memory="bind")
+pool = numapin.host_buffer(96 << 20, nodes=[0, 1])   # a pool shared with a GPU on the other node, spread
+print("ready", pool.address, flush=True)
+time.sleep(300)
+"""
+
+
+@check(shapes=("two-node",))
+def a_worker_holding_a_spread_is_not_told_it_lies_elsewhere() -> str:
+    """A worker placed on node 0 holding a spread over 0-1: threads, ps and doctor --pid judge the spread by its
+    own nodes (verdict ok, nothing said elsewhere, no buffer-elsewhere finding), its pages verified on both."""
+    worker = subprocess.Popen([sys.executable, "-c", _SPREAD_WORKER.format(here=str(HERE))],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert worker.stdout is not None
+        ready, address = worker.stdout.readline().split()
+        assert ready == "ready"
+        threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
+        listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
+        doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
+    finally:
+        worker.kill()
+        worker.wait()
+    buffers = threads["host_memory"]["buffers"]
+    assert [(b["address"], b["node"], b.get("spread"), b["on_its_node"], b["unbalanced"]) for b in buffers] == \
+        [(int(address), "0-1", True, True, [])], buffers
+    assert set(buffers[0]["on_nodes"]) == {"0", "1"}, buffers
+    assert threads["verdict"] == listed["verdict"] == doctor["verdict"] == "ok", (threads["verdict"], listed["verdict"])
+    assert listed["host_memory"]["buffers_elsewhere"] == [], listed["host_memory"]
+    assert not [f for f in doctor["findings"] if f["id"] in ("buffer-elsewhere", "misplaced")], doctor["findings"]
+    return f"verdict ok; buffer on {buffers[0]['on_nodes']}"
+
+
+_THP = "/sys/kernel/mm/transparent_hugepage/"
+
+
+@contextmanager
+def _thp(enabled: str, defrag: str) -> Iterator[None]:
+    before = {name: Path(_THP + name).read_text().split("[")[1].split("]")[0] for name in ("enabled", "defrag")}
+    Path(_THP + "enabled").write_text(enabled)
+    Path(_THP + "defrag").write_text(defrag)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            Path(_THP + name).write_text(value)
+
+
+def _huge_in_smaps(address: int) -> int:
+    """AnonHugePages of this process's mapping at ``address``, read by the test from smaps itself."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    first = next(i for i, x in enumerate(lines) if x.startswith(f"{address:x}-"))
+    return next(int(x.split()[1]) * 1024 for x in lines[first + 1:] if x.startswith("AnonHugePages:"))
+
+
+@check(shapes=("two-node",))
+def transparent_huge_pages_where_the_kernel_gives_them() -> str:
+    """THP enabled=madvise, defrag=defer: hugepages="thp" gives at least half of a 64 MiB buffer as AnonHugePages
+    (read from smaps), all on the node asked; enabled=never: base pages and a note saying so; defrag=madvise: a
+    note naming the defrag setting."""
+    import numapin
+
+    with _thp("madvise", "defer"), numapin.host_buffer(64 << 20, node=1, hugepages="thp") as buf:
+        huge, counts, got = _huge_in_smaps(buf.address), page_nodes(buf), (buf.huge_bytes, buf.page_size, buf.notes)
+    assert huge >= 32 << 20 and got[0] == huge and got[1] == 2 << 20, (huge, got)
+    assert share_on(counts, 1) == 1.0 and not any("defrag" in n for n in got[2]), (dict(counts), got)
+    with _thp("never", "defer"), numapin.host_buffer(16 << 20, node=1, hugepages="thp") as buf:
+        never = (_huge_in_smaps(buf.address), buf.page_size, buf.notes)
+    assert never[:2] == (0, os.sysconf("SC_PAGE_SIZE")) and any("enabled is never" in n for n in never[2]), never
+    with _thp("madvise", "madvise"), numapin.host_buffer(16 << 20, node=0, hugepages="thp") as buf:
+        stalls = buf.notes
+    assert any("transparent_hugepage/defrag is madvise" in n for n in stalls), stalls
+    return f"{huge >> 20} MiB of 64 in THP on node 1; never: {never[2][0][:50]}; madvise: {stalls[0][:50]}"
+
+
 _SHARED_ELSEWHERE = """
 import sys, time
 sys.path.insert(0, {here!r})

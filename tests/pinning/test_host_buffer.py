@@ -82,9 +82,15 @@ def test_a_size_is_rounded_up_to_whole_pages() -> None:
     ({"nbytes": 1 << 60}, "free"),
     ({"node": 4095}, "the nodes with memory here are"),
     ({"gpu": 7}, "this process sees"),
-    ({"hugepages": "3M"}, "2M or 1G"),
+    ({"hugepages": "3M"}, "'2M', '1G', 'thp'"),
     ({"fill_threads": 0}, "a count from 1"),
-    ({"gpu": 0, "node": 0}, "not both"),
+    ({"gpu": 0, "node": 0}, "one of gpu=N, node=N, gpus=[...], nodes=[...]"),
+    ({"nodes": [NODE], "node": NODE}, "one of gpu=N, node=N"),
+    ({"nodes": [], "node": None}, "a list of one or more"),
+    ({"nodes": str(NODE), "node": None}, "a list of one or more"),
+    ({"nodes": [True], "node": None}, "node numbers, whole numbers"),
+    ({"nodes": [NODE, 4095], "node": None}, "the nodes with memory here are"),
+    ({"gpus": [7], "node": None}, "this process sees"),
 ])
 def test_each_mistake_is_one_clear_error_and_nothing_stays_mapped(args: dict[str, object], said: str) -> None:
     def child() -> tuple[str, int]:

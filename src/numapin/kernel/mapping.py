@@ -15,11 +15,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run ti
 if TYPE_CHECKING:
     import ctypes
 
-__all__ = ["HUGE_PAGES", "MADV_POPULATE_WRITE", "address_of", "flags_for", "keep_apart", "lock", "name", "page_nodes",
-           "populate", "unlock"]
+__all__ = ["HUGEPAGES", "HUGE_PAGES", "MADV_POPULATE_WRITE", "address_of", "ask_huge", "flags_for", "huge_bytes",
+           "keep_apart", "lock", "name", "page_nodes", "populate", "unlock"]
 
 #: The kernel's huge page sizes numapin asks for, by name: bytes.
 HUGE_PAGES = {"2M": 2 << 20, "1G": 1 << 30}
+#: What a buffer may ask for (``hugepages=``, ``--hugepages``): a size from the kernel's pools, or transparent huge
+#: pages (``thp``), made on fault where the kernel's settings let it.
+HUGEPAGES = (*HUGE_PAGES, "thp")
 #: madvise(2)'s advice that faults a range in, writable, without touching it from user space (Linux 5.14).
 MADV_POPULATE_WRITE = 23
 _MAP_HUGETLB = 0x40000
@@ -100,6 +103,30 @@ def keep_apart(address: int, length: int) -> bool:
     the flag also keeps the kernel from merging the mapping with a neighbour of other flags, so its own line of
     ``numa_maps`` stays its own. False where refused."""
     return bool(_libc().madvise(address, length, 16) == 0)
+
+
+def ask_huge(address: int, length: int) -> bool:
+    """Ask for transparent huge pages in the range (``MADV_HUGEPAGE``), before its pages are made: the kernel then
+    faults it a huge page at a time where ``transparent_hugepage/enabled`` allows. False where refused."""
+    return bool(_libc().madvise(address, length, 14) == 0)
+
+
+def huge_bytes(address: int) -> int | None:
+    """The bytes of this process's mapping that begins at ``address`` held in transparent huge pages
+    (``AnonHugePages`` of its entry in ``/proc/self/smaps``); None where no mapping begins there. The file is read
+    up to that mapping's entry only."""
+    wanted = f"{address:x}-"
+    found = False
+    with open("/proc/self/smaps", encoding="ascii", errors="replace") as smaps:
+        for line in smaps:
+            if found and line.startswith("AnonHugePages:"):
+                fields = line.split()
+                return int(fields[1]) * 1024 if len(fields) >= 2 and fields[1].isdigit() else None
+            if not line[:1].isupper():  # an entry's first line: its range (lower-case hex), then its fields
+                if found:
+                    return None
+                found = line.startswith(wanted)
+    return None
 
 
 def lock(address: int, length: int) -> None:

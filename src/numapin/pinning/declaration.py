@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Mapping
     from typing import Any
 
-__all__ = ["LISTED_AT_MOST", "Declaration", "Declared", "declare", "declared", "present"]
+__all__ = ["LISTED_AT_MOST", "Declaration", "Declared", "declare", "declared", "present", "unbalanced"]
 
 
 @frozen
@@ -38,10 +38,19 @@ class Declared:
     asked_page_size: int
     """The page size asked for (``hugepages=``): larger than ``page_size`` where the node had too few free."""
     locked: bool = False
+    spread: bool = False
+    """Spread over :attr:`nodes` page by page on purpose (``nodes=[...]``), rather than bound to them."""
+    transparent: bool = False
+    """It asked for transparent huge pages (``hugepages="thp"``)."""
+    huge_bytes: int = 0
+    """Its bytes in transparent huge pages, read back after the fill."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
-                "asked_page_size": self.asked_page_size, "locked": self.locked}
+        found = {"address": self.address, "nbytes": self.nbytes, "node": str(self.nodes), "page_size": self.page_size,
+                 "asked_page_size": self.asked_page_size, "locked": self.locked}
+        # Said only where set: a declaration of 256 plain buffers stays as small as before.
+        return found | ({"spread": True} if self.spread else {}) | (
+            {"transparent": True, "huge_bytes": self.huge_bytes} if self.transparent else {})
 
     def text(self) -> Written:
         """Its entry of a declaration, written once by its owner (:func:`declare` puts it in as it is)."""
@@ -51,10 +60,25 @@ class Declared:
     def from_dict(cls, data: Mapping[str, Any]) -> Declared | None:
         try:
             found = cls(exact_int(data["address"]), exact_int(data["nbytes"]), CpuSet.parse(str(data["node"])),
-                        exact_int(data["page_size"]), exact_int(data["asked_page_size"]), data.get("locked") is True)
+                        exact_int(data["page_size"]), exact_int(data["asked_page_size"]), data.get("locked") is True,
+                        data.get("spread") is True, data.get("transparent") is True,
+                        exact_int(data.get("huge_bytes", 0)))
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 else None
+        return found if found.address >= 0 and found.nbytes > 0 and found.page_size > 0 and found.huge_bytes >= 0 \
+            else None
+
+
+def unbalanced(on_nodes: Mapping[int, int], spread: CpuSet) -> list[str]:
+    """Where a spread over ``spread`` lost its balance: each node holding under half its even share of the pages
+    (a node that ran out of free memory, or a fill no policy spread), in words; empty where none did."""
+    total = sum(on_nodes.values())
+    if not total or not spread:
+        return []
+    even = total / len(spread)
+    return [f"spread over node(s) {spread} lost its balance: node {n} holds {100 * on_nodes.get(n, 0) / total:.0f}% "
+            f"of its pages (an even share is {100 / len(spread):.0f}%)"
+            for n in spread if 2 * on_nodes.get(n, 0) < even]
 
 
 @frozen

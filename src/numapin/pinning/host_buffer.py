@@ -7,14 +7,20 @@ pegaflow#277; ``../shared/research/host-memory.md``). So a buffer is:
 
 1. a fresh anonymous mapping (never the heap, which may hand back pages touched elsewhere), of huge pages from
    the node's own pool where asked and free there;
-2. bound to the node with ``mbind`` (a policy of the range alone: nothing else of the process changes);
-3. filled in parallel by threads pinned to the node's CPUs, each populating its slice with the kernel's own call
-   (``MADV_POPULATE_WRITE``), which does not hold Python's lock: where ``mbind`` is refused (a container's
-   seccomp profile without CAP_SYS_NICE), those threads still place every page under the kernel's local policy.
+2. bound to the node with ``mbind`` (a policy of the range alone: nothing else of the process changes), or, for a
+   pool shared by GPUs on several nodes (``nodes=[...]``, ``gpus=[...]``), interleaved page by page over them
+   (a KV cache shared by TP8 across two sockets served more, sooner, interleaved than first-touched:
+   LightLLM#1399); transparent huge pages asked for (``MADV_HUGEPAGE``) where ``hugepages="thp"`` and the
+   kernel's settings give them;
+3. filled in parallel by threads pinned to the node's CPUs (:mod:`numapin.pinning.pages`), each populating its
+   slice with the kernel's own call (``MADV_POPULATE_WRITE``), which does not hold Python's lock: where ``mbind``
+   is refused (a container's seccomp profile without CAP_SYS_NICE), those threads still place every page under
+   the kernel's local policy (a spread: each node's threads its 2 MiB stripes, taken in turn).
    A memory-only node has no CPUs to fill from: there ``mbind`` is needed, and its refusal is an error;
 4. optionally locked (``mlock``) and registered with CUDA (in chunks of at most 64 GiB, through the CUDA runtime
    the process already loaded: PyTorch's, or a ``libcudart`` already mapped; numapin never loads one);
-5. read back: the nodes its pages are on come from the kernel (``numa_maps``), never assumed;
+5. read back: the nodes its pages are on come from the kernel (``numa_maps``), and its transparent huge pages
+   (``smaps``), never assumed; the NICs nearest its nodes named (:attr:`HostBuffer.nics`);
 6. declared beside the process's record (:func:`numapin.pinning.declaration.declare`): its range, nodes and pages, which
    ``numapin threads``, ``ps`` and ``doctor --pid`` verify against ``numa_maps`` from outside.
 """
@@ -24,7 +30,6 @@ from __future__ import annotations
 import errno
 import mmap
 import os
-import threading
 import time
 import weakref
 
@@ -33,23 +38,25 @@ from ..base.logger import log
 from ..base.text import Written, counted, format_size
 from ..cpuset import CpuSet
 from ..facts.machine import cached as cached_facts
+from ..facts.thp import FOLDER, read_thp
 from ..kernel import mapping
 from ..kernel.mempolicy import KernelMemoryPolicy, LinuxMemory
 from . import memory as _memory
+from . import pages
+from .declaration import Declared, unbalanced
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from typing import Any
 
     from ..facts.machine import Facts
+    from ..facts.thp import TransparentHugePages
 
-__all__ = ["REGISTER_CHUNK", "HostBuffer", "host_buffer"]
+__all__ = ["REGISTER_CHUNK", "HostBuffer", "host_buffer", "nics_near"]
 
 #: The most one CUDA registration takes: larger calls fail on drivers r580+ with 4 KiB pages (LMCache PR #5177).
 REGISTER_CHUNK = 64 << 30
-#: The filling threads a buffer gets at most, unless asked for more (never more than its node's CPUs).
-_MOST_THREADS = 16
 #: Every buffer still open, in the order made, closed at interpreter exit (registered memory before CUDA is torn
 #: down); and their bytes, counted as they open and close (the declaration says how many it does not list).
 _OPEN: weakref.WeakKeyDictionary[HostBuffer, None] = weakref.WeakKeyDictionary()
@@ -61,9 +68,9 @@ class HostBuffer(mmap.mmap):
     """A filled buffer on a node: an ``mmap`` (``memoryview(buf)``, slicing, ``len``), and what it is.
 
     ``address`` and ``nbytes`` (a whole number of pages: the size asked, rounded up), ``nodes`` (where its pages
-    are, read back) and ``on_nodes`` (its bytes by node), ``page_size``, ``locked``, ``registered``, ``notes``
-    (each step-down or refusal, in words), ``fill_seconds`` and ``fill_threads``. ``close()`` (or the ``with``
-    block's end, or interpreter exit) unregisters, unlocks and unmaps it.
+    are, read back) and ``on_nodes`` (its bytes by node), ``page_size`` (and ``huge_bytes``), ``nics``, ``locked``,
+    ``registered``, ``notes`` (each step-down or refusal, in words), ``fill_seconds`` and ``fill_threads``.
+    ``close()`` (or the ``with`` block's end, or interpreter exit) unregisters, unlocks and unmaps it.
     """
 
     address: int
@@ -77,6 +84,11 @@ class HostBuffer(mmap.mmap):
     fill_threads: int
     on_nodes: dict[int, int]
     """Its resident bytes by node, as the kernel counted them after the fill."""
+    huge_bytes: int
+    """Its bytes in transparent huge pages (``AnonHugePages`` of its range), where it asked for them; else 0."""
+    nics: tuple[str, ...]
+    """The NICs nearest its nodes (RDMA device names where there are: ``mlx5_0``), for a transfer engine to post
+    from; empty where the machine shows none."""
     _unregister: Any
     _finalizer: Any
     _entry: Written
@@ -125,72 +137,120 @@ class HostBuffer(mmap.mmap):
         return f"<HostBuffer {format_size(self.nbytes)} at {self.address:#x}, {state}>"
 
 
-def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None, hugepages: str | None = None,
+def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
+                gpus: Sequence[int] | None = None, nodes: Sequence[int] | None = None, hugepages: str | None = None,
                 fill_threads: int | None = None, lock: bool = False, register: bool = False,
                 root: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None) -> HostBuffer:
-    """A buffer of ``nbytes`` on GPU ``gpu``'s node (its index in this process's view; neither ``gpu`` nor
-    ``node``: the GPU :func:`numapin.pin` would choose) or on node ``node``, filled and read back.
+    """A buffer of ``nbytes`` on GPU ``gpu``'s node (its index in this process's view; none named: the GPU
+    :func:`numapin.pin` would choose), on node ``node``, or spread page by page over ``nodes`` (or the nodes of
+    ``gpus``): filled and read back.
 
-    ``hugepages``: ``"2M"`` or ``"1G"`` from that node's pool (base pages, with a note, where it has too few
-    free); ``fill_threads``: how many threads fill it (default: the node's CPUs this process may use, at most
-    16; never more than those CPUs); ``lock``: ``mlock`` it; ``register``: register it with CUDA. A caller's
-    mistake is a :class:`UsageError` and a refusal of the machine an :class:`EnvironmentProblem` (a size past
-    what the node has free, its memory cgroup's limit leaves, or ``RLIMIT_MEMLOCK`` lets it lock), each before
-    anything stays mapped.
+    ``hugepages``: ``"2M"`` or ``"1G"`` from the nodes' pools (base pages, with a note, where too few are free), or
+    ``"thp"``: transparent huge pages, where the kernel's settings give them (said in ``notes`` where they cannot be
+    had, or where each fault would stall on compaction); ``fill_threads``: how many threads fill it (default: the
+    nodes' CPUs this process may use, at most 16; never more than those CPUs); ``lock``: ``mlock`` it;
+    ``register``: register it with CUDA. A caller's mistake is a :class:`UsageError` and a refusal of the machine
+    an :class:`EnvironmentProblem` (a size past what a node has free, its memory cgroup's limit leaves, or
+    ``RLIMIT_MEMLOCK`` lets it lock), each before anything stays mapped.
     """
     env = os.environ if environ is None else environ
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
-        raise UsageError(f"host_buffer({nbytes!r}): a size is a whole number of bytes from 1", value=nbytes)
-    if hugepages is not None and hugepages not in mapping.HUGE_PAGES:
-        raise UsageError(f"host_buffer(hugepages={hugepages!r}): {' or '.join(mapping.HUGE_PAGES)} (or None, base "
-                         "pages)", value=hugepages)
-    if fill_threads is not None and (isinstance(fill_threads, bool) or not isinstance(fill_threads, int)
-                                     or fill_threads < 1):
-        raise UsageError(f"host_buffer(fill_threads={fill_threads!r}): a count from 1", value=fill_threads)
-    if gpu is not None and node is not None:
-        raise UsageError("host_buffer(): a GPU (gpu=N) or a node (node=N), not both", value=(gpu, node))
+    _check(nbytes, hugepages, fill_threads, gpu, node, gpus, nodes)
     facts = cached_facts(root, env)
-    nodes = _nodes(facts, env, gpu, node)
-    _fits(nbytes, nodes, lock)
-    cpus = facts.topology.cpus_of_nodes(nodes) & facts.topology.allowed
+    where, spread = _where(facts, env, gpu, node, gpus, nodes)
+    _fits(nbytes, where, spread, lock)
+    cpus = facts.topology.cpus_of_nodes(where) & facts.topology.allowed
     notes: list[str] = []
-    page_size = _page_size(hugepages, nbytes, nodes, notes)
+    thp = read_thp("/") if hugepages == "thp" else None  # this kernel's settings, whatever the facts' root
+    page_size = _page_size(hugepages, nbytes, where, notes, thp)
     length = -(-nbytes // page_size) * page_size
     if fill_threads is not None and fill_threads > max(1, len(cpus)):
-        notes.append(f"{fill_threads} fill threads asked; node(s) {nodes} have {counted(len(cpus), 'CPU')} of this "
+        notes.append(f"{fill_threads} fill threads asked; node(s) {where} have {counted(len(cpus), 'CPU')} of this "
                      f"process's: {max(1, len(cpus))} instead")
     buffer = _mapped(length, page_size, notes)
     try:
-        buffer.address = mapping.address_of(buffer)
-        buffer.nbytes = length
-        # Its own mapping, never merged with a neighbour (whose pages a read-back of numa_maps would count too):
-        # kept out of core dumps, and named where the kernel names anonymous memory.
-        mapping.keep_apart(buffer.address, length)
-        mapping.name(buffer.address, length, "numapin-host-buffer")
-        buffer.locked = buffer.registered = False
-        buffer._unregister = None
-        _bind(buffer, nodes, cpus, notes)
-        started = time.perf_counter()
-        buffer.fill_threads = _fill(buffer, cpus, fill_threads)
-        buffer.fill_seconds = time.perf_counter() - started
+        _made(buffer, facts, where, spread, cpus, fill_threads, thp, notes)
         if lock:
             _lock(buffer)
         if register:
             _register(buffer)
-        buffer.on_nodes, buffer.page_size = _read_back(buffer, buffer.page_size, notes)
-        buffer.nodes = CpuSet(n for n, b in buffer.on_nodes.items() if b)
-        if buffer.nodes and not buffer.nodes <= nodes:
-            notes.append(f"pages on node(s) {buffer.nodes - nodes} too: node(s) {nodes} ran out of free memory")
+        _placed(buffer, where, spread, thp, notes)
+        buffer.nics = nics_near(facts, buffer.nodes or where)
         buffer.notes = tuple(notes)
     except BaseException:
         buffer.close()
         raise
     for note in notes:
         log.info("host buffer: %s", note)
-    from .declaration import Declared
+    _opened(buffer, where, spread, hugepages, thp)
+    return buffer
 
-    buffer._declared = Declared(buffer.address, buffer.nbytes, nodes, buffer.page_size,
-                                mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE), buffer.locked)
+
+def _check(nbytes: int, hugepages: str | None, fill_threads: int | None, *where: object) -> None:
+    """The caller's mistakes, each a UsageError, before anything is read or mapped."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes <= 0:
+        raise UsageError(f"host_buffer({nbytes!r}): a size is a whole number of bytes from 1", value=nbytes)
+    if hugepages is not None and hugepages not in mapping.HUGEPAGES:
+        raise UsageError(f"host_buffer(hugepages={hugepages!r}): {', '.join(map(repr, mapping.HUGEPAGES))} (or None, "
+                         "base pages)", value=hugepages)
+    if fill_threads is not None and (isinstance(fill_threads, bool) or not isinstance(fill_threads, int)
+                                     or fill_threads < 1):
+        raise UsageError(f"host_buffer(fill_threads={fill_threads!r}): a count from 1", value=fill_threads)
+    if sum(w is not None for w in where) > 1:
+        raise UsageError("host_buffer(): one of gpu=N, node=N, gpus=[...], nodes=[...]", value=where)
+
+
+def _made(buffer: HostBuffer, facts: Facts, where: CpuSet, spread: bool, cpus: CpuSet, fill_threads: int | None,
+          thp: TransparentHugePages | None, notes: list[str]) -> None:
+    """Name the fresh mapping, set its policy, ask for transparent huge pages, and fill it."""
+    buffer.address = mapping.address_of(buffer)
+    buffer.nbytes = len(buffer)
+    # Its own mapping, never merged with a neighbour (whose pages a read-back of numa_maps would count too):
+    # kept out of core dumps, and named where the kernel names anonymous memory.
+    mapping.keep_apart(buffer.address, buffer.nbytes)
+    mapping.name(buffer.address, buffer.nbytes, "numapin-host-buffer")
+    buffer.locked = buffer.registered = False
+    buffer._unregister = None
+    # Each node's own CPUs of this process's: a spread whose policy is refused fills each node's stripes from them.
+    local = {n: facts.topology.cpus_of_nodes(CpuSet([n])) & cpus for n in where} if spread else {}
+    bound = _bind(buffer, where, cpus, local, notes)
+    if thp is not None and thp.available and not mapping.ask_huge(buffer.address, buffer.nbytes):
+        notes.append("transparent huge pages: madvise(MADV_HUGEPAGE) was refused; base pages")
+    started = time.perf_counter()
+    if spread and not bound:
+        # No policy spreads it: each node's threads make that node's stripes, under the kernel's local policy.
+        buffer.fill_threads = pages.fill_striped(buffer.address, buffer.nbytes, buffer.page_size, local, fill_threads)
+    else:
+        buffer.fill_threads = pages.fill(buffer.address, buffer.nbytes, buffer.page_size, cpus, fill_threads)
+    buffer.fill_seconds = time.perf_counter() - started
+    if thp is not None and thp.stalls:
+        notes.append(f"{thp.stall_words()}; filled by {counted(buffer.fill_threads, 'thread')} so the stall is "
+                     f"spread; echo defer > /{FOLDER}/defrag (root) keeps compaction off the fill")
+
+
+def _placed(buffer: HostBuffer, where: CpuSet, spread: bool, thp: TransparentHugePages | None,
+            notes: list[str]) -> None:
+    """Read back where its pages are and in what pages, and say what differs from what was asked."""
+    buffer.on_nodes, buffer.page_size = pages.read_back(buffer.address, buffer.nbytes, buffer.page_size, notes)
+    buffer.huge_bytes = 0
+    if thp is not None and thp.available:
+        buffer.huge_bytes = mapping.huge_bytes(buffer.address) or 0
+        if 2 * buffer.huge_bytes >= buffer.nbytes:
+            buffer.page_size = thp.size
+        notes.append(f"transparent huge pages: {format_size(buffer.huge_bytes)} of {format_size(buffer.nbytes)} in "
+                     f"{format_size(thp.size)} pages")
+    buffer.nodes = CpuSet(n for n, b in buffer.on_nodes.items() if b)
+    if buffer.nodes and not buffer.nodes <= where:
+        notes.append(f"pages on node(s) {buffer.nodes - where} too: node(s) {where} ran out of free memory")
+    if spread:
+        notes.extend(unbalanced(buffer.on_nodes, where))
+
+
+def _opened(buffer: HostBuffer, where: CpuSet, spread: bool, hugepages: str | None,
+            thp: TransparentHugePages | None) -> None:
+    """Count it among this process's open buffers, declare it, and close it at exit if its user does not."""
+    asked = thp.size if thp is not None else mapping.HUGE_PAGES.get(hugepages or "", mmap.PAGESIZE)
+    buffer._declared = Declared(buffer.address, buffer.nbytes, where, buffer.page_size, asked, buffer.locked,
+                                spread, thp is not None, buffer.huge_bytes)
     buffer._entry = buffer._declared.text()  # written once: a declaration of many re-serialises none
     _OPEN[buffer] = None
     _OPEN_BYTES[0] += buffer.nbytes
@@ -203,7 +263,27 @@ def host_buffer(nbytes: int, *, gpu: int | None = None, node: int | None = None,
         _AT_EXIT.append(True)
         atexit.register(_close_all)
     _declare()
-    return buffer
+
+
+def _where(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | None, gpus: Sequence[int] | None,
+           nodes: Sequence[int] | None) -> tuple[CpuSet, bool]:
+    """The nodes the buffer is for, and whether it is spread over them (``nodes``/``gpus`` naming several)."""
+    if nodes is None and gpus is None:
+        return _nodes(facts, env, gpu, node), False
+    name, items = ("nodes", nodes) if nodes is not None else ("gpus", gpus)
+    if isinstance(items, (str, bytes)) or not isinstance(items, (list, tuple, range, frozenset, set, CpuSet)) \
+            or not items:
+        raise UsageError(f"host_buffer({name}={items!r}): a list of one or more", value=items)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in items):
+        raise UsageError(f"host_buffer({name}={items!r}): {name[:-1]} numbers, whole numbers", value=items)
+    if name == "nodes":
+        exist = _memory.MemoryNodes.of(facts.topology).exist
+        if not CpuSet(items) <= exist:
+            raise UsageError(f"host_buffer(nodes={list(items)!r}): the nodes with memory here are {exist}", value=items)
+        return CpuSet(items), len(CpuSet(items)) > 1
+    found = [_nodes(facts, env, n, None) for n in items]
+    every = CpuSet.union(found)
+    return every, len(every) > 1
 
 
 def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | None) -> CpuSet:
@@ -234,7 +314,29 @@ def _nodes(facts: Facts, env: Mapping[str, str], gpu: int | None, node: int | No
     return placement.mems
 
 
-def _fits(nbytes: int, nodes: CpuSet, lock: bool) -> None:
+def nics_near(facts: Facts, nodes: CpuSet) -> tuple[str, ...]:
+    """The NICs nearest ``nodes``: those on them; for a node with none (a memory-only node: a Grace GPU's memory),
+    those of the CPU nodes nearest it. Empty where the machine shows none."""
+    try:
+        nics = facts.network().nics
+    except OSError:
+        return ()
+    topology = facts.topology
+    near: set[int] = set()
+    for n in nodes:
+        if any(nic.node == n for nic in nics):
+            near.add(n)
+            continue
+        holding = {nic.node for nic in nics if nic.node is not None}
+        distances = {m: topology.distance(n, m) for m in holding} if n in {x.id for x in topology.nodes} else {}
+        known = {m: d for m, d in distances.items() if d is not None}
+        if known:
+            least = min(known.values())
+            near.update(m for m, d in known.items() if d == least)
+    return tuple(nic.name for nic in nics if nic.node in near)
+
+
+def _fits(nbytes: int, nodes: CpuSet, spread: bool, lock: bool) -> None:
     """Refuse, before anything is mapped, a buffer past a limit the kernel will enforce on this process: its
     nodes' free memory, its memory cgroup's limit less what the cgroup holds (v1 and v2, every cgroup above it too:
     past it, the cgroup's OOM killer ends the process without a word), and, to lock it, ``RLIMIT_MEMLOCK``. One
@@ -250,11 +352,17 @@ def _fits(nbytes: int, nodes: CpuSet, lock: bool) -> None:
                                  "as when the machine is read from a folder standing in for / (--root, "
                                  "NUMAPIN_FSROOT): a buffer is made on this host's own nodes")
 
-    free = [node_free_bytes("/", n) for n in nodes]
-    total = sum(f or 0 for f in free)
-    if all(f is not None for f in free) and nbytes > total:
+    free = {n: node_free_bytes("/", n) for n in nodes}
+    total = sum(f or 0 for f in free.values())
+    if all(f is not None for f in free.values()) and nbytes > total:
         raise UsageError(f"host_buffer({format_size(nbytes)}): node(s) {nodes} have {format_size(total)} free",
                          value=nbytes)
+    share = -(-nbytes // len(nodes))
+    short = sorted((n, f) for n, f in free.items() if f is not None and f < share) if spread else []
+    if short:
+        n, f = short[0]
+        raise UsageError(f"host_buffer({format_size(nbytes)}) spread over node(s) {nodes}: node {n} has "
+                         f"{format_size(f)} free, under its share of {format_size(share)}", value=nbytes)
     cgroup = memory_room(Host.at("/"))
     if cgroup is not None and nbytes > cgroup.room:
         raise EnvironmentProblem(f"host_buffer({format_size(nbytes)}): {cgroup}, leaving {format_size(cgroup.room)}; "
@@ -271,16 +379,24 @@ def _fits(nbytes: int, nodes: CpuSet, lock: bool) -> None:
                                      "CAP_IPC_LOCK)")
 
 
-def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[str]) -> int:
+def _page_size(hugepages: str | None, nbytes: int, nodes: CpuSet, notes: list[str],
+               thp: TransparentHugePages | None) -> int:
+    """The page size to map: a huge page size where the nodes' pools have enough free; else base pages (and for
+    transparent huge pages, base pages too: the kernel makes huge ones on fault, where its settings let it)."""
     base = mmap.PAGESIZE
-    if hugepages is None:
+    if thp is not None and not thp.available:
+        notes.append("transparent huge pages: " + (f"transparent_hugepage/enabled is {thp.enabled}"
+                                                   if thp.enabled else "this kernel has none") + "; base pages")
+    if hugepages is None or thp is not None:
         return base
     size = mapping.HUGE_PAGES[hugepages]
     from ..facts.topology import free_hugepages, reserve_command
 
     needed = -(-nbytes // size)
-    free = sum(free_hugepages("/", n, size) or 0 for n in nodes)  # this kernel's pools, whatever the facts' root
-    if free < needed:
+    counts = [free_hugepages("/", n, size) or 0 for n in nodes]  # this kernel's pools, whatever the facts' root
+    free = sum(counts)
+    # A spread takes an even share of its pages from each node's pool: the fullest cannot stand in for another.
+    if free < needed or (len(nodes) > 1 and min(counts) * len(nodes) < needed):
         notes.append(f"{hugepages} pages: node(s) {nodes} have {free} free, {needed} needed (reserve them: "
                      f"{reserve_command('/', nodes, size, needed)}); base pages instead")
         return base
@@ -303,9 +419,14 @@ def _mapped(length: int, page_size: int, notes: list[str]) -> HostBuffer:
         return _mapped(-(-length // mmap.PAGESIZE) * mmap.PAGESIZE, mmap.PAGESIZE, notes)
 
 
-def _bind(buffer: HostBuffer, nodes: CpuSet, cpus: CpuSet, notes: list[str]) -> None:
+def _bind(buffer: HostBuffer, nodes: CpuSet, cpus: CpuSet, local: Mapping[int, CpuSet], notes: list[str]) -> bool:
+    """Set the range's policy: bound to its node(s), or interleaved page by page over a spread's (``local``: each
+    spread node's CPUs); False where the kernel refused it (a note says so, and the fill places the pages)."""
+    spread = bool(local)
+    policy = KernelMemoryPolicy.INTERLEAVE if spread else KernelMemoryPolicy.BIND
     try:
-        LinuxMemory().mbind(buffer.address, buffer.nbytes, KernelMemoryPolicy.BIND, nodes)
+        LinuxMemory().mbind(buffer.address, buffer.nbytes, policy, nodes)
+        return True
     except OSError as exc:
         who = _memory.refused_by() if exc.errno == errno.EPERM else None
         by = f": this process's {_memory.REFUSER[who]}" if who else ""
@@ -314,37 +435,14 @@ def _bind(buffer: HostBuffer, nodes: CpuSet, cpus: CpuSet, notes: list[str]) -> 
             lift = f"; to lift it: {_memory.LIFT[who]}" if who else ""
             raise EnvironmentProblem(f"node(s) {nodes} have no CPU to fill a buffer from (memory only), and {what}"
                                      f"{lift}") from None
-        notes.append(f"{what}: filled by threads on node(s) {nodes}'s CPUs instead, which the kernel's local "
+        if spread and not all(local.values()):
+            bare = CpuSet(n for n, c in local.items() if not c)
+            raise EnvironmentProblem(f"node(s) {bare} of the spread over {nodes} have no CPU of this process's to fill "
+                                     f"their share from, and {what}") from None
+        how = f"in {format_size(pages.STRIPE)} stripes taken in turn, " if spread else ""
+        notes.append(f"{what}: filled {how}by threads on node(s) {nodes}'s CPUs instead, which the kernel's local "
                      "policy follows")
-
-
-def _fill(buffer: HostBuffer, cpus: CpuSet, fill_threads: int | None) -> int:
-    """Populate the buffer in slices of whole pages, each by a thread on ``cpus`` (where there are any); how many
-    threads filled it: those asked, or the node's CPUs up to :data:`_MOST_THREADS`, never more than the node has CPUs
-    (more threads than CPUs only take turns: 5,000 asked would be 5,000 threads)."""
-    count = min(fill_threads or _MOST_THREADS, len(cpus) or 1)
-    page = buffer.page_size  # slices of whole pages: a huge page is populated whole or not at all
-    pages = buffer.nbytes // page
-    count = max(1, min(count, pages))
-    failures: list[BaseException] = []
-
-    def fill(start: int, end: int) -> None:
-        try:
-            if cpus:
-                os.sched_setaffinity(0, cpus)
-            mapping.populate(buffer.address + start * page, (end - start) * page)
-        except BaseException as exc:
-            failures.append(exc)
-
-    threads = [threading.Thread(target=fill, args=(pages * i // count, pages * (i + 1) // count),
-                                name=f"numapin-fill-{i}", daemon=True) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if failures:
-        raise EnvironmentProblem(f"the buffer could not be filled: {failures[0]}") from failures[0]
-    return count
+        return False
 
 
 def _lock(buffer: HostBuffer) -> None:
@@ -407,58 +505,6 @@ def _cuda_runtime() -> tuple[Any, Any]:
                 lambda ptr: int(library.cudaHostUnregister(ctypes.c_void_p(ptr))))
     raise EnvironmentProblem("register=True needs the CUDA runtime loaded in this process (import torch with CUDA, "
                              "or a library that loads libcudart): numapin loads none of its own")
-
-
-def _read_back(buffer: HostBuffer, page_size: int, notes: list[str]) -> tuple[dict[int, int], int]:
-    """The buffer's bytes on each node, and its page size, as the kernel counts its own pages: the mapping's line
-    of ``numa_maps`` where the mapping is the buffer alone (one read), else ``move_pages`` asked for no move, page
-    by page (a neighbour with the same flags and policy may have merged with it)."""
-    if buffer.nbytes // page_size <= _ASKED_PAGE_BY_PAGE:
-        # A small buffer asks the kernel of its own pages alone: numa_maps walks every mapping of the process,
-        # and a process making hundreds of small buffers would pay that walk for each (quadratic in them).
-        try:
-            pages, stride = mapping.page_nodes(buffer.address, buffer.nbytes, page_size)
-            return {n: count * stride * page_size for n, count in pages.items()}, page_size
-        except OSError:
-            pass  # no move_pages here: numa_maps below
-    line = _numa_maps_line(buffer.address)
-    size = page_size
-    if line is not None:
-        size = next((int(item.partition("=")[2]) * 1024 for item in line.split()
-                     if item.startswith("kernelpagesize_kB=") and item.partition("=")[2].isdigit()), page_size)
-        if _extent(buffer.address) == buffer.nbytes:
-            from ..kernel.residency import parse_numa_maps
-
-            return parse_numa_maps(line, page_size=size).bytes, size
-    try:
-        pages, stride = mapping.page_nodes(buffer.address, buffer.nbytes, size)
-    except OSError as exc:
-        notes.append(f"where its pages are could not be read back (move_pages: {exc.strerror}, and its mapping is "
-                     "not its own in numa_maps)")
-        return {}, size
-    return {n: count * stride * size for n, count in pages.items()}, size
-
-
-#: The most pages a buffer has for its read-back to ask the kernel page by page (``move_pages``) rather than read
-#: the process's ``numa_maps`` (256 MiB of base pages).
-_ASKED_PAGE_BY_PAGE = 1 << 16
-
-
-def _numa_maps_line(address: int) -> str | None:
-    from ..facts import procfs
-
-    wanted = f"{address:x} "
-    return next((line for line in procfs.numa_maps(os.getpid()).splitlines() if line.startswith(wanted)), None)
-
-
-def _extent(address: int) -> int | None:
-    """The length of the mapping that begins at ``address`` (``/proc/self/maps``)."""
-    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-        for line in maps:
-            start, _, end = line.partition(" ")[0].partition("-")
-            if int(start, 16) == address:
-                return int(end, 16) - address
-    return None
 
 
 def _exported(buffer: mmap.mmap) -> bool:

@@ -36,7 +36,7 @@ from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
-from .declaration import Declared, declared
+from .declaration import Declared, declared, unbalanced
 from .record import Record
 from .rehearsed import of as rehearsal_of
 from .state import exec_marker, state
@@ -172,7 +172,8 @@ class Judgement:
             on = {} if self.memory is None else self.memory.in_ranges.get(buffer.address, {})
             there = sum(b for n, b in on.items() if n in buffer.nodes)
             found.append({**buffer.as_dict(), "on_nodes": {str(n): b for n, b in sorted(on.items()) if b},
-                          "on_its_node": 2 * there > sum(on.values())})
+                          "on_its_node": 2 * there > sum(on.values())}
+                         | ({"unbalanced": unbalanced(on, buffer.nodes)} if buffer.spread else {}))
         return found
 
     def buffer_words(self) -> list[str]:
@@ -187,6 +188,11 @@ class Judgement:
             elif not seen["on_its_node"]:
                 said.append(f"{what} lies mostly on node(s) {on - buffer.nodes}: its node(s) ran out of free memory "
                             "(numapin buffer --node N sizes what fits)")
+            elif buffer.spread:
+                # Spread on purpose: judged by its own nodes, never "elsewhere" for what was asked; only its balance.
+                said.extend(f"{what}: {words}" for words in seen["unbalanced"])
+                if self.expected is not None and not buffer.nodes & self.expected.mems:
+                    said.append(f"{what} is spread off its GPU's node(s) {self.expected.mems}")
             elif self.expected is not None and not buffer.nodes <= self.expected.mems:
                 said.append(f"{what} lies off its GPU's node(s) {self.expected.mems}: right for a GPU on node(s) "
                             f"{buffer.nodes}; for its own GPU, numapin.host_buffer(nbytes, gpu=N)")
@@ -206,10 +212,18 @@ class Judgement:
                 "shared_elsewhere": self.shared_words(), "buffers_elsewhere": self.buffer_words()}
 
     def remote_share(self) -> float | None:
-        """The share (0..1) of the process's own memory outside the expected nodes; None when unread."""
+        """The share (0..1) of the process's own memory outside the expected nodes; None when unread. A buffer
+        spread on purpose over nodes that include the expected ones counts as placed where its pages lie on its own
+        nodes: those pages are where they were asked to be."""
         if self.expected is None or self.memory is None:
             return None
-        return self.memory.share_outside(self.expected.mems, own=True)
+        own = sum(self.memory.own_bytes.values())
+        if not own:
+            return 0.0
+        asked = sum(b for buffer in self.buffers if buffer.spread and buffer.nodes & self.expected.mems
+                    for n, b in self.memory.in_ranges.get(buffer.address, {}).items()
+                    if n in buffer.nodes and n not in self.expected.mems)
+        return max(0, self.memory.outside(self.expected.mems, own=True) - asked) / own
 
 
 def gpu_words(placement: Placement) -> str | None:
