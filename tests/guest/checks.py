@@ -714,12 +714,14 @@ def a_worker_holding_a_spread_is_not_told_it_lies_elsewhere() -> str:
         ready, address = worker.stdout.readline().split()
         assert ready == "ready"
         threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
+        text = numapin_cli("threads", str(worker.pid)).stdout
         listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
         doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
     finally:
         worker.kill()
         worker.wait()
     buffers = threads["host_memory"]["buffers"]
+    assert f"host buffer at {int(address):#x}: 96.0 MiB spread over node(s) 0-1" in text, text
     assert [(b["address"], b["node"], b.get("spread"), b["on_its_node"], b["unbalanced"]) for b in buffers] == \
         [(int(address), "0-1", True, True, [])], buffers
     assert set(buffers[0]["on_nodes"]) == {"0", "1"}, buffers

@@ -181,3 +181,23 @@ def test_numapin_buffer_says_its_nics_and_its_spread() -> None:
         done = subprocess.run([*NUMAPIN, "buffer", *bad], capture_output=True, text=True, timeout=60, env=env)
         assert done.returncode == 2 and "Traceback" not in done.stderr, (bad, done.stderr)
         assert len(done.stderr.strip().splitlines()) == 1, (bad, done.stderr)
+
+
+def test_doctor_of_a_process_whose_buffer_asked_for_thp_says_what_the_settings_do() -> None:
+    from numapin.tools.doctor import diagnose
+
+    thp = read_thp("/")
+    worker = subprocess.Popen([sys.executable, "-c", "import numapin, time\n"
+                               f"b = numapin.host_buffer(4 << 20, node={NODE}, hugepages='thp')\n"
+                               "print('ready', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True, env=live.without_inputs(dict(os.environ)))
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
+        found = [f for f in diagnose(None, pid=worker.pid).findings if f.id.startswith("thp-")]
+    finally:
+        worker.kill()
+        worker.wait()
+    expected = [] if thp.enabled is None else ["thp-unavailable"] if not thp.available else \
+        ["thp-defrag-stalls"] if thp.stalls else []
+    assert [f.id for f in found] == expected, found
+    assert all("its host buffer at 0x" in f.sees for f in found), found

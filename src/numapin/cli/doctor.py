@@ -58,8 +58,9 @@ def arguments(doc: argparse.ArgumentParser) -> None:
                           "numapin exec --reserve K makes it (interrupts on them are then found)")
     doc.add_argument("--buffer", type=bytes_arg, metavar="SIZE",
                      help="check a host buffer of SIZE (K, M, G, T) planned for the GPU: its node's free huge "
-                          "pages (--hugepages) and the locked-memory limit (--lock)")
-    doc.add_argument("--hugepages", choices=("2M", "1G"), help="with --buffer: huge pages of this size asked for")
+                          "pages or the kernel's THP settings (--hugepages) and the locked-memory limit (--lock)")
+    doc.add_argument("--hugepages", choices=("2M", "1G", "thp"), help="with --buffer: huge pages of this size asked "
+                     "for, or thp: transparent huge pages (the kernel's settings checked: enabled, defrag)")
     doc.add_argument("--lock", action="store_true", help="with --buffer: the buffer is to be locked (mlock)")
     doc.add_argument("--resource-slices", metavar="FILE",
                      help="Kubernetes' ResourceSlices as kubectl get resourceslices -o json writes them: each GPU's "

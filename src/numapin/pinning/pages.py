@@ -8,6 +8,7 @@ faulting thread's node. Where the pages went is asked of the kernel afterwards, 
 
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 from itertools import pairwise
@@ -92,9 +93,11 @@ def read_back(address: int, nbytes: int, page_size: int, notes: list[str]) -> tu
     """The range's bytes on each node, and its page size, as the kernel counts its own pages: the mapping's line
     of ``numa_maps`` where the mapping is the buffer alone (one read), else ``move_pages`` asked for no move, page
     by page (a neighbour with the same flags and policy may have merged with it)."""
-    if nbytes // page_size <= _ASKED_PAGE_BY_PAGE:
-        # A small buffer asks the kernel of its own pages alone: numa_maps walks every mapping of the process,
-        # and a process making hundreds of small buffers would pay that walk for each (quadratic in them).
+    if nbytes // page_size <= _ASKED_PAGE_BY_PAGE and _SMALL_PART * nbytes < _resident():
+        # A buffer that is a small part of the process asks the kernel of its own pages alone: numa_maps walks
+        # every page of every mapping, and a process making hundreds of small buffers would pay that walk for each
+        # (quadratic in them). Where the buffer is most of what the process holds, that one walk costs less than
+        # asking page by page (a quarter, at 256 MiB).
         try:
             pages, stride = mapping.page_nodes(address, nbytes, page_size)
             return {n: count * stride * page_size for n, count in pages.items()}, page_size
@@ -116,6 +119,19 @@ def read_back(address: int, nbytes: int, page_size: int, notes: list[str]) -> tu
                      "not its own in numa_maps)")
         return {}, size
     return {n: count * stride * size for n, count in pages.items()}, size
+
+
+#: How many times a buffer's size the process must hold for the read-back to ask of the buffer's pages alone.
+_SMALL_PART = 4
+
+
+def _resident() -> int:
+    """This process's resident bytes (``statm``: one short read); 0 where unreadable."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * mmap.PAGESIZE
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 #: The most pages a buffer has for its read-back to ask the kernel page by page (``move_pages``) rather than read

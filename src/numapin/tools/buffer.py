@@ -13,6 +13,7 @@ import threading
 
 from ..base.errors import UsageError
 from ..base.text import format_size
+from ..cpuset import CpuSet
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ def parse_size(text: str) -> int:
     return size
 
 
-def fill(size: int, *, gpu: int | None, node: int | None, hugepages: str | None, threads: int | None,
-         lock: bool, progress: TextIO | None = None) -> dict[str, Any]:
+def fill(size: int, *, gpu: int | None = None, node: int | None = None, gpus: list[int] | None = None,
+         nodes: list[int] | None = None, hugepages: str | None = None, threads: int | None = None,
+         lock: bool = False, progress: TextIO | None = None) -> dict[str, Any]:
     """Make, fill and read back one buffer, then give it back: what :func:`describe` says."""
     from ..pinning.host_buffer import host_buffer
 
@@ -53,8 +55,9 @@ def fill(size: int, *, gpu: int | None, node: int | None, hugepages: str | None,
     if watcher is not None:
         watcher.start()
     try:
-        with host_buffer(size, gpu=gpu, node=node, hugepages=hugepages, fill_threads=threads, lock=lock) as buf:
-            report = _report(buf, gpu, node)
+        with host_buffer(size, gpu=gpu, node=node, gpus=gpus, nodes=nodes, hugepages=hugepages, fill_threads=threads,
+                         lock=lock) as buf:
+            report = _report(buf, _for(gpu, node, gpus, nodes), buf._declared.spread)
     finally:
         stop.set()
         if watcher is not None:
@@ -62,24 +65,35 @@ def fill(size: int, *, gpu: int | None, node: int | None, hugepages: str | None,
     return report
 
 
-def _report(buf: HostBuffer, gpu: int | None, node: int | None) -> dict[str, Any]:
+def _for(gpu: int | None, node: int | None, gpus: list[int] | None, nodes: list[int] | None) -> str:
+    """Whom the buffer was asked for, in words."""
+    if gpus is not None:
+        return "GPUs " + ",".join(map(str, gpus))
+    if nodes is not None:
+        return f"node(s) {CpuSet(nodes)}"
+    return f"GPU {gpu}" if gpu is not None else f"node {node}" if node is not None else "this process's GPU"
+
+
+def _report(buf: HostBuffer, asked: str, spread: bool) -> dict[str, Any]:
     seconds = buf.fill_seconds
-    return {"nbytes": buf.nbytes, "for": f"GPU {gpu}" if gpu is not None else f"node {node}" if node is not None
-            else "this process's GPU", "page_size": buf.page_size, "threads": buf.fill_threads,
-            "fill_seconds": round(seconds, 4), "bytes_per_second": int(buf.nbytes / seconds) if seconds else None,
+    return {"nbytes": buf.nbytes, "for": asked, "spread": spread, "page_size": buf.page_size,
+            "huge_bytes": buf.huge_bytes, "threads": buf.fill_threads, "fill_seconds": round(seconds, 4),
+            "bytes_per_second": int(buf.nbytes / seconds) if seconds else None,
             "on_nodes": {str(n): b for n, b in sorted(buf.on_nodes.items())}, "locked": buf.locked,
-            "notes": list(buf.notes)}
+            "nics": list(buf.nics), "notes": list(buf.notes)}
 
 
 def describe(report: dict[str, Any]) -> str:
     """The report as lines of text."""
     rate = report["bytes_per_second"]
-    lines = [f"numapin buffer: {format_size(report['nbytes'])} for {report['for']}, "
+    spread = "spread over " if report["spread"] else "for "
+    lines = [f"numapin buffer: {format_size(report['nbytes'])} {spread}{report['for']}, "
              f"{format_size(report['page_size'])} pages, filled by {report['threads']} thread(s) in "
              f"{report['fill_seconds']:.2f} s" + (f" ({format_size(rate)}/s)" if rate else "")]
     total = sum(report["on_nodes"].values()) or 1
     lines.append("pages: " + (", ".join(f"node {n} {format_size(b)} ({100 * b / total:.0f}%)"
                                         for n, b in report["on_nodes"].items()) or "none resident"))
+    lines.append("nearest NICs: " + (", ".join(report["nics"]) or "none shown by this machine"))
     lines.extend(f"note: {note}" for note in report["notes"])
     return "\n".join(lines)
 

@@ -71,7 +71,8 @@ class ThreadsReport:
                         "numapin.allocating_for(gpu=N), or use numapin.host_buffer")
         for seen in j.verified_buffers():
             on = ", ".join(f"node {n} {format_size(b)}" for n, b in seen["on_nodes"].items()) or "nothing resident"
-            summary += (f"\nhost buffer at {seen['address']:#x}: {format_size(seen['nbytes'])} made for node(s) "
+            made = "spread over" if seen.get("spread") else "made for"
+            summary += (f"\nhost buffer at {seen['address']:#x}: {format_size(seen['nbytes'])} {made} node(s) "
                         f"{seen['node']}, {format_size(seen['page_size'])} pages; resident: {on}")
         for words in j.buffer_words():
             summary += f"\nhost buffer: {words}"

@@ -22,7 +22,7 @@ from ...facts import procfs
 from ...facts.host import Host
 from ...facts.machine import Facts, cached, seen_by
 from ...facts.podresources import SOCKET
-from ...kernel.mapping import HUGE_PAGES
+from ...kernel.mapping import HUGEPAGES
 from ...pinning import record
 from ...pinning.judge import Expected, Judgement, Verdict, expected, judge
 from ...placement.modes import Placement, PlacementMode, parse_mode, resolve
@@ -36,8 +36,8 @@ from .launcher import (
     startup_file,
     thread_pool_findings,
 )
-from .machine import interrupt_findings, machine_findings, reserved_cpus
-from .memory import host_buffers, memory_refused, pinned_memory
+from .machine import interrupt_findings, link_findings, machine_findings, reserved_cpus
+from .memory import host_buffers, memory_refused, pinned_memory, transparent_huge_pages
 from .pod import dra_findings, pod_findings
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
@@ -75,12 +75,13 @@ def diagnose(
     (:func:`numapin.pinning.judge.judge`), as ``threads`` and ``ps`` give them.
     What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
     checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
-    ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``, ``lock``), checked
-    against the node's free huge pages and the process's ``RLIMIT_MEMLOCK``. ``resource_slices``: the devices DRA
+    ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``/``"thp"``, ``lock``),
+    checked against the node's free huge pages, the kernel's transparent huge page settings and the process's
+    ``RLIMIT_MEMLOCK``. ``resource_slices``: the devices DRA
     drivers published (:func:`numapin.facts.dra.read_slices`), their NUMA nodes checked against the kernel's.
     """
-    if hugepages is not None and hugepages not in HUGE_PAGES:
-        raise UsageError(f"hugepages {hugepages!r}: {' or '.join(HUGE_PAGES)}", value=hugepages)
+    if hugepages is not None and hugepages not in HUGEPAGES:
+        raise UsageError(f"hugepages {hugepages!r}: {', '.join(HUGEPAGES)}", value=hugepages)
     if buffer is not None and (isinstance(buffer, bool) or not isinstance(buffer, int) or buffer <= 0):
         raise UsageError(f"buffer {buffer!r}: a size is a whole number of bytes from 1", value=buffer)
     stat = None if pid is None else procfs.alive(pid)
@@ -144,6 +145,7 @@ def diagnose(
             chosen = LocalRank(placement.rank, "its record" if want.record is not None else "its placement")
     host = Host(facts.topology.root)
     findings += machine_findings(facts, host, placement, env, placement.mode if placement else asked_mode or "node")
+    findings += link_findings(facts, host)
     if placement is not None:
         findings += interrupt_findings(facts, host, placement, reserved_cpus(env, placement))
         status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
@@ -177,6 +179,7 @@ def diagnose(
             "make it for the GPU that uses it (numapin.host_buffer(nbytes, gpu=N)), with the node's free memory "
             "checked first (numapin buffer --gpu N --size S)"))
     findings += host_buffers(facts, placement, pid, judged, buffer, hugepages, lock)
+    findings += transparent_huge_pages(facts, judged, hugepages)
     named = gpu is not None or rank != "auto" or (found is not None and found.placement.gpu is not None)
     findings += pinned_memory(env, facts, judged, named)
     if pid is not None or environ is None:  # a process, not an environment handed in

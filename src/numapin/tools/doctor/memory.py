@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 
-__all__ = ["host_buffers", "memory_refused", "pinned_memory"]
+__all__ = ["host_buffers", "memory_refused", "pinned_memory", "transparent_huge_pages"]
 
 
 def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding]:
@@ -100,14 +100,14 @@ def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, jud
     ``size`` to lock."""
     found = []
     for b in () if judged is None else judged.buffers:
-        if b.asked_page_size > b.page_size:
+        if b.asked_page_size > b.page_size and not b.transparent:  # a pool's pages, not the kernel's settings
             found.append(Finding(
                 "hugepages-not-free", "warning", f"its host buffer at {b.address:#x} ({format_size(b.nbytes)}) asked "
                 f"for {format_size(b.asked_page_size)} pages and got {format_size(b.page_size)} pages: node(s) "
                 f"{b.nodes} had too few free", _HUGE_WHY, _huge_fix(facts, b.nodes, b.asked_page_size, b.nbytes)))
     if size is None:
         return found
-    if hugepages is not None and placement is not None and placement.mems:
+    if hugepages in HUGE_PAGES and placement is not None and placement.mems:
         page = HUGE_PAGES[hugepages]
         free = [free_hugepages(facts.topology.root, n, page) for n in placement.mems]
         needed = -(-size // page)
@@ -129,6 +129,37 @@ def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, jud
                 "--ulimit memlock=-1, limits.conf's memlock; or leave the buffer unlocked (cudaHostRegister "
                 "pins it for the GPU without mlock)"))
     return found
+
+
+def transparent_huge_pages(facts: Facts, judged: Judgement | None, hugepages: str | None) -> list[Finding]:
+    """What the kernel's transparent huge page settings do to a pool that asks for them (``hugepages="thp"``
+    planned, or a process's declared buffer that asked): ``thp-unavailable`` where ``enabled`` is ``never``, and
+    ``thp-defrag-stalls`` where each fault compacts memory in the faulting thread. Nothing where the settings
+    cannot be read (a machine read from a folder that has none)."""
+    from ...facts.thp import FOLDER, read_thp
+
+    asked = [b for b in (() if judged is None else judged.buffers) if b.transparent]
+    if hugepages != "thp" and not asked:
+        return []
+    thp = read_thp(facts.topology.root)
+    whose = (f"its host buffer at {asked[0].address:#x} ({format_size(asked[0].nbytes)}) asked for transparent huge "
+             "pages" if asked else "a host buffer planned with transparent huge pages")
+    if thp.enabled is None:
+        return []
+    if not thp.available:
+        return [Finding(
+            "thp-unavailable", "warning", f"{whose}; transparent_hugepage/enabled is {thp.enabled}",
+            f"it gets base pages: {_HUGE_WHY.split(': ', 1)[1]}",
+            f"echo madvise > /{FOLDER}/enabled (root; a range that asks then gets them), or reserve a pool "
+            "(--hugepages 2M)")]
+    if thp.stalls:
+        return [Finding(
+            "thp-defrag-stalls", "warning", f"{whose}; {thp.stall_words()}",
+            "the fill of a large pool then waits on compaction page by page (TensorRT-LLM#15431: a 300 GB pool "
+            "never started), and so does every later fault of it",
+            f"echo defer > /{FOLDER}/defrag (root): kcompactd makes huge pages in the background and a fault takes "
+            "a base page meanwhile; numapin fills in parallel either way")]
+    return []
 
 
 _HUGE_WHY = ("the buffer steps down to base pages: a large pool then needs 512 times as many page-table entries, "
