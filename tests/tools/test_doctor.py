@@ -455,3 +455,20 @@ def test_a_process_seeing_gpus_on_several_nodes_without_a_rank_is_told(pair: Pat
     assert "gpus-on-several-nodes" in said({})
     for more, args in (({"LOCAL_RANK": "1"}, ()), ({"CUDA_VISIBLE_DEVICES": "1"}, ()), ({}, ("--gpu", "1"))):
         assert "gpus-on-several-nodes" not in said(more, *args), (more, args)
+
+
+def test_every_check_is_one_function_of_a_case_listed_once(pair: Path) -> None:
+    # doctor's checks are a table: each takes the one case (read once) and gives its findings; diagnose is the
+    # loop over them, so what the checks give, in the table's order, is the diagnosis.
+    import inspect
+
+    from numapin.tools.doctor.case import Asked, gather
+    from numapin.tools.doctor.checks import CHECKS
+
+    assert len(CHECKS) == len(set(CHECKS)) >= 15
+    assert all(list(inspect.signature(check).parameters) == ["case"] for check in CHECKS), CHECKS
+    env = {"OMP_NUM_THREADS": "999", "SLURM_CPU_BIND": "verbose,map_cpu:0"}
+    case = gather(env, Asked(gpu=0, root=str(pair)))
+    found = [f for check in CHECKS for f in check(case)]
+    assert all(isinstance(f, type(found[0])) for f in found) and {"thread-pool-oversized"} <= {f.id for f in found}
+    assert tuple(found) == diagnose(env, gpu=0, root=str(pair)).findings

@@ -7,7 +7,7 @@ from ...base.text import counted, plural, printable
 from ...pinning.judge import Verdict
 from ...placement.modes import Placement
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -18,14 +18,13 @@ from ...cpuset import CpuSet, hex_word
 from ...facts.host import Host
 from ...facts.machine import Facts
 from ...facts.topology import Topology, read_topology
-from ...pinning import record
 from ...pinning.decision import MaskOwner, classify
 from ...pinning.state import exec_marker
-from ...placement.modes import Placement, rank_share
-from ...placement.ranks import LocalRank
+from ...placement.modes import rank_share
+from .case import Case
 from .finding import Finding
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -115,8 +114,11 @@ def _nodes_cpus(topology: Topology, nodes: CpuSet) -> CpuSet | None:
     return topology.cpus_of_nodes(nodes) or None
 
 
-def launcher_findings(env: Mapping[str, str], facts: Facts, placement: Placement, rank: LocalRank | None,
-              status: dict[str, str] | None, entry: record.Record | None) -> list[Finding]:
+def launcher_findings(case: Case) -> list[Finding]:
+    """A launcher's binding (Slurm, Open MPI) or another's mask that keeps the worker from its GPU's CPUs."""
+    env, facts, placement, rank, entry = case.env, case.facts, case.placement, case.chosen, case.found
+    if placement is None:
+        return []
     found = []
     target = placement.workers
     bind = env.get("SLURM_CPU_BIND", "")
@@ -139,7 +141,7 @@ def launcher_findings(env: Mapping[str, str], facts: Facts, placement: Placement
             "launcher-binding", "warning", f"Open MPI binds each rank (OMPI_MCA_hwloc_base_binding_policy={policy})",
             "numapin respects a launcher's mask: the pin is at most its intersection with the GPU's CPUs",
             "mpirun --bind-to none, and let numapin place each rank"))
-    mask = _process_mask(facts, status)
+    mask = _process_mask(facts, case.status)
     if mask is not None:
         own = [m for m in (exec_marker(env), None if entry is None else entry.mask) if m is not None]
         # A live mask is someone else's only against the live machine's baseline: a 2-CPU host read as a
@@ -165,8 +167,11 @@ def _process_mask(facts: Facts, status: dict[str, str] | None) -> CpuSet | None:
     return CpuSet.parse_or_none(status.get("Cpus_allowed_list"))
 
 
-def thread_pool_findings(env: Mapping[str, str], facts: Facts, placement: Placement, pid: int | None,
-                  status: dict[str, str] | None) -> list[Finding]:
+def thread_pool_findings(case: Case) -> list[Finding]:
+    """Thread pools sized past the placement (or to the whole machine), and a process of more threads than CPUs."""
+    env, facts, placement, pid, status = case.env, case.facts, case.placement, case.asked.pid, case.status
+    if placement is None:
+        return []
     found = []
     sharing, cpus = rank_share(facts, placement)  # the CPUs over the ranks placed on them (mode node: its GPUs)
     shared = f", shared by the ranks of {sharing} GPUs: {cpus} each" if sharing > 1 else ""

@@ -7,26 +7,25 @@ from ...base.environment import CUDA_DEVICE_ORDER, RESERVED
 from ...base.text import counted, decimal
 from ...cpuset import CpuSet
 from ...facts.gpu import Vendor
-from ...facts.host import Host
 from ...facts.interrupts import Irq, device_irqs, running
-from ...facts.machine import Facts
 from ...facts.network import assign
 from ...placement.modes import Placement, PlacementMode, rank_share
+from .case import Case, mode_of
 from .finding import Finding
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["interrupt_findings", "machine_findings", "reserved_cpus"]
+__all__ = ["interrupt_findings", "link_findings", "machine_findings", "node_findings", "reserved_cpus"]
 
 
-
-def machine_findings(facts: Facts, host: Host, placement: Placement | None, env: Mapping[str, str],
-             mode: str | PlacementMode) -> list[Finding]:
+def machine_findings(case: Case) -> list[Finding]:
+    """What of the machine works against any placement on it: NUMA balancing, a cut GPU list, GPUs of no known
+    node, GPU models CUDA would number out of PCI order."""
+    facts, env = case.facts, case.env
     found = []
-    t = facts.topology
-    balancing = decimal(host.read("proc/sys/kernel/numa_balancing"))
+    balancing = decimal(case.host.read("proc/sys/kernel/numa_balancing"))
     if balancing:
         found.append(Finding(
             "numa-balancing", "warning", f"automatic NUMA balancing is on (kernel.numa_balancing={balancing})",
@@ -59,8 +58,17 @@ def machine_findings(facts: Facts, host: Host, placement: Placement | None, env:
             f"{CUDA_DEVICE_ORDER}={order or 'unset'}",
             "CUDA then numbers the fastest GPU first, not in PCI order: cuda:N may not be the GPU numapin places",
             f"export {CUDA_DEVICE_ORDER}=PCI_BUS_ID"))
+    return found
+
+
+def node_findings(case: Case) -> list[Finding]:
+    """What of the GPU's node the placement cannot have: CPUs or memory the cgroup leaves out, a node shared by
+    several GPUs' ranks."""
+    facts, placement, t = case.facts, case.placement, case.facts.topology
     if placement is None or placement.node is None:
-        return found
+        return []
+    found = []
+    gpus = [v.gpu for v in facts.visible]
     node = next((n for n in t.nodes if n.id == placement.node), None)
     if node is not None and node.cpus - t.allowed:
         severity = "error" if not node.cpus & t.allowed else "warning"
@@ -77,7 +85,7 @@ def machine_findings(facts: Facts, host: Host, placement: Placement | None, env:
             "the worker's memory cannot live on its GPU's node: every host-to-device copy crosses the interconnect",
             "allow the node in the container's cpuset.mems"))
     sharing = [g.pci for g in gpus if g.node == placement.node]
-    if str(mode) == PlacementMode.NODE.value and len(sharing) > 1:
+    if str(mode_of(case)) == PlacementMode.NODE.value and len(sharing) > 1:
         # Information, not a warning: node is the default, as PyTorch's own binding recommends it ("if in doubt")
         # and as TensorRT-LLM's, NeMo's and vLLM's binders place (each GPU's whole node); exclusive is a choice to
         # measure, not a fix of a mistake.
@@ -92,14 +100,14 @@ def machine_findings(facts: Facts, host: Host, placement: Placement | None, env:
     return found
 
 
-def link_findings(facts: Facts, host: Host) -> list[Finding]:
+def link_findings(case: Case) -> list[Finding]:
     """``pcie-link-degraded``: a visible GPU's PCIe link (or a bridge's above it) trained below its most: fewer
     lanes is a warning; a lower speed alone is information, since a GPU at idle lowers its speed to save power."""
     from ...facts.link import links_above
 
     found = []
-    for index, seen in enumerate(facts.visible):
-        links = links_above(host, seen.gpu.pci)
+    for index, seen in enumerate(case.facts.visible):
+        links = links_above(case.host, seen.gpu.pci)
         narrow = [link for link in links if link.narrow]
         slow = [link for link in links if link.slow]
         if not narrow and not slow:
@@ -125,8 +133,12 @@ def reserved_cpus(env: Mapping[str, str], placement: Placement) -> CpuSet:
     return CpuSet.parse_or_none(env.get(RESERVED, "")) or CpuSet()
 
 
-def interrupt_findings(facts: Facts, host: Host, placement: Placement, reserved: CpuSet) -> list[Finding]:
+def interrupt_findings(case: Case) -> list[Finding]:
     """The GPU's and its NIC's interrupts: on another node, on the reserved cores; irqbalance moving them."""
+    facts, host, placement = case.facts, case.host, case.placement
+    if placement is None:
+        return []
+    reserved = reserved_cpus(case.env, placement)
     t = facts.topology
     gpu = next((v.gpu for v in facts.visible if v.gpu.is_at(placement.pci, placement.partition)), None)
     if gpu is None:

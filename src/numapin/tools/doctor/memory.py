@@ -12,23 +12,20 @@ from ...facts import procfs
 from ...facts.machine import Facts
 from ...facts.topology import free_hugepages, reserve_command
 from ...kernel.mapping import HUGE_PAGES
-from ...pinning import record
-from ...pinning.judge import Judgement
-from ...placement.modes import Placement
 from ...placement.ranks import local_rank
+from .case import Case
 from .finding import Finding
-
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
 
 __all__ = ["host_buffers", "memory_refused", "pinned_memory", "transparent_huge_pages"]
 
 
-def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding]:
+def memory_refused(case: Case) -> list[Finding]:
     """``memory-policy-refused``: PID's record says its memory policy was refused; without ``pid``, this process
-    asks the kernel for its own policy (what a worker started here would meet)."""
+    asks the kernel for its own policy (what a worker started here would meet). Nothing for an environment handed
+    in (no process of it to ask)."""
+    pid, found = case.asked.pid, case.found
+    if case.process is None:
+        return []
     from ...pinning.memory import LIFT, REFUSER, MemoryPolicyError, get_mempolicy, refused_by
 
     if pid is None:
@@ -57,11 +54,12 @@ def memory_refused(pid: int | None, found: record.Record | None) -> list[Finding
 _REGISTER_POOL = re.compile(r"(?:^|,)\s*pinned_use_cuda_host_register\s*:\s*(?:true|1)\s*(?:,|$)", re.IGNORECASE)
 
 
-def pinned_memory(env: Mapping[str, str], facts: Facts, judged: Judgement | None, named: bool) -> list[Finding]:
+def pinned_memory(case: Case) -> list[Finding]:
     """What will put a process's pinned host memory off its GPU's node: PyTorch's register pool in a process not
     wholly on one node, and one process seeing GPUs on several nodes (PyTorch's cache reuses pinned blocks
-    across them), where nothing names its one GPU (``named``: an option, or numapin's record of a pin for one).
-    ``judged``: the process's judgement (``--pid``); without it, this process's own mask."""
+    across them), where nothing names its one GPU (an option, or numapin's record of a pin for one). The
+    process's judgement (``--pid``) gives its threads' masks; without it, this process's own mask."""
+    env, facts, judged, named = case.env, case.facts, case.judged, case.named
     found = []
     topology = facts.topology
     if _REGISTER_POOL.search(env.get("PYTORCH_CUDA_ALLOC_CONF", "")):
@@ -93,11 +91,12 @@ def pinned_memory(env: Mapping[str, str], facts: Facts, judged: Judgement | None
     return found
 
 
-def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, judged: Judgement | None,
-                 size: int | None, hugepages: str | None, lock: bool) -> list[Finding]:
+def host_buffers(case: Case) -> list[Finding]:
     """What a host buffer asked for does not get: huge pages not free on the GPU's node (a process's declared
-    buffer that stepped down to base pages; or ``size`` of ``hugepages`` planned), and ``RLIMIT_MEMLOCK`` under
-    ``size`` to lock."""
+    buffer that stepped down to base pages; or ``--buffer SIZE`` of ``--hugepages`` planned), and
+    ``RLIMIT_MEMLOCK`` under the size to lock."""
+    facts, placement, pid, judged = case.facts, case.placement, case.asked.pid, case.judged
+    size, hugepages, lock = case.asked.buffer, case.asked.hugepages, case.asked.lock
     found = []
     for b in () if judged is None else judged.buffers:
         if b.asked_page_size > b.page_size and not b.transparent:  # a pool's pages, not the kernel's settings
@@ -131,17 +130,17 @@ def host_buffers(facts: Facts, placement: Placement | None, pid: int | None, jud
     return found
 
 
-def transparent_huge_pages(facts: Facts, judged: Judgement | None, hugepages: str | None) -> list[Finding]:
+def transparent_huge_pages(case: Case) -> list[Finding]:
     """What the kernel's transparent huge page settings do to a pool that asks for them (``hugepages="thp"``
     planned, or a process's declared buffer that asked): ``thp-unavailable`` where ``enabled`` is ``never``, and
     ``thp-defrag-stalls`` where each fault compacts memory in the faulting thread. Nothing where the settings
     cannot be read (a machine read from a folder that has none)."""
     from ...facts.thp import FOLDER, read_thp
 
-    asked = [b for b in (() if judged is None else judged.buffers) if b.transparent]
-    if hugepages != "thp" and not asked:
+    asked = [b for b in (() if case.judged is None else case.judged.buffers) if b.transparent]
+    if case.asked.hugepages != "thp" and not asked:
         return []
-    thp = read_thp(facts.topology.root)
+    thp = read_thp(case.facts.topology.root)
     whose = (f"its host buffer at {asked[0].address:#x} ({format_size(asked[0].nbytes)}) asked for transparent huge "
              "pages" if asked else "a host buffer planned with transparent huge pages")
     if thp.enabled is None:

@@ -14,7 +14,7 @@ from ...facts.podresources import PodResourcesUnavailable, allocatable, gpu_key,
 from ...placement.modes import Placement
 from .finding import Finding
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -44,29 +44,7 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
             "run numapin doctor --pid PID on the node (as root), or in numapin's DaemonSet pod (hostPID)")]
     kubelet = kubelet or read_kubelet(root)
     where = f"pod {pod.uid} ({pod.qos})"
-    found = []
-    if not kubelet.found:  # the container's own cpuset is still checked below
-        found.append(Finding(
-            "kubelet-unread", "info", f"process {pid} runs in {where}, and neither {CONFIG} nor {STATE} can be read "
-            "here", "the kubelet's CPU and topology managers' decisions cannot be checked",
-            "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod"))
-    if kubelet.unread:
-        found.append(Finding(
-            "kubelet-config-unread", "info", f"of {CONFIG}, not read: {'; '.join(kubelet.unread)}",
-            "the kubelet settings there are not checked (its CPU and topology policies are, where read)",
-            "install numapin[kubernetes] (PyYAML reads the whole file), or correct the file"))
-    if kubelet.found and pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
-        found.append(Finding(
-            "kubelet-cpu-manager-none", "warning", f"the kubelet's CPU manager policy is none and process {pid} runs "
-            f"in a Guaranteed {where}", "no container gets CPUs of its own: the GPU worker's threads share every "
-            "CPU of the node with all other pods, and the kubelet cannot align them with the GPU",
-            f"set cpuManagerPolicy: static (and reservedSystemCPUs) in {CONFIG}, with integer CPU requests"))
-    if kubelet.found and len(facts.topology.nodes) > 1 and kubelet.topology_manager in ("none", "best-effort"):
-        found.append(Finding(
-            "kubelet-topology-manager", "warning", f"the kubelet's topology manager policy is "
-            f"{kubelet.topology_manager} on a node of {len(facts.topology.nodes)} NUMA nodes",
-            "the kubelet admits a GPU pod whose CPUs (or memory) lie on another node than its GPU: nothing makes "
-            "them agree", f"set topologyManagerPolicy: single-numa-node (or restricted) in {CONFIG}"))
+    found = _kubelet_settings(pid, facts, pod, kubelet, where)
     exclusive = kubelet.exclusive.get(pod.uid, {})  # its containers' own CPUs, by container name
     if kubelet.topology_scope == "container" and len(exclusive) > 1:
         found.append(Finding(
@@ -97,6 +75,35 @@ def pod_findings(pid: int, facts: Facts, placement: Placement | None, root: str 
             "container may use is across the interconnect from its GPU", "have the kubelet align the pod: "
             f"cpuManagerPolicy: static and topologyManagerPolicy: single-numa-node in {CONFIG}, a Guaranteed pod "
             "with integer CPU requests"))
+    return found
+
+
+def _kubelet_settings(pid: int, facts: Facts, pod: Pod, kubelet: Kubelet, where: str) -> list[Finding]:
+    """The kubelet's own settings, as they bear on a GPU pod: its files unread, its CPU manager off for a
+    Guaranteed pod, its topology manager not aligning on a machine of several nodes."""
+    found = []
+    if not kubelet.found:  # the container's own cpuset is still checked below
+        found.append(Finding(
+            "kubelet-unread", "info", f"process {pid} runs in {where}, and neither {CONFIG} nor {STATE} can be read "
+            "here", "the kubelet's CPU and topology managers' decisions cannot be checked",
+            "run doctor on the node as root, or mount /var/lib/kubelet read-only into numapin's pod"))
+    if kubelet.unread:
+        found.append(Finding(
+            "kubelet-config-unread", "info", f"of {CONFIG}, not read: {'; '.join(kubelet.unread)}",
+            "the kubelet settings there are not checked (its CPU and topology policies are, where read)",
+            "install numapin[kubernetes] (PyYAML reads the whole file), or correct the file"))
+    if kubelet.found and pod.qos == "guaranteed" and kubelet.cpu_manager == "none":
+        found.append(Finding(
+            "kubelet-cpu-manager-none", "warning", f"the kubelet's CPU manager policy is none and process {pid} runs "
+            f"in a Guaranteed {where}", "no container gets CPUs of its own: the GPU worker's threads share every "
+            "CPU of the node with all other pods, and the kubelet cannot align them with the GPU",
+            f"set cpuManagerPolicy: static (and reservedSystemCPUs) in {CONFIG}, with integer CPU requests"))
+    if kubelet.found and len(facts.topology.nodes) > 1 and kubelet.topology_manager in ("none", "best-effort"):
+        found.append(Finding(
+            "kubelet-topology-manager", "warning", f"the kubelet's topology manager policy is "
+            f"{kubelet.topology_manager} on a node of {len(facts.topology.nodes)} NUMA nodes",
+            "the kubelet admits a GPU pod whose CPUs (or memory) lie on another node than its GPU: nothing makes "
+            "them agree", f"set topologyManagerPolicy: single-numa-node (or restricted) in {CONFIG}"))
     return found
 
 
