@@ -345,6 +345,50 @@ def test_no_module_is_a_house_of_its_own() -> None:
     assert {name: size for name, size in sizes.items() if size > 600} == {}
 
 
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """The lines of a function's body, its docstring not counted (a nested function's lines count as its own)."""
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return 0 if not body else (body[-1].end_lineno or body[-1].lineno) - body[0].lineno + 1
+
+
+def test_the_body_count_leaves_out_the_docstring_alone() -> None:
+    tree = ast.parse('def f():\n    """doc\n    more"""\n    a = 1\n    return a\n\ndef g():\n    """only"""\n')
+    counts = [_body_lines(node) for node in tree.body if isinstance(node, ast.FunctionDef)]
+    assert counts == [2, 0]
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``numapin.a.b.C`` names a module of the package, and a name defined there where one follows."""
+    parts = dotted.split(".")[1:]
+    for cut in range(len(parts), -1, -1):
+        path = PACKAGE.joinpath(*parts[:cut])
+        source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        if source.is_file():
+            rest = parts[cut:]
+            if not rest:
+                return True
+            text, name = source.read_text(), rest[0]
+            # Defined there, or a public name the package's face imports on first use (its table quotes it).
+            return any(pattern in text for pattern in (f"def {name}(", f"class {name}", f"\n{name} =", f"\n{name}:",
+                                                       f"    {name}:", f"    {name} =", f'"{name}"'))
+    return False
+
+
+def test_every_module_a_comment_names_exists() -> None:
+    # A comment naming a module that moved sends the reader nowhere (12 did, after the layers were drawn).
+    import re
+
+    named = {(m.group(0).rstrip("."), path.relative_to(PACKAGE).as_posix()) for path in PACKAGE.rglob("*.py")
+             for m in re.finditer(r"numapin(?:\.[A-Za-z_][A-Za-z0-9_]*)+", path.read_text())}
+    assert len(named) > 50, "too few names found (the check below can fail)"
+    files = {"numapin.prom"}  # the textfile collector's file, a name and no module
+    assert sorted((name, where) for name, where in named if not _resolves(name) and name not in files) == []
+    assert not _resolves("numapin.walk.Walk") and _resolves("numapin.pinning.walk.Walk")
+
+
 def test_each_accelerator_vendor_id_is_written_in_one_module() -> None:
     # The accelerators' table (facts.glance.ACCELERATORS) is the one place of their PCI ids and drivers; the
     # synthetic machines' writer makes sysfs as each driver does, and writes them too.

@@ -9,7 +9,7 @@ imported from its module on first use (PEP 562), so a process that only imports
 numapin, or the start-up file of every interpreter of a job, pays for what it uses.
 """
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # what type checkers and readers see; at run time __getattr__ below
     from typing import Any
 

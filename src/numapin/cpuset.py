@@ -287,7 +287,7 @@ def _coerce(value: object) -> CpuSet:
     raise TypeError(f"expected a CpuSet, got {type(value).__name__}")
 
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
     #: Anything the API accepts where it asks for CPUs.

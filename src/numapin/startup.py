@@ -56,7 +56,7 @@ WORKER_IMPORTS = NOT_A_WORKER_IMPORTS | frozenset({
 #: enum, re, json, logging, argparse, pathlib, inspect), and a worker that never asks for them never pays.
 NEVER_AT_START = ("typing", "dataclasses", "enum", "re", "json", "logging", "argparse", "pathlib", "inspect")
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 

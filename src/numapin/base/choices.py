@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .errors import UsageError, quoted
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import enum
     from typing import TypeVar

@@ -40,7 +40,7 @@ APPLIED = "NUMAPIN_APPLIED"
 RESERVED = "NUMAPIN_RESERVED"
 #: ``r0,r1,...``: local rank i drives logical GPU r_i.
 RANK_MAP = "NUMAPIN_RANK_MAP"
-#: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.kinds.PCT_SKUS).
+#: ``pct``: CPU kinds also from the published Priority Core Turbo layouts (numapin.facts.kinds.PCT_SKUS).
 PRIORITY_CORES = "NUMAPIN_PRIORITY_CORES"
 #: ``nvidia``, ``amd`` or ``gaudi``: whose GPUs a process of a host with both drives (otherwise the vendor with more).
 ACCELERATOR = "NUMAPIN_ACCELERATOR"

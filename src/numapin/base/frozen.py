@@ -16,7 +16,7 @@ field: read on first use, and compared, hashed and pickled by its value.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from functools import cached_property as once

@@ -12,7 +12,7 @@ hook read it. Each row cites what was read for it, with the version.
 Plain classes, not numapin's frozen records: the start-up hook reads the rows of a worker's vendor at every start.
 """
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -19,7 +19,7 @@ from ..facts.host import HostError
 from ..version import __version__
 from .common import MACHINE_NAMES, CliError, Exit, Formatter, LinesFormatter, Parser
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from types import ModuleType

@@ -19,7 +19,7 @@ from .common import (
     write_pictures,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..tools.ab.runs import Variant
 

@@ -12,7 +12,7 @@ from ..base.errors import NumapinError
 from ..base.text import decimal
 from ..cpuset import CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from typing import Any, NoReturn
@@ -39,7 +39,7 @@ class CliError(Exception):
     """A one-line error for stderr, :attr:`Exit.USAGE`."""
 
 
-#: The synthetic machines (numapin.machines.SHAPES, whose import parsing avoids; a test keeps them equal).
+#: The synthetic machines (numapin.facts.synthetic.SHAPES, whose import parsing avoids; a test keeps them equal).
 MACHINE_NAMES = ("dgx-b300", "dgx-h100", "epyc-nps4", "gb300", "laptop", "mi300x", "mi300x-cpx", "pair")
 
 

@@ -7,7 +7,7 @@ import argparse
 from ..base.errors import UsageError
 from .common import add_pod_resources, add_root, add_target, bytes_arg, count_arg, machine_root
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..facts.dra import DraDevice
 

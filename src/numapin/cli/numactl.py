@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
@@ -13,7 +13,7 @@ HELP = "numactl's language, carried out by numapin (no numactl needed)"
 
 
 def run(words: Sequence[str]) -> int:
-    """numactl's own arguments, read by numapin.numactl (argparse would take its options for numapin's)."""
+    """numactl's own arguments, read by numapin.tools.numactl (argparse would take its options for numapin's)."""
     if list(words) in (["-h"], ["--help"]):
         from . import build_parser
 

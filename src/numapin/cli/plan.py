@@ -21,7 +21,7 @@ from .common import (
     refuse_together,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -8,7 +8,7 @@ from ..base.environment import PRIORITY_CORES
 from ..version import __version__
 from .common import MACHINE_NAMES, Exit, add_picture, add_root, machine_root, memory_size, picture_to_stdout, pictures
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -21,7 +21,7 @@ from ..base.files import Folder, only_theirs
 from ..base.logger import log
 from .patching import PatchReport
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 

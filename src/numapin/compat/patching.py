@@ -24,7 +24,7 @@ from types import ModuleType
 from ..base.frozen import frozen
 from ..base.logger import log
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import Any

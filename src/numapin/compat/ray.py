@@ -26,7 +26,7 @@ from ..pinning.request import autopin_request, pin_running
 from ..pinning.results import PinResult
 from .patching import FunctionPatch, PatchReport
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

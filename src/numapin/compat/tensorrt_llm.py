@@ -44,7 +44,7 @@ from ..pinning.results import PinResult
 from ..pinning.state import acting, state
 from .patching import FunctionPatch, PatchReport
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

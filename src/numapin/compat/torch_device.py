@@ -48,7 +48,7 @@ import threading
 from ..base.logger import log
 from .patching import FunctionPatch, PatchReport
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

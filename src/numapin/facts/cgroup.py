@@ -15,7 +15,7 @@ from ..base.frozen import frozen
 from ..cpuset import CpuSet
 from .host import Host
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 

@@ -20,7 +20,7 @@ from ..base.frozen import frozen
 from ..base.text import printable
 from . import pci as pci_address
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from typing import Any

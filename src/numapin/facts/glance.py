@@ -26,7 +26,7 @@ from ..base.environment import (
     ROCR_VISIBLE_DEVICES,
 )
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

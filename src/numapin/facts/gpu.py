@@ -14,7 +14,7 @@ from .glance import ACCELERATORS
 from .host import Host
 from .topology import Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, ClassVar, TypeAlias

@@ -10,7 +10,7 @@ from ..base.frozen import frozen
 from ..base.text import decimal
 from ..cpuset import CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .host import Folder
     from .sysfs import SysfsReader

@@ -50,7 +50,7 @@ from .gpu import (
 from .host import Host
 from .topology import Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any

@@ -36,7 +36,7 @@ from ..cpuset import CpuSet
 from .host import Host
 from .topology import Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -26,7 +26,7 @@ from ..base.text import json_value
 from ..cpuset import CpuSet
 from .host import Host
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
 

@@ -27,7 +27,7 @@ from .inventory import Inventory, Vendor, VisibleGpu, in_view, read_gpus, resolv
 from .kinds import CpuKinds, PriorityRule, read_kinds
 from .topology import Topology, read_topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

@@ -33,7 +33,7 @@ from .gpu import Gpu, device_locality
 from .host import Host
 from .topology import Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any

@@ -25,7 +25,7 @@ from . import pci as pci_address
 from .glance import ACCELERATORS, load_nvml, nvidia_driver_loaded, nvidia_usable, shows_drivers
 from .gpu import Gpu, HiddenGpu, NvmlError, UnknownGpu, device_locality, indices, list_end, node_from_cpus
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any

@@ -25,7 +25,7 @@ from ..base.errors import ProcessError
 from ..base.frozen import frozen
 from . import procfs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -22,7 +22,7 @@ from ..base.errors import EnvironmentProblem
 from ..base.frozen import frozen
 from ..cpuset import MAX_ID, CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable
     from typing import Any

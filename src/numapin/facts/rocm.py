@@ -36,7 +36,7 @@ from .gpu import Gpu, HiddenGpu, Vendor, device_locality, indices, list_end
 from .host import Host
 from .topology import Topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any

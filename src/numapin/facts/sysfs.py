@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..base.text import decimal
 from ..cpuset import MAX_ID, CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .host import Host
 

@@ -22,7 +22,7 @@ from .grouping import CacheGroup, Core, Grouping, Package, bits_of, read_groupin
 from .host import Host
 from .sysfs import SysfsReader
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
@@ -327,7 +327,7 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
     now, how its CPUs group (cores, packages, caches) on the first question about that. With ``journal``, which
     collects the files read to capture them (``numapin snapshot``), all of it now.
 
-    Raises :class:`numapin.host.HostError` only when the root does not exist
+    Raises :class:`numapin.facts.host.HostError` only when the root does not exist
     or holds no ``sys/devices/system/cpu``; any other gap becomes a warning.
     """
     host = Host.at(root, journal)

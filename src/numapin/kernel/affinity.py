@@ -17,7 +17,7 @@ from ..base.errors import ProcessError
 from ..cpuset import MAX_ID, CpuSet
 from ..facts import procfs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any, Protocol

@@ -11,7 +11,7 @@ import errno
 import mmap
 import os
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ctypes
 

@@ -15,7 +15,7 @@ import os
 from ..base.choices import Numbered
 from ..cpuset import CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import ctypes
     from typing import Protocol

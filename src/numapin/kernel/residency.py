@@ -1,8 +1,4 @@
-"""Where a process's memory lives, node by node, from ``/proc/<pid>/numa_maps`` (:func:`residency`).
-
-Named after the file it reads, not the function: a submodule named ``residency`` would replace
-the function ``numapin.residency`` on the package once imported (the import system binds it there).
-"""
+"""Where a process's memory lives, node by node, from ``/proc/<pid>/numa_maps`` (:func:`residency`)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ from ..base.text import format_size
 from ..cpuset import CpuSet, CpuSpec
 from ..facts import procfs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 

@@ -35,7 +35,7 @@ from . import memory as _memory
 from .memory import MemoryMode, MemoryResult
 from .state import state
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -2,7 +2,7 @@
 
 A mask is *external* only when it is neither the process's unconstrained
 baseline (online CPUs inside the cgroup cpuset) nor numapin's own: what it
-applied, as :mod:`numapin.ownership` records it. :func:`decide` is the whole
+applied, as :mod:`numapin.pinning.state` records it. :func:`decide` is the whole
 policy, with no kernel call; :mod:`numapin.pinning` carries it out.
 """
 
@@ -12,7 +12,7 @@ from ..base.choices import Choice, parse_choice
 from ..base.frozen import frozen
 from ..cpuset import CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection
 

@@ -19,7 +19,7 @@ from ..cpuset import CpuSet
 from .folders import DECLARATION, Where, declaration_name, folders, owner, places, reading_folders, start_time
 from .record import CAP, VERSION, exact_int
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Mapping
     from typing import Any

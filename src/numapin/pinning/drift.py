@@ -15,7 +15,7 @@ from ..base.frozen import frozen
 from ..base.text import printable
 from .decision import ExternalMaskPolicy
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

@@ -14,7 +14,7 @@ from ..base.files import Folder
 from ..base.frozen import frozen
 from ..facts import procfs
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 

@@ -45,7 +45,7 @@ from . import memory as _memory
 from . import pages
 from .declaration import Declared, unbalanced
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any

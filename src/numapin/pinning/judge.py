@@ -42,7 +42,7 @@ from .rehearsed import of as rehearsal_of
 from .state import exec_marker, state
 from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Collection, Container, Mapping
     from typing import Any

@@ -50,7 +50,7 @@ from .decision import ExternalMaskPolicy
 from .drift import Drift, DriftCause, Response, respond
 from .record import Record
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

@@ -25,7 +25,7 @@ from .results import PinResult
 from .state import PinState, Saved, acting, state
 from .walk import finish
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
     from typing import Any

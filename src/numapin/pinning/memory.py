@@ -6,9 +6,9 @@ their own policy (normally DEFAULT: allocate on the node they run on) — which
 the CPU pin makes the GPU's node, so they allocate there too. Pages touched
 before the pin stay where they are until :func:`migrate` moves them.
 
-The calls go through a :class:`numapin.numa.MemoryKernel` (the real kernel by
+The calls go through a :class:`numapin.kernel.mempolicy.MemoryKernel` (the real kernel by
 default); which nodes exist and which the process may use are facts read
-through :class:`numapin.host.Host`, so a root folder stands in for them too.
+through :class:`numapin.facts.host.Host`, so a root folder stands in for them too.
 Every policy is read back after it is set.
 """
 
@@ -25,7 +25,7 @@ from ..cpuset import CpuSet, CpuSpec
 from ..facts.host import Host
 from ..kernel.mempolicy import KernelMemoryPolicy, LinuxMemory, MemoryKernel
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from ..facts.topology import Topology
 

@@ -26,7 +26,7 @@ from ..placement.modes import Cores, PlacementMode, parse_mode
 from .decision import ExternalMaskPolicy
 from .memory import MemoryMode, parse_memory_mode
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any

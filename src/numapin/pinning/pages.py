@@ -17,7 +17,7 @@ from ..base.errors import EnvironmentProblem
 from ..cpuset import CpuSet
 from ..kernel import mapping
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -1,10 +1,10 @@
 """Idempotent, ownership-aware pinning of every thread of the process; leases.
 
 :func:`pin` reads the facts (:mod:`numapin.facts`), resolves the placement,
-asks :func:`numapin.decision.decide` what to do with the process mask, carries
-it out over every thread (:class:`numapin.walk.Walk`) and memory, and writes
-numapin's record (:mod:`numapin.ownership`) last. The result says what
-happened to each thread (:mod:`numapin.results`).
+asks :func:`numapin.pinning.decision.decide` what to do with the process mask, carries
+it out over every thread (:class:`numapin.pinning.walk.Walk`) and memory, and writes
+numapin's record (:mod:`numapin.pinning.record`) last. The result says what
+happened to each thread (:mod:`numapin.pinning.results`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .results import PinError, PinResult, ThreadResult
 from .state import Applied, PinState, exec_marker, state
 from .walk import LISTINGS, Walk
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -25,7 +25,7 @@ from ..base.text import json_text, printable
 from .folders import owner, start_time
 from .record import HOW, exact_int
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

@@ -10,7 +10,7 @@ from ..placement.modes import Placement, PlacementMode
 from .decision import ExternalMaskPolicy, MaskOwner, PinAction
 from .memory import MemoryResult
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 
 __all__ = ["PinError", "PinResult", "ThreadResult"]
 

@@ -17,7 +17,7 @@ from ..base.logger import log
 from ..cpuset import CpuSet
 from .record import Record, start_time
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any

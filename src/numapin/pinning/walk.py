@@ -7,7 +7,7 @@ from ..cpuset import CpuSet
 from ..kernel.affinity import Outcome, ThreadKernel, outcome_of, walk_calls
 from .results import ThreadResult
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any

@@ -24,7 +24,7 @@ from ..facts.pci import is_function
 from ..facts.topology import Topology
 from .ranks import LocalRank, gpu_for_rank, local_rank
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
@@ -61,7 +61,7 @@ class PlacementMode(Choice):
 
 
 class Cores(Choice):
-    """Which of the placement's cores its workers get, where the machine has CPU kinds (:mod:`numapin.kinds`)."""
+    """Which of the placement's cores its workers get, where the machine has CPU kinds (:mod:`numapin.facts.kinds`)."""
 
     ALL = "all"
     """Every core the mode gives, of whatever kind."""

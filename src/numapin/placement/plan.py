@@ -1,4 +1,4 @@
-"""Where workers would run on a machine: read its facts, then ask :func:`numapin.placement.resolve`."""
+"""Where workers would run on a machine: read its facts, then ask :func:`numapin.placement.modes.resolve`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ..facts.machine import cached
 from .modes import Cores, Placement, PlacementMode, resolve
 from .ranks import LocalRank
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -1,7 +1,7 @@
 """Which local rank this process is, as its launcher tells it, and which GPU that rank drives.
 
 Pure reading of an environment mapping. The launchers' variables are read in
-the order of :data:`numapin.environment.LOCAL_RANK_VARIABLES`; the first one
+the order of :data:`numapin.base.environment.LOCAL_RANK_VARIABLES`; the first one
 set to a value wins (an empty value counts as unset). torchrun comes first
 because it is often started by another launcher (one ``srun`` task per node
 running torchrun): then ``SLURM_LOCALID`` is the same for every worker and
@@ -19,7 +19,7 @@ from ..base.errors import UsageError, quoted
 from ..base.frozen import frozen
 from ..base.text import decimal
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -15,7 +15,7 @@ from ..base.errors import UsageError
 from ..base.text import format_size
 from ..cpuset import CpuSet
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, TextIO
 

@@ -13,7 +13,7 @@ import sys
 from ..base.errors import UsageError
 from ..pinning.request import ExecRequest, PreparedExec, bind, prepare
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -29,7 +29,7 @@ from ..base.logger import log
 from .prometheus import exposition
 from .ps import ScanTimeout, survey
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping

@@ -22,7 +22,7 @@ from ..base.logger import log
 from ..pinning import record as records
 from ..pinning.keeper import Keeper
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO

@@ -25,7 +25,7 @@ from ..facts.topology import node_free_bytes
 from ..kernel.mempolicy import KernelMemoryPolicy
 from ..pinning.memory import MemoryMode, MemoryNodes, allowed_nodes, get_mempolicy, place_memory, set_mempolicy
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 

@@ -35,7 +35,7 @@ from ..facts.network import Network, assign
 from ..facts.topology import Node
 from ..placement.modes import Placement
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 

@@ -3,7 +3,7 @@ log, a pipe, CI), whose reader wants the result, not a line per step."""
 
 from __future__ import annotations
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import TextIO
 

@@ -27,7 +27,7 @@ from ..pinning.verdict import REMOTE_BOUND, Verdict, verdict_words
 
 # The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
 # shells, a login node) reads each process's open files and nothing of the machine.
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Container, Iterable, Mapping
     from typing import Any

@@ -22,7 +22,7 @@ from ..facts.kinds import PriorityRule, read_kinds
 from ..facts.network import read_network
 from ..facts.topology import read_topology
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import BinaryIO
 

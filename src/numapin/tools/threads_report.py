@@ -11,7 +11,7 @@ from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
 from ..pinning.judge import REMOTE_BOUND, Judgement, ThreadState, Verdict, judge
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 

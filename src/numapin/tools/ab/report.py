@@ -19,7 +19,7 @@ from ...base.text import counted
 from . import stats
 from .runs import Better, Design, Metric, MetricKind, Run, Status, Variant
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
     from typing import Any

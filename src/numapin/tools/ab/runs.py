@@ -27,7 +27,7 @@ from ...base.errors import UsageError, quoted
 from ...base.frozen import frozen, replace
 from ...base.text import json_value, printable
 
-TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at run time (mypy knows the name)
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
