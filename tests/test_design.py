@@ -354,6 +354,16 @@ def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return 0 if not body else (body[-1].end_lineno or body[-1].lineno) - body[0].lineno + 1
 
 
+def test_no_function_is_over_sixty_lines() -> None:
+    # The functions a newcomer meets first are where the next change lands: past 60 lines of body, one holds
+    # more than one idea; split it where they part (doctor's checks are a table for this reason).
+    found = {f"{path.relative_to(PACKAGE).as_posix()}:{node.lineno}:{node.name}": _body_lines(node)
+             for path in PACKAGE.rglob("*.py") for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert len(found) > 500, "too few functions found (the check below can fail)"
+    assert {name: n for name, n in found.items() if n > 60} == {}
+
+
 def test_the_body_count_leaves_out_the_docstring_alone() -> None:
     tree = ast.parse('def f():\n    """doc\n    more"""\n    a = 1\n    return a\n\ndef g():\n    """only"""\n')
     counts = [_body_lines(node) for node in tree.body if isinstance(node, ast.FunctionDef)]

@@ -30,10 +30,9 @@ HELP = "which placement is fastest for a command here: measured, with the odds"
 def run(args: argparse.Namespace) -> int:
     import shutil
 
-    from ..base.frozen import replace
     from ..tools.ab import picture
     from ..tools.ab.report import analyse, clear
-    from ..tools.ab.runs import Design, Run, experiment, parse_metric, parse_variant
+    from ..tools.ab.runs import Design, Run, experiment, parse_metric
 
     command = after_dashes(args.command, "no COMMAND given (numapin ab [options] -- COMMAND [ARGS...])")
     if shutil.which(command[0]) is None:
@@ -42,19 +41,7 @@ def run(args: argparse.Namespace) -> int:
     if to_stdout and args.json:
         raise CliError("--json and a picture on standard output (-): give the picture a file")
     metric = parse_metric(args.metric, args.better)
-    variants = [parse_variant(text) for text in args.variant] or _default_variants()
-    names = [v.name for v in variants]
-    if len(set(names)) != len(names):
-        raise CliError(f"--variant: each name once (given: {', '.join(names)})")
-    if len(variants) < 2:
-        raise CliError("--variant: give two at least (a baseline and what to compare with it)")
-    baseline = args.baseline or names[0]
-    if baseline not in names:
-        raise CliError(f"--baseline {baseline!r}: not a variant (variants: {', '.join(names)})")
-    target = ["--gpu", str(args.gpu)] if args.gpu is not None else \
-        ["--local-rank", args.local_rank] if args.local_rank is not None else []
-    if target:
-        variants = [replace(v, options=(*v.options, *target)) if v.options else v for v in variants]
+    variants, baseline = _variants(args)
     design = Design(args.rounds, args.warmup, args.until_clear, args.max_time, args.timeout, args.seed)
 
     from ..tools.progress import Bar
@@ -92,6 +79,28 @@ def run(args: argparse.Namespace) -> int:
     elif not to_stdout:
         print(report.table())
     return Exit.INTERRUPTED if interrupted else Exit.OK
+
+
+def _variants(args: argparse.Namespace) -> tuple[list[Variant], str]:
+    """The variants compared (``--variant``, else this host's defaults), each aimed at the GPU asked, and the
+    baseline's name; CliError for names given twice, fewer than two, or a baseline that is none of them."""
+    from ..base.frozen import replace
+    from ..tools.ab.runs import parse_variant
+
+    variants = [parse_variant(text) for text in args.variant] or _default_variants()
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise CliError(f"--variant: each name once (given: {', '.join(names)})")
+    if len(variants) < 2:
+        raise CliError("--variant: give two at least (a baseline and what to compare with it)")
+    baseline = args.baseline or names[0]
+    if baseline not in names:
+        raise CliError(f"--baseline {baseline!r}: not a variant (variants: {', '.join(names)})")
+    target = ["--gpu", str(args.gpu)] if args.gpu is not None else \
+        ["--local-rank", args.local_rank] if args.local_rank is not None else []
+    if target:
+        variants = [replace(v, options=(*v.options, *target)) if v.options else v for v in variants]
+    return variants, baseline
 
 
 def _default_variants() -> list[Variant]:

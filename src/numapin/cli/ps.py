@@ -30,7 +30,6 @@ HELP = "every GPU worker of this host: where it runs, where it should, who place
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..base.text import counted, table
     from ..tools.ps import survey
 
     formats = [name for name, given in (("--json", args.json), ("--prometheus", args.prometheus),
@@ -68,62 +67,81 @@ def run(args: argparse.Namespace) -> int:
                           "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
                          indent=2))
     else:
-        from ..pinning.verdict import Verdict, placed_by_label
-
-        if args.wide:
-            header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
-                      "drift", "seen by", "verdict"]
-            rows = [[str(w.pid), w.name, dash(w.rank), dash(w.gpu), w.where or "-", w.placed_by,
-                     "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
-                     "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
-                     w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]
-        else:  # within 100 columns: who placed it in one word, the threads outside of all, drift where there is any
-            header = ["pid", "name", "gpu", "pci", "placed by", "outside", "remote", "verdict"]
-            rows = [[str(w.pid), w.name, dash(w.gpu), w.where or "-", placed_by_label(w.placed_by),
-                     "-" if w.verdict is Verdict.REHEARSAL else f"{w.outside} of {w.threads}",
-                     "-" if w.remote is None else f"{100 * w.remote:.1f}%",
-                     w.verdict_words + (" (candidate)" if w.candidate else "")] for w in found.workers]
-            if any(w.verdict is Verdict.REHEARSAL for w in found.workers):  # what it would have: the point of one
-                header.insert(4, "expected")
-                for row, w in zip(rows, found.workers, strict=True):
-                    row.insert(4, "-" if w.target is None else str(w.target))
-            if any(w.drift for w in found.workers):
-                header.insert(6, "drift")
-                for row, w in zip(rows, found.workers, strict=True):
-                    row.insert(6, w.drift_words)
-        if any(w.pod is not None for w in found.workers):  # a column only where a worker runs in a pod
-            header.insert(2, "pod")
-            for row, w in zip(rows, found.workers, strict=True):
-                row.insert(2, "-" if w.pod is None else str(w.pod))
-        print("\n".join(table(header, rows)))
-        for w in found.workers:
-            if w.note and w.verdict is not Verdict.REHEARSAL:  # the rehearsal's line below says it once for all
-                print(f"note: {w.pid}: {w.note}")
-            memory = w.host_memory or {}
-            for words in [memory.get("shared_elsewhere"), *memory.get("buffers_elsewhere", ())]:
-                if words:
-                    print(f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})")
-            if w.kubelet:
-                print(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the fix)")
-            for words in w.crowd if args.wide else ():
-                print(f"crowd: {w.pid}: {words}")
-        if found.workers and args.wide:
-            print("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's variables); "
-                  "pci: the GPU itself")
-        if found.pod_names and found.pod_names.startswith("stale: "):
-            print(f"pod: names from {found.pod_names.removeprefix('stale: ')}")
-        elif found.pod_names:
-            print(f"pod: named by UID and container id only: {found.pod_names}")
-        if rehearsal:  # said, so that the listing is not taken for this host's own verdicts
-            print(rehearsal)
-        print(tally(found.tally(), len(found.counted)))
-        if found.unseen:
-            unseen = counted(found.unseen, "process", "processes")
-            why = ("even root may not look into them: another PID namespace's, or a ptrace restriction such as "
-                   "Yama's" if os.geteuid() == 0 else "their open files and environment are for their owners or "
-                   "root; run as root to see every one")
-            print(f"not looked into: {unseen} of other users, any of which may be a GPU worker ({why})")
+        print("\n".join(_table(found, args.wide)))
+        for line in _footnotes(found, args.wide, rehearsal):
+            print(line)
     return found.exit_code
+
+
+def _table(found: Survey, wide: bool) -> list[str]:
+    """The workers as a table: every column with ``wide``, else within 100 columns (an ``expected`` column for a
+    rehearsal, ``drift`` and ``pod`` only where a worker has one)."""
+    from ..base.text import table
+    from ..pinning.verdict import Verdict, placed_by_label
+
+    if wide:
+        header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
+                  "drift", "seen by", "verdict"]
+        rows = [[str(w.pid), w.name, dash(w.rank), dash(w.gpu), w.where or "-", w.placed_by,
+                 "-" if w.target is None else str(w.target), str(w.threads), str(w.outside),
+                 "-" if w.remote is None else f"{100 * w.remote:.1f}%", w.drift_words,
+                 w.why + (" (candidate)" if w.candidate else ""), w.verdict_words] for w in found.workers]
+    else:  # within 100 columns: who placed it in one word, the threads outside of all, drift where there is any
+        header = ["pid", "name", "gpu", "pci", "placed by", "outside", "remote", "verdict"]
+        rows = [[str(w.pid), w.name, dash(w.gpu), w.where or "-", placed_by_label(w.placed_by),
+                 "-" if w.verdict is Verdict.REHEARSAL else f"{w.outside} of {w.threads}",
+                 "-" if w.remote is None else f"{100 * w.remote:.1f}%",
+                 w.verdict_words + (" (candidate)" if w.candidate else "")] for w in found.workers]
+        if any(w.verdict is Verdict.REHEARSAL for w in found.workers):  # what it would have: the point of one
+            _column(header, rows, 4, "expected", ["-" if w.target is None else str(w.target) for w in found.workers])
+        if any(w.drift for w in found.workers):
+            _column(header, rows, 6, "drift", [w.drift_words for w in found.workers])
+    if any(w.pod is not None for w in found.workers):  # a column only where a worker runs in a pod
+        _column(header, rows, 2, "pod", ["-" if w.pod is None else str(w.pod) for w in found.workers])
+    return table(header, rows)
+
+
+def _column(header: list[str], rows: list[list[str]], at: int, name: str, cells: list[str]) -> None:
+    """Put a column in at ``at``: its name in the header, a cell in each row."""
+    header.insert(at, name)
+    for row, cell in zip(rows, cells, strict=True):
+        row.insert(at, cell)
+
+
+def _footnotes(found: Survey, wide: bool, rehearsal: str | None) -> list[str]:
+    """The lines under the table: each worker's notes, memory elsewhere, kubelet findings and (``wide``) other
+    pinners; what the columns mean; where pod names came from; a rehearsal; the tally; who was not looked into."""
+    from ..base.text import counted
+    from ..pinning.verdict import Verdict
+
+    lines = []
+    for w in found.workers:
+        if w.note and w.verdict is not Verdict.REHEARSAL:  # the rehearsal's line below says it once for all
+            lines.append(f"note: {w.pid}: {w.note}")
+        memory = w.host_memory or {}
+        lines += [f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})"
+                  for words in [memory.get("shared_elsewhere"), *memory.get("buffers_elsewhere", ())] if words]
+        if w.kubelet:
+            lines.append(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the "
+                         "fix)")
+        lines += [f"crowd: {w.pid}: {words}" for words in (w.crowd if wide else ())]
+    if found.workers and wide:
+        lines.append("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's "
+                     "variables); pci: the GPU itself")
+    if found.pod_names and found.pod_names.startswith("stale: "):
+        lines.append(f"pod: names from {found.pod_names.removeprefix('stale: ')}")
+    elif found.pod_names:
+        lines.append(f"pod: named by UID and container id only: {found.pod_names}")
+    if rehearsal:  # said, so that the listing is not taken for this host's own verdicts
+        lines.append(rehearsal)
+    lines.append(tally(found.tally(), len(found.counted)))
+    if found.unseen:
+        unseen = counted(found.unseen, "process", "processes")
+        why = ("even root may not look into them: another PID namespace's, or a ptrace restriction such as "
+               "Yama's" if os.geteuid() == 0 else "their open files and environment are for their owners or "
+               "root; run as root to see every one")
+        lines.append(f"not looked into: {unseen} of other users, any of which may be a GPU worker ({why})")
+    return lines
 
 
 def _rehearsal(typed: str | None, root: str | None) -> str | None:

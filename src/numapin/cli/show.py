@@ -51,6 +51,17 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
                      + "; ".join(str(g.cpus) for g in t.caches[:16]) + (" ..." if len(t.caches) > 16 else ""))
     else:
         lines.append("Last-level caches: unknown")
+    lines += _gpus_text(facts)
+    lines += _kinds_text(facts)
+    lines += _network_text(facts)
+    for warning in (*t.warnings, *facts.notes):
+        lines.append(f"note: {warning}")
+    return "\n".join(lines)
+
+
+def _gpus_text(facts: Facts) -> list[str]:
+    """The GPUs in this process's view, and those of the machine it does not see."""
+    lines = []
     if facts.visible:
         lines.append(f"GPUs ({len(facts.visible)} visible of {len(facts.inventory.gpus)}, "
                      f"{facts.visible[0].label.split(':')[0]}:N in this process's view; NVML {facts.inventory.nvml}):")
@@ -75,11 +86,7 @@ def _show_text(facts: Facts, machine: str | None = None) -> str:
                      "counts only the others):")
         lines += [f"  {h.gpu.where} node {'unknown' if h.gpu.node is None else h.gpu.node}: {h.why}"
                   for h in facts.inventory.hidden]
-    lines += _kinds_text(facts)
-    lines += _network_text(facts)
-    for warning in (*t.warnings, *facts.notes):
-        lines.append(f"note: {warning}")
-    return "\n".join(lines)
+    return lines
 
 
 def _kinds_text(facts: Facts) -> list[str]:

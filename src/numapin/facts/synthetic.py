@@ -214,6 +214,45 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
     spec = shape_named(shape) if isinstance(shape, str) else shape
     root = Path(dest)
     _put(root, MARKER, spec.name)
+    every = _write_cpus(spec, root)
+    cpu_nodes, gpu_nodes = _write_nodes(spec, root)
+    all_nodes = cpu_nodes + gpu_nodes
+    _write_kinds(spec, root)
+    if spec.cpu_model:
+        _put(root, "proc/cpuinfo", "".join(f"processor\t: {cpu}\nmodel name\t: {spec.cpu_model}\n\n"
+                                           for cpu in range(spec.cpus)))
+    words = -(-spec.cpus // 32)
+    irqs = _Irqs(root, spec.cpus)
+    if spec.gpu_vendor == "amd":
+        _write_amd(spec, root, irqs)
+    elif spec.gpu_vendor == "nvidia":
+        _write_nvidia(spec, root, irqs, gpu_nodes)
+    else:  # a vendor of no files but its PCI functions': its row says its id and driver
+        row = ACCELERATORS[spec.gpu_vendor]
+        for gpu in range(spec.gpus):
+            _pci_device(root, spec, gpu, f"{row.pci_vendor:#06x}", irqs, row.driver)
+
+    for number, nic in enumerate(_nics(spec)):
+        _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)
+    irqs.write()
+
+    # Transparent huge pages as Ubuntu and Debian ship them: for ranges that ask, each fault compacting if it must.
+    _put(root, "sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
+    _put(root, "sys/kernel/mm/transparent_hugepage/defrag", "always defer defer+madvise [madvise] never")
+    _put(root, "sys/kernel/mm/transparent_hugepage/hpage_pmd_size", str(2 << 20))
+    allowed = every if cgroup_cpus is None else cgroup_cpus & every
+    _put(root, "proc/self/cgroup", "0::/")
+    _put(root, "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0")
+    _put(root, "sys/fs/cgroup/cpuset.cpus.effective", str(allowed))
+    _put(root, "sys/fs/cgroup/cpuset.mems.effective", str(CpuSet(all_nodes)))
+    _put(root, "proc/self/status", f"Name:\tpython3\nCpus_allowed:\t{allowed.to_mask()}\n"
+                                   f"Cpus_allowed_list:\t{allowed}\n"
+                                   f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
+    return root
+
+
+def _write_cpus(spec: MachineSpec, root: Path) -> CpuSet:
+    """Every CPU's topology and caches, as the kernel shows them under ``sys/devices/system/cpu``; the CPUs."""
     cpu_dir = "sys/devices/system/cpu"
     every = CpuSet(range(spec.cpus))
     _put(root, f"{cpu_dir}/online", str(every))
@@ -248,6 +287,12 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
                 _put(root, f"{leaf}/shared_cpu_list", str(shared))
                 _put(root, f"{leaf}/shared_cpu_map", shared.to_mask())
 
+    return every
+
+
+def _write_nodes(spec: MachineSpec, root: Path) -> tuple[list[int], list[int]]:
+    """The NUMA nodes: the CPU nodes, then (where its GPUs' memory is shown as nodes) one per GPU; their CPUs,
+    distances and memory. The CPU nodes' and the GPU memory nodes' ids."""
     cpu_nodes = list(range(spec.cpu_nodes))
     gpu_nodes = list(range(spec.cpu_nodes, spec.cpu_nodes + spec.gpus)) if spec.gpu_memory_nodes else []
     all_nodes = cpu_nodes + gpu_nodes
@@ -277,39 +322,7 @@ def write(shape: str | MachineSpec, dest: str | os.PathLike[str], *,
         _put(root, f"{base}/meminfo", f"Node {node} MemTotal:       {memory // 1024} kB\n"
                                       f"Node {node} MemFree:        {memory // 2048} kB")
 
-    _write_kinds(spec, root)
-    if spec.cpu_model:
-        _put(root, "proc/cpuinfo", "".join(f"processor\t: {cpu}\nmodel name\t: {spec.cpu_model}\n\n"
-                                           for cpu in range(spec.cpus)))
-    words = -(-spec.cpus // 32)
-    irqs = _Irqs(root, spec.cpus)
-    if spec.gpu_vendor == "amd":
-        _write_amd(spec, root, irqs)
-    elif spec.gpu_vendor == "nvidia":
-        _write_nvidia(spec, root, irqs, gpu_nodes)
-    else:  # a vendor of no files but its PCI functions': its row says its id and driver
-        row = ACCELERATORS[spec.gpu_vendor]
-        for gpu in range(spec.gpus):
-            _pci_device(root, spec, gpu, f"{row.pci_vendor:#06x}", irqs, row.driver)
-
-    for number, nic in enumerate(_nics(spec)):
-        _write_nic(root, nic, f"mlx5_{number}", spec.node_cpus(nic.node), words, irqs)
-    irqs.write()
-
-    # Transparent huge pages as Ubuntu and Debian ship them: for ranges that ask, each fault compacting if it must.
-    _put(root, "sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never")
-    _put(root, "sys/kernel/mm/transparent_hugepage/defrag", "always defer defer+madvise [madvise] never")
-    _put(root, "sys/kernel/mm/transparent_hugepage/hpage_pmd_size", str(2 << 20))
-    allowed = every if cgroup_cpus is None else cgroup_cpus & every
-    _put(root, "proc/self/cgroup", "0::/")
-    _put(root, "proc/mounts", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid,nodev,noexec,relatime 0 0")
-    _put(root, "sys/fs/cgroup/cpuset.cpus.effective", str(allowed))
-    _put(root, "sys/fs/cgroup/cpuset.mems.effective", str(CpuSet(all_nodes)))
-    _put(root, "proc/self/status", f"Name:\tpython3\nCpus_allowed:\t{allowed.to_mask()}\n"
-                                   f"Cpus_allowed_list:\t{allowed}\n"
-                                   f"Mems_allowed_list:\t{CpuSet(all_nodes)}")
-    return root
-
+    return cpu_nodes, gpu_nodes
 
 
 def _pci_device(root: Path, spec: MachineSpec, gpu: int, vendor: str, irqs: _Irqs, driver: str) -> tuple[str, int]:

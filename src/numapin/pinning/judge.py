@@ -36,7 +36,7 @@ from ..kernel.residency import Residency, residency
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from . import record as records
-from .declaration import Declared, declared, unbalanced
+from .declaration import Declaration, Declared, declared, unbalanced
 from .record import Record
 from .rehearsed import of as rehearsal_of
 from .state import exec_marker, state
@@ -397,10 +397,46 @@ def judge(
         want, note = Expected(p, p.workers, f"the rehearsal's decision ({rehearsed.how}: {gpu_words(p) or p.reason}, "
                                             f"mode {p.mode}), pinned nowhere"), None
     marker = exec_marker(environ)
-    vendor = None if want is None else facts.vendor_at(want.placement.pci)
-    ops = LinuxThreads(pid)
     own = state().thread_masks() if pid == os.getpid() else set()
     own |= {m for m in (marker, None if found is None else found.mask) if m is not None}
+    threads = _threads(pid, stat, want, own, environ, facts)
+    crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
+                  for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
+    pages, size, hidden, declaration = _memory(pid, stat, declarations, small_memory or max_remote is None) \
+        if memory else (None, None, False, Declaration())
+    buffers, unlisted = declaration.buffers, (declaration.more, declaration.more_bytes)
+    main = next((t.cpus for t in threads if t.tid == pid), None)
+    # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
+    # machine's other CPUs exist nowhere, and no process was kept from them).
+    baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
+    who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
+    if want is None:
+        verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
+        if unreadable:
+            note = ("its environment cannot be read, even by root (another PID namespace's process, or a ptrace "
+                    "restriction such as a container's)" if os.geteuid() == 0 else
+                    "another user's process: its environment is for its owner (or root) to read")
+        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
+                         buffers, unlisted=unlisted, crowd=crowd)
+    unjudged = None if max_remote is None else _unjudged(want, pages, size, hidden, live)
+    if unjudged is not None:
+        note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
+        max_remote = None
+    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
+                       buffers, unjudged, unlisted, crowd)
+    if rehearsed is not None:  # placed nowhere: neither right nor wrong, whatever its threads' masks say
+        return replace(judged, verdict=Verdict.REHEARSAL, placed_by=rehearsed.how)
+    if judged.misplaced_by:
+        return replace(judged, verdict=Verdict.MISPLACED)
+    return judged
+
+
+def _threads(pid: int, stat: procfs.Stat, want: Expected | None, own: set[CpuSet], environ: Mapping[str, str],
+             facts: Facts) -> list[ThreadState]:
+    """Each thread of ``pid`` as it is: its mask against the target, whether numapin set it, the library whose
+    thread it is (and where that library's row says it belongs)."""
+    ops = LinuxThreads(pid)
+    vendor = None if want is None else facts.vendor_at(want.placement.pci)
     threads = []
     for tid in sorted(procfs.tasks(pid)):
         try:
@@ -417,57 +453,42 @@ def judge(
             inside = True if pinner is not None else inside  # where its library's row says it belongs
         threads.append(ThreadState(tid, name, mask, None if seen is None else seen.last_cpu, inside,
                                    mask is not None and mask in own, narrowed, pinner))
-    crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
-                  for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
-    pages, size, hidden = None, None, False
-    buffers: tuple[Declared, ...] = ()
-    unlisted = (0, 0)
-    if memory:
-        declaration = declared(pid, stat.start, declarations)
-        buffers, unlisted = declaration.buffers, (declaration.more, declaration.more_bytes)
-        try:
-            # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
-            # which walks every page of every mapping (and any user may read status). Declared buffers are read.
-            size = None if small_memory or max_remote is None or buffers else procfs.own_memory(pid)
-            if size is None or size >= JUDGED_MEMORY:
-                pages = residency(pid, [(b.address, b.nbytes) for b in buffers])
-        except AccessDenied:
-            hidden = True  # another user's process: its numa_maps is for its owner or root
-        except ProcessError:
-            pass  # gone meanwhile: its threads, read above, say so
-    main = next((t.cpus for t in threads if t.tid == pid), None)
-    # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
-    # machine's other CPUs exist nowhere, and no process was kept from them).
-    baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
-    who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
-    if want is None:
-        verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
-        if unreadable:
-            note = ("its environment cannot be read, even by root (another PID namespace's process, or a ptrace "
-                    "restriction such as a container's)" if os.geteuid() == 0 else
-                    "another user's process: its environment is for its owner (or root) to read")
-        return Judgement(pid, stat.name, verdict, None, tuple(threads), who, pages, note, marker, max_remote,
-                         buffers, unlisted=unlisted, crowd=crowd)
-    unjudged = None
-    if max_remote is not None and (pages is not None or size is not None or hidden):
-        lacking = CpuSet() if live else want.mems - this_host_nodes()
-        made = sum(pages.own_bytes.values()) if pages is not None else size
-        if lacking:
-            # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
-            # be there, so where pages lie says nothing of the placement.
-            unjudged = f"node(s) {lacking} are not this host's"
-        elif hidden:
-            unjudged = "another user's process, whose numa_maps only its owner or root may read"
-        elif made is not None and made < JUDGED_MEMORY:
-            # What an interpreter made before a late pin dominates a small process; a worker's data does not.
-            unjudged = f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
-        if unjudged is not None:
-            note = ((note + "; ") if note else "") + f"memory not judged: {unjudged}"
-            max_remote = None
-    judged = Judgement(pid, stat.name, Verdict.OK, want, tuple(threads), who, pages, note, marker, max_remote,
-                       buffers, unjudged, unlisted, crowd)
-    if rehearsed is not None:  # placed nowhere: neither right nor wrong, whatever its threads' masks say
-        return replace(judged, verdict=Verdict.REHEARSAL, placed_by=rehearsed.how)
-    if judged.misplaced_by:
-        return replace(judged, verdict=Verdict.MISPLACED)
-    return judged
+    return threads
+
+
+def _memory(pid: int, stat: procfs.Stat, declarations: Container[str] | None,
+            sized_by_numa_maps: bool) -> tuple[Residency | None, int | None, bool, Declaration]:
+    """Where ``pid``'s pages lie (None: not read), its own memory's size where status told it instead, whether its
+    numa_maps was another user's to read, and the host buffers it declared."""
+    declaration = declared(pid, stat.start, declarations)
+    pages, size = None, None
+    try:
+        # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
+        # which walks every page of every mapping (and any user may read status). Declared buffers are read.
+        size = None if sized_by_numa_maps or declaration.buffers else procfs.own_memory(pid)
+        if size is None or size >= JUDGED_MEMORY:
+            pages = residency(pid, [(b.address, b.nbytes) for b in declaration.buffers])
+    except AccessDenied:
+        return None, size, True, declaration  # another user's process: its numa_maps is for its owner or root
+    except ProcessError:
+        pass  # gone meanwhile: its threads, read above, say so
+    return pages, size, False, declaration
+
+
+def _unjudged(want: Expected, pages: Residency | None, size: int | None, hidden: bool, live: bool) -> str | None:
+    """Why the process's memory says nothing of its placement, where it does not; None where it is judged (or
+    was not read)."""
+    if pages is None and size is None and not hidden:
+        return None
+    lacking = CpuSet() if live else want.mems - this_host_nodes()
+    made = sum(pages.own_bytes.values()) if pages is not None else size
+    if lacking:
+        # Nodes this host lacks (a rehearsal machine's, pair's second node on a one-node host): no page can
+        # be there, so where pages lie says nothing of the placement.
+        return f"node(s) {lacking} are not this host's"
+    if hidden:
+        return "another user's process, whose numa_maps only its owner or root may read"
+    if made is not None and made < JUDGED_MEMORY:
+        # What an interpreter made before a late pin dominates a small process; a worker's data does not.
+        return f"under {JUDGED_MEMORY >> 20} MiB of its own memory"
+    return None

@@ -26,7 +26,7 @@ from ..placement.ranks import local_rank
 from . import memory as _memory
 from . import record as records
 from .decision import Decision, ExternalMaskPolicy, MaskOwner, PinAction, classify, decide, parse_policy
-from .memory import MemoryMode
+from .memory import MemoryMode, MemoryResult
 from .record import Record
 from .results import PinError, PinResult, ThreadResult
 from .state import Applied, PinState, exec_marker, state
@@ -334,25 +334,13 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
         walk.settled = True  # nothing was changed
         return _fail(strict, f"no thread could be pinned to {wanted}", unapplied(PinAction.NOTHING))
     mask = _read_back(ops, results, wanted)
-    placed = None
-    if options.memory is not MemoryMode.NONE or options.migrate:
-        try:
-            placed = _memory.place_memory(placement.mems, options.memory, options.migrate, strict=strict,
-                                          limits=_memory.MemoryNodes.of(facts.topology))
-        except NumapinError as exc:  # strict only: the CPU part goes back too, and the error keeps its class
-            walk.rollback()
-            exc.result = unapplied(PinAction.ROLLED_BACK, mask)  # type: ignore[attr-defined]
-            raise
-    pools: tuple[str, ...] = ()
-    if options.threadpools:
-        # Imported here: most pins leave pools alone, and every worker pinned at start-up pays for a module.
-        from ..kernel.threadpools import ThreadpoolsUnavailable
-        from ..kernel.threadpools import resize as resize_pools
-
-        try:
-            pools = resize_pools(len(wanted))
-        except ThreadpoolsUnavailable as exc:
-            pins.warn_once(f"{exc}; thread pools left as they are")
+    try:
+        placed = _place_memory(placement, options, facts)
+    except NumapinError as exc:  # strict only: the CPU part goes back too, and the error keeps its class
+        walk.rollback()
+        exc.result = unapplied(PinAction.ROLLED_BACK, mask)  # type: ignore[attr-defined]
+        raise
+    pools = _resize_pools(pins, len(wanted)) if options.threadpools else ()
     # Built once, now that the mask read back, the memory placement and the pools are known.
     unsure = None
     if walk.unconfirmed:
@@ -365,18 +353,45 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     if reserve_me:
         pins.mark_deliberate(ops, me, placement.reserved, mine)
     _publish(pins, result, options)
-    said = placed.said(facts.topology.nodes_of(result.mask or wanted)) if placed is not None else None
-    if said:
-        pins.warn_once(said)
+    _say(pins, result, placed.said(facts.topology.nodes_of(result.mask or wanted)) if placed is not None else None,
+         unsure)
+    return result
+
+
+def _place_memory(placement: Placement, options: _Options, facts: Facts) -> MemoryResult | None:
+    """The memory part of a pin, where one is asked (a policy, or pages moved); None where none is."""
+    if options.memory is MemoryMode.NONE and not options.migrate:
+        return None
+    return _memory.place_memory(placement.mems, options.memory, options.migrate, strict=options.strict,
+                                limits=_memory.MemoryNodes.of(facts.topology))
+
+
+def _resize_pools(pins: PinState, size: int) -> tuple[str, ...]:
+    """The thread pools already loaded, resized to the placement (``threadpools=True``): their names."""
+    # Imported here: most pins leave pools alone, and every worker pinned at start-up pays for a module.
+    from ..kernel.threadpools import ThreadpoolsUnavailable
+    from ..kernel.threadpools import resize as resize_pools
+
+    try:
+        return resize_pools(size)
+    except ThreadpoolsUnavailable as exc:
+        pins.warn_once(f"{exc}; thread pools left as they are")
+        return ()
+
+
+def _say(pins: PinState, result: PinResult, memory: str | None, unsure: str | None) -> None:
+    """What the pin did, said once at the level it deserves: what its memory left elsewhere, threads not
+    confirmed, threads that refused, or the pin itself."""
+    if memory:
+        pins.warn_once(memory)
     if unsure:
         log.warning("%s", unsure)
-    if counts[Outcome.FAILED]:
+    if result.count(Outcome.FAILED):
         log.warning("%s", result.said)
     elif result.changed:
         log.info("%s", result.said)
     else:
         log.debug("%s", result.said)
-    return result
 
 
 def _publish(pins: PinState, result: PinResult, options: _Options) -> None:

@@ -281,21 +281,7 @@ def place(
     """
     fastest_only = parse_choice(Cores, cores, "cores") is Cores.FASTEST
     if cpus is not None:
-        given = explicit_cpus(topology, cpus)
-        chosen = _fastest(given, kinds) if fastest_only else given
-        return Placement(
-            cpus=chosen,
-            mems=_mems(topology, chosen),
-            reason=f"explicit CPUs {given}" + (", their fastest cores" if chosen != given else ""),
-            mode=PlacementMode.EXPLICIT,
-            gpu=None if gpu is None else gpu.index,
-            pci=None if gpu is None else gpu.gpu.pci,
-            node=None,
-            rank=rank,
-            reserved=_reserve(topology, chosen, reserve, kinds),
-            cores=Cores(cores),
-            partition=None if gpu is None else gpu.gpu.partition,
-        )
+        return _explicit(topology, gpu, cpus, rank, reserve, Cores(cores), kinds)
     chosen_mode = parse_choice(PlacementMode, mode, "mode")
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
         raise UsageError("a placement needs a GPU and a mode, or explicit cpus", value=mode)
@@ -305,30 +291,8 @@ def place(
         raise PlacementError(
             f"GPU {gpu.index} ({physical.where}): {where} has no CPU inside the allowed CPUs {topology.allowed}"
         )
-    reason = f"GPU {gpu.index} ({physical.where}) on {where}"
-    if chosen_mode is PlacementMode.NODE:
-        chosen = domain
-    elif chosen_mode is PlacementMode.SOCKET:
-        packages = [p for p in topology.packages if p.cpus & domain]
-        chosen = CpuSet.union(p.cpus for p in packages) & topology.allowed
-        reason += ", package " + ",".join(str(p.id) for p in packages)
-    elif chosen_mode is PlacementMode.EXCLUSIVE:
-        chosen = _exclusive(topology, inventory, physical, domain, where)
-        peers = _siblings(inventory, physical)
-        reason += f", share {peers.index(physical) + 1} of {len(peers)}"
-    elif chosen_mode is PlacementMode.CORE_COMPLEX:
-        group = _core_complex(topology, inventory, physical, domain)
-        if group is None:
-            chosen = domain
-            reason += ", no cache information: whole node"
-        else:
-            chosen = group
-            reason += ", last-level cache group"
-    elif chosen_mode is PlacementMode.SINGLE:
-        chosen = _single(topology, inventory, physical, domain)
-        reason += ", one core"
-    else:  # a mode added to the enum but not here must fail loudly, never act as another
-        raise AssertionError(f"placement mode {chosen_mode} has no policy")
+    chosen, how = _by_mode(chosen_mode, topology, inventory, physical, domain, where)
+    reason = f"GPU {gpu.index} ({physical.where}) on {where}{how}"
     if fastest_only:
         fastest = _fastest(chosen, kinds)
         if fastest != chosen:
@@ -347,6 +311,49 @@ def place(
         cores=Cores(cores),
         partition=physical.partition,
     )
+
+
+def _explicit(topology: Topology, gpu: VisibleGpu | None, cpus: CpuSpec, rank: int | None, reserve: int,
+              cores: Cores, kinds: CpuKinds | None) -> Placement:
+    """The placement on explicit ``cpus`` (their fastest cores alone, where ``cores`` asks)."""
+    given = explicit_cpus(topology, cpus)
+    chosen = _fastest(given, kinds) if cores is Cores.FASTEST else given
+    return Placement(
+        cpus=chosen,
+        mems=_mems(topology, chosen),
+        reason=f"explicit CPUs {given}" + (", their fastest cores" if chosen != given else ""),
+        mode=PlacementMode.EXPLICIT,
+        gpu=None if gpu is None else gpu.index,
+        pci=None if gpu is None else gpu.gpu.pci,
+        node=None,
+        rank=rank,
+        reserved=_reserve(topology, chosen, reserve, kinds),
+        cores=cores,
+        partition=None if gpu is None else gpu.gpu.partition,
+    )
+
+
+def _by_mode(mode: PlacementMode, topology: Topology, inventory: Inventory, physical: Gpu, domain: CpuSet,
+             where: str) -> tuple[CpuSet, str]:
+    """The CPUs ``mode`` gives the GPU out of its ``domain`` (its node's allowed CPUs), and what the reason adds."""
+    if mode is PlacementMode.NODE:
+        return domain, ""
+    if mode is PlacementMode.SOCKET:
+        packages = [p for p in topology.packages if p.cpus & domain]
+        return (CpuSet.union(p.cpus for p in packages) & topology.allowed,
+                ", package " + ",".join(str(p.id) for p in packages))
+    if mode is PlacementMode.EXCLUSIVE:
+        peers = _siblings(inventory, physical)
+        return (_exclusive(topology, inventory, physical, domain, where),
+                f", share {peers.index(physical) + 1} of {len(peers)}")
+    if mode is PlacementMode.CORE_COMPLEX:
+        group = _core_complex(topology, inventory, physical, domain)
+        return (domain, ", no cache information: whole node") if group is None else \
+            (group, ", last-level cache group")
+    if mode is PlacementMode.SINGLE:
+        return _single(topology, inventory, physical, domain), ", one core"
+    # a mode added to the enum but not here must fail loudly, never act as another
+    raise AssertionError(f"placement mode {mode} has no policy")
 
 
 def within(placement: Placement, topology: Topology, inventory: Inventory, kinds: CpuKinds | None = None) -> Placement:

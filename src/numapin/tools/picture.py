@@ -205,16 +205,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str,
     title = fit(title, 16 * 1.09, _MAX_WIDTH)
     c.text(_PAD, 24, title, 16, ' font-weight="bold"')
     width = _PAD + _text_width(title, 16, bold=True)
-    gpus_by_node: dict[int | None, list[tuple[int, str]]] = {}
-    for v in facts.visible:
-        g = v.gpu
-        ranks = plan.of_gpu.get(v.index, [])
-        who = f" · {plan.named(ranks)}" if ranks else ""
-        label = f"GPU {v.index}{who} · {g.where} · {g.name}"
-        nearest = network.nearest(g.pci)
-        if nearest:
-            label += f" · {plural(len(nearest), 'NIC')} {','.join(n.name for n in nearest)}"
-        gpus_by_node.setdefault(g.node, []).append((v.index, label))
+    gpus_by_node = _gpu_labels(facts, plan, network)
     node_of_package: dict[int | None, list[Node]] = {}
     for node in t.cpu_nodes:
         first = node.cpus.first() if node.cpus else None
@@ -236,6 +227,31 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str,
         c.rect(_PAD, top, box, y - top, "fill:none;stroke:#333;stroke-width:1.5")
         width = max(width, box + _PAD)
         y += _PAD * 2
+    y, width = _memory_nodes(c, facts, y, width)
+    y, legend_width = _legend(c, plan, y)
+    width = max(width, legend_width)
+    return "\n".join(c.parts), int(width + 1) + _PAD, int(y) + _PAD
+
+
+def _gpu_labels(facts: Facts, plan: _Plan, network: Network) -> dict[int | None, list[tuple[int, str]]]:
+    """Each visible GPU's label (its ranks, place, name and nearest NICs), by its node."""
+    gpus_by_node: dict[int | None, list[tuple[int, str]]] = {}
+    for v in facts.visible:
+        g = v.gpu
+        ranks = plan.of_gpu.get(v.index, [])
+        who = f" · {plan.named(ranks)}" if ranks else ""
+        label = f"GPU {v.index}{who} · {g.where} · {g.name}"
+        nearest = network.nearest(g.pci)
+        if nearest:
+            label += f" · {plural(len(nearest), 'NIC')} {','.join(n.name for n in nearest)}"
+        gpus_by_node.setdefault(g.node, []).append((v.index, label))
+    return gpus_by_node
+
+
+def _memory_nodes(c: _Canvas, facts: Facts, y: float, width: float) -> tuple[float, float]:
+    """The memory-only nodes in a row of dashed boxes (wrapped at the picture's width), each with its GPU where it
+    holds one's memory; the height and width reached."""
+    t = facts.topology
     memory = t.memory_only_nodes
     if memory:
         owners = {n: g.pci for g in facts.inventory.gpus for n in g.gpu_memory_nodes}
@@ -254,9 +270,7 @@ def _draw(facts: Facts, plans: Sequence[Placement], title: str,
             x += w + _PAD
             width = max(width, x)
         y += 28 + _PAD * 2
-    y, legend_width = _legend(c, plan, y)
-    width = max(width, legend_width)
-    return "\n".join(c.parts), int(width + 1) + _PAD, int(y) + _PAD
+    return y, width
 
 
 def _size(value: int | None) -> str:

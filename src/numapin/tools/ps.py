@@ -203,6 +203,88 @@ def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], F
     return found
 
 
+def _chosen(pids: Iterable[int] | None, listed: list[int]) -> list[int]:
+    """The processes to look at: those asked (each once; NoSuchProcess for one that is none, or is a thread's id),
+    else every one listed."""
+    if pids is None:
+        return listed
+    chosen = list(dict.fromkeys(pids))  # ps PID PID lists it once
+    processes = set(listed)
+    for pid in chosen:
+        if pid in processes:
+            continue  # /proc lists processes, not threads: its status is read once, by the judge
+        group = procfs.status(pid).get("Tgid", str(pid)).strip()  # NoSuchProcess when there is none
+        if group != str(pid):
+            raise NoSuchProcess(pid, f"{pid} is a thread of process {group}, not a process")
+    return chosen
+
+
+class _Scan:
+    """What one scan reads of the processes it looks at, each at most once: owners, stat (only of a process that
+    might be a worker: 1,000 shells read none), GPU device files, NVML's list, and the machine (read when first
+    needed)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None) -> None:
+        self.root = root
+        self.owners: dict[int, int] = {}
+        self._machine: list[Facts] = []
+        self._stats: dict[int, procfs.Stat | None] = {}
+        self._held: dict[int, tuple[str, ...] | ProcessError] = {}
+        self._device = _device()  # once a scan, not once a process
+        self.nvml = _nvml_processes(root, self.machine)
+
+    def machine(self) -> Facts:
+        """Every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them (read once, when first needed)."""
+        if not self._machine:
+            from ..facts.machine import cached
+
+            self._machine.append(cached(self.root, {}))
+        return self._machine[0]
+
+    def read_owners(self, pids: list[int], deadline: float | None) -> dict[int, int]:
+        for pid in pids:
+            ScanTimeout.past(deadline, "listing the processes' owners")
+            try:
+                self.owners[pid] = procfs.owner(pid)
+            except ProcessError:
+                continue
+        return self.owners
+
+    def stat_of(self, pid: int) -> procfs.Stat | None:
+        if pid not in self._stats:
+            try:
+                self._stats[pid] = procfs.stat(pid)
+            except ProcessError:
+                self._stats[pid] = None
+        return self._stats[pid]
+
+    def start_of(self, pid: int) -> int | None:
+        return None if (seen := self.stat_of(pid)) is None else seen.start
+
+    def owner_of(self, pid: int) -> int | None:
+        return self.owners[pid] if pid in self.owners else record.owner(pid)
+
+    def devices_of(self, pid: int) -> tuple[str, ...]:
+        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again)."""
+        if pid not in self._held:
+            try:
+                self._held[pid] = _devices(pid, self._device)
+            except ProcessError as exc:
+                self._held[pid] = exc
+        found = self._held[pid]
+        if isinstance(found, ProcessError):
+            raise found
+        return found
+
+    def may_be_worker(self, pid: int) -> bool:
+        """Whether what it holds makes it a GPU worker: only such a process of another namespace has its
+        environment read for a records folder of its own choosing (any container may set one, costly to walk)."""
+        try:
+            return bool(self.devices_of(pid)) or pid in self.nvml
+        except ProcessError:
+            return pid in self.nvml
+
+
 def survey(
     pids: Iterable[int] | None = None,
     *,
@@ -221,80 +303,15 @@ def survey(
     :class:`ScanTimeout`. Workers in Kubernetes pods are named by the kubelet's API at ``pod_resources`` (its
     socket; None: not asked). ``every_gpu``: list the host's GPUs (:attr:`Survey.gpus`, for the per-GPU series),
     reading the machine even where no worker is found."""
-    read: list[Facts] = []
-
-    def machine() -> Facts:
-        """Every GPU of the machine, as no CUDA_VISIBLE_DEVICES hides them (read once, when first needed)."""
-        if not read:
-            from ..facts.machine import cached
-
-            read.append(cached(root, {}))
-        return read[0]
-
-    listed = procfs.pids()
-    chosen = list(dict.fromkeys(pids)) if pids is not None else listed  # ps PID PID lists it once
+    chosen = _chosen(pids, procfs.pids())
     asked = pids is not None
-    processes = set(listed) if asked else set()
-    for pid in chosen if asked else ():
-        if pid in processes:
-            continue  # /proc lists processes, not threads: its status is read once, by the judge
-        group = procfs.status(pid).get("Tgid", str(pid)).strip()  # NoSuchProcess when there is none
-        if group != str(pid):
-            raise NoSuchProcess(pid, f"{pid} is a thread of process {group}, not a process")
     me = os.getpid()
-    owners = {}
-    for pid in chosen:
-        ScanTimeout.past(deadline, "listing the processes' owners")
-        try:
-            owners[pid] = procfs.owner(pid)
-        except ProcessError:
-            continue
-    stats: dict[int, procfs.Stat | None] = {}
-
-    def stat_of(pid: int) -> procfs.Stat | None:
-        """Its stat, read once a scan, and only for a process that might be a worker (1,000 shells read none)."""
-        if pid not in stats:
-            try:
-                stats[pid] = procfs.stat(pid)
-            except ProcessError:
-                stats[pid] = None
-        return stats[pid]
-
-    def start_of(pid: int) -> int | None:
-        return None if (seen := stat_of(pid)) is None else seen.start
-
-    def owner_of(pid: int) -> int | None:
-        return owners[pid] if pid in owners else record.owner(pid)
-
-    held: dict[int, tuple[str, ...] | ProcessError] = {}
-    device = _device()  # once a scan, not once a process
-
-    def devices_of(pid: int) -> tuple[str, ...]:
-        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again)."""
-        if pid not in held:
-            try:
-                held[pid] = _devices(pid, device)
-            except ProcessError as exc:
-                held[pid] = exc
-        found = held[pid]
-        if isinstance(found, ProcessError):
-            raise found
-        return found
-
-    nvml = _nvml_processes(root, machine)
-
-    def may_be_worker(pid: int) -> bool:
-        """Whether what it holds makes it a GPU worker: only such a process of another namespace has its
-        environment read for a records folder of its own choosing (any container may set one, costly to walk)."""
-        try:
-            return bool(devices_of(pid)) or pid in nvml
-        except ProcessError:
-            return pid in nvml
-
-    known = record.entries(set(owners.values()), start_of, owner_of)
+    scan = _Scan(root)
+    owners = scan.read_owners(chosen, deadline)
+    known = record.entries(set(owners.values()), scan.start_of, scan.owner_of)
     # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
-    elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], start_of, owner_of,
-                                      may_be_worker=may_be_worker, deadline=deadline)
+    elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], scan.start_of, scan.owner_of,
+                                      may_be_worker=scan.may_be_worker, deadline=deadline)
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
     from ..pinning.declaration import present
 
@@ -306,18 +323,18 @@ def survey(
         if pid == me and not asked:
             continue
         try:
-            worker = _look(pid, stat_of, devices_of, known, nvml, machine, root, memory, max_remote, declarations,
-                           asked=asked, candidates=candidates, rehearsed=rehearsed)
+            worker = _look(pid, scan.stat_of, scan.devices_of, known, scan.nvml, scan.machine, root, memory,
+                           max_remote, declarations, asked=asked, candidates=candidates, rehearsed=rehearsed)
         except AccessDenied:
-            seen = stat_of(pid)
+            seen = scan.stat_of(pid)
             unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
             continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
     unnamed = None
     if any(w.pod is not None for w in found):
-        found, unnamed = _in_pods(found, root, pod_resources, machine)
-    every = machine().inventory.gpus if every_gpu and not asked else ()
+        found, unnamed = _in_pods(found, root, pod_resources, scan.machine)
+    every = scan.machine().inventory.gpus if every_gpu and not asked else ()
     gpus = tuple(g.pci for g in every if g.pci)
     uuids = tuple((g.pci, g.uuid) for g in every if g.pci and g.uuid)
     return Survey(tuple(found), unseen, gpus, uuids, unnamed)
