@@ -8,9 +8,12 @@ by pair), with the bound each must keep:
   ``CUDA_VISIBLE_DEVICES`` in its environment; ``numapin ps --json`` finds, judges (threads and
   memory) and prints all 1,000 — bound 2x;
 - 1,000 ordinary processes (``sleep``, nothing GPU about them): ``numapin ps --json`` looks at each
-  and lists none — bound 1.5x.
+  and lists none — bound 1.5x;
+- the same 1,000 ordinary processes scraped from a running exporter (``Exporter.scrape()`` in this process, after
+  a first scrape: what a Prometheus server's scrapes cost it every interval) — bound 0.5x.
 
-Both sides start a process and read every process of the host; procps also reads every thread.
+Both sides of the first two start a process and read every process of the host; procps also reads every thread.
+The exporter starts none: it keeps between scans what a process cannot have changed.
 Run as root or as any user: python benchmarks/ps_scale.py [PROCESSES] [PAIRS]
 """
 
@@ -29,6 +32,7 @@ from numapin.base.environment import RUNTIME_DIR
 from numapin.cpuset import CpuSet
 from numapin.pinning import record
 from numapin.placement.modes import Placement, PlacementMode
+from numapin.tools.exporter import Exporter
 
 PROCESSES = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 10
@@ -44,6 +48,19 @@ def paired(a: list[str], b: list[str], env: dict[str, str]) -> float:
     """Median of the pair-by-pair ratios A/B over PAIRS alternated pairs, after one warm-up of each."""
     wall(a, env), wall(b, env)
     return statistics.median(wall(a, env) / wall(b, env) for _ in range(PAIRS))
+
+
+def scraped(exporter: Exporter, baseline: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Median of the pair-by-pair ratios scrape / ``baseline`` over PAIRS alternated pairs, and the scrape's
+    median seconds."""
+    def scrape() -> float:
+        start = time.perf_counter()
+        exporter.scrape()
+        return time.perf_counter() - start
+
+    scrape(), wall(baseline, env)
+    pairs = [(scrape(), wall(baseline, env)) for _ in range(PAIRS)]
+    return statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs)
 
 
 def spawn(count: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
@@ -84,6 +101,8 @@ def main() -> None:
                 counted = listed.stdout.count('"pid"')
                 ratio = paired([*numapin, "ps", "--json"], baseline, env)
                 seconds = statistics.median(wall([*numapin, "ps", "--json"], env) for _ in range(3))
+                if bound == 1.5:
+                    scrape_ratio, scrape_seconds = scraped(Exporter(), baseline, env)
             finally:
                 for child in children:
                     child.kill()
@@ -92,6 +111,10 @@ def main() -> None:
             within = "within" if ratio <= bound else "OVER"
             print(f"  {name:42} numapin ps --json / ps -e -L: {ratio:5.2f}x  ({seconds:.3f} s, "
                   f"{counted} listed; bound {bound}x: {within})")
+            if bound == 1.5:
+                within = "within" if scrape_ratio <= 0.5 else "OVER"
+                print(f"  {name:42} exporter scrape / ps -e -L:   {scrape_ratio:5.2f}x  ({scrape_seconds:.3f} s; "
+                      f"bound 0.5x: {within})")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ from ..base.frozen import frozen
 from ..base.text import decimal
 
 __all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "inner_pid",
-           "inner_uid", "locked_memory_limit",
-           "namespace", "numa_maps", "own_memory", "owner", "pids", "seccomp_mode", "stat", "status",
-           "tasks"]
+           "inner_uid", "locked_memory_limit", "namespace", "numa_maps", "open_files", "own_memory", "owner", "pids",
+           "seccomp_mode", "seen", "stat", "status", "tasks"]
 
 #: Larger than any of these files the kernel writes for one process (environ is capped at ARG_MAX's share).
 _CAP = 1 << 21
@@ -239,10 +238,28 @@ def foreign_root(pid: int) -> str | None:
 
 def owner(pid: int) -> int:
     """The user id that owns ``pid``."""
+    return seen(pid)[0]
+
+
+def seen(pid: int) -> tuple[int, int]:
+    """The user id that owns ``pid``, and when the kernel made its ``/proc`` entry (ns): one ``stat``. The entry
+    lives as long as the process does, so an unchanged time names the same process, without its start time read;
+    a time changed (the entry made again once the kernel let it go) says nothing either way."""
     try:
-        return os.stat(f"/proc/{pid}").st_uid
+        found = os.stat(f"/proc/{pid}")
     except OSError as exc:
         raise _translated(exc, pid, "its owner") from None
+    return found.st_uid, found.st_ctime_ns
+
+
+def open_files(pid: int) -> int | None:
+    """How many files ``pid`` holds open (the size of ``/proc/PID/fd``, Linux 6.2): one ``stat``, no listing.
+    None where the kernel does not say (before 6.2 it shows 0) or it may not be looked into."""
+    try:
+        count = os.stat(f"/proc/{pid}/fd").st_size
+    except OSError:
+        return None
+    return count or None
 
 
 def seccomp_mode(pid: int) -> int | None:

@@ -129,12 +129,14 @@ def present(uids: Iterable[int]) -> frozenset[str]:
     return frozenset(names)
 
 
-def declared(pid: int, start: int | None = None, listed: Container[str] | None = None) -> Declaration:
+def declared(pid: int, start: int | None = None, listed: Container[str] | None = None,
+             uid: int | None = None) -> Declaration:
     """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
     its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.folders.places`
     says. Nothing where none is declared or none can be believed. ``start``: its start time, where the caller
-    read it; ``listed``: what :func:`present` found in this namespace's folders, where the caller listed them."""
-    start, uid = start if start is not None else start_time(pid), owner(pid)
+    read it; ``listed``: what :func:`present` found in this namespace's folders, where the caller listed them;
+    ``uid``: its owner, where the caller read it."""
+    start, uid = start if start is not None else start_time(pid), uid if uid is not None else owner(pid)
     looked = None if start is None or uid is None else places(pid, start, uid)
     if looked is None or start is None or uid is None:
         return Declaration()

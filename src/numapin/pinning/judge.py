@@ -357,6 +357,7 @@ def judge(
     small_memory: bool = True,
     facts: Facts | None = None,
     declarations: Container[str] | None = None,
+    owner: int | None = None,
 ) -> Judgement:
     """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
 
@@ -372,7 +373,7 @@ def judge(
     ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`), when the caller has
     it; else read (cached) under ``root`` and cut to the GPUs the process's root holds. ``declarations``: the
     host-buffer declarations in this namespace's folders (:func:`numapin.pinning.declaration.present`), where
-    the caller listed them for many processes.
+    the caller listed them for many processes; ``owner``: its user, where the caller read it.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
@@ -402,7 +403,7 @@ def judge(
     threads = _threads(pid, stat, want, own, environ, facts)
     crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
                   for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
-    pages, size, hidden, declaration = _memory(pid, stat, declarations, small_memory or max_remote is None) \
+    pages, size, hidden, declaration = _memory(pid, stat, declarations, small_memory or max_remote is None, owner) \
         if memory else (None, None, False, Declaration())
     buffers, unlisted = declaration.buffers, (declaration.more, declaration.more_bytes)
     main = next((t.cpus for t in threads if t.tid == pid), None)
@@ -456,11 +457,11 @@ def _threads(pid: int, stat: procfs.Stat, want: Expected | None, own: set[CpuSet
     return threads
 
 
-def _memory(pid: int, stat: procfs.Stat, declarations: Container[str] | None,
-            sized_by_numa_maps: bool) -> tuple[Residency | None, int | None, bool, Declaration]:
+def _memory(pid: int, stat: procfs.Stat, declarations: Container[str] | None, sized_by_numa_maps: bool,
+            owner: int | None) -> tuple[Residency | None, int | None, bool, Declaration]:
     """Where ``pid``'s pages lie (None: not read), its own memory's size where status told it instead, whether its
     numa_maps was another user's to read, and the host buffers it declared."""
-    declaration = declared(pid, stat.start, declarations)
+    declaration = declared(pid, stat.start, declarations, owner)
     pages, size = None, None
     try:
         # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,

@@ -399,7 +399,8 @@ def rewrite(record: Record, where: Where) -> bool:
 
 def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_time,
            owner_of: Callable[[int], int | None] | None = None, *, may_be_worker: Callable[[int], bool] | None = None,
-           deadline: float | None = None) -> tuple[dict[int, tuple[Record, Where]], int]:
+           deadline: float | None = None,
+           namespaces_of: Callable[[int], tuple[int, int]] = namespaces) -> tuple[dict[int, tuple[Record, Where]], int]:
     """The records of those of ``pids`` that run in another mount or PID namespace than this process (a
     container's workers, seen from the host or from a DaemonSet with the host's PIDs), by their PID here, each
     read in its own root under its own id; and how many of them could not be looked into (a process whose
@@ -410,13 +411,14 @@ def across(pids: Iterable[int], start_of: Callable[[int], int | None] = start_ti
     theirs to shape: only one that may be a worker (``may_be_worker``: it holds a GPU; default, every one) has
     its environment read for a folder of its own choosing, every other is looked for in its user's usual folders
     there; a folder is resolved within :data:`numapin.base.files.MAX_DEPTH` names; and past ``deadline``
-    (``time.monotonic()``), checked at every process and folder, the scan ends in a :class:`ScanTimeout`."""
+    (``time.monotonic()``), checked at every process and folder, the scan ends in a :class:`ScanTimeout`.
+    ``namespaces_of``: a process's namespaces, where the caller keeps them between scans."""
     mine = namespaces("self")
     groups: dict[tuple[int, int], list[int]] = {}
     for pid in pids:
         ScanTimeout.past(deadline, "among the processes of other namespaces")
         try:
-            key = namespaces(pid)
+            key = namespaces_of(pid)
         except ProcessError:
             continue
         if key != mine:

@@ -27,7 +27,7 @@ import time
 from ..base.errors import NumapinError, UsageError
 from ..base.logger import log
 from .prometheus import exposition
-from .ps import ScanTimeout, survey
+from .ps import Kept, ScanTimeout, survey
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,8 +92,10 @@ class Exporter:
                  pod_resources: str | None = None) -> None:
         self.timeout = timeout
         self.errors = 0
+        # Kept between scans, which run one at a time: what a process cannot have changed is not read again.
+        kept = Kept()
         self._scan = scan or (lambda deadline: survey(root=root, max_remote=max_remote, deadline=deadline,
-                                                      pod_resources=pod_resources, every_gpu=True))
+                                                      pod_resources=pod_resources, every_gpu=True, kept=kept))
         self._lock = threading.Lock()
         self._flight: _Flight | None = None
         self._last: tuple[float, Survey] | None = None  # when the last complete scan ended, and what it found

@@ -17,26 +17,28 @@ import re
 
 from ..base.environment import CUDA_VISIBLE_DEVICES, LOCAL_RANK_VARIABLES
 from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessError, ScanTimeout
-from ..base.frozen import frozen
+from ..base.frozen import frozen, replace
 from ..facts import procfs
 from ..facts.host import Host
 from ..facts.pod import Pod, pod_of
 from ..facts.podresources import SOCKET
 from ..pinning import record
+from ..pinning.folders import namespaces
 from ..pinning.verdict import REMOTE_BOUND, Verdict, verdict_words
 
 # The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
 # shells, a login node) reads each process's open files and nothing of the machine.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Iterable, Mapping
+    from collections.abc import Callable, Collection, Container, Iterable, Mapping
     from typing import Any
 
     from ..cpuset import CpuSet
     from ..facts.machine import Facts
+    from ..pinning.judge import Judgement
     from ..placement.modes import Placement
 
-__all__ = ["ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
+__all__ = ["Kept", "ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
 
 
 def _device() -> re.Pattern[str]:
@@ -219,14 +221,49 @@ def _chosen(pids: Iterable[int] | None, listed: list[int]) -> list[int]:
     return chosen
 
 
+@frozen
+class _Held:
+    """What a process held when last looked at: when its ``/proc`` entry was made (which names it while it lives),
+    how many files it had open, its GPU device files among them, and its namespaces."""
+
+    born: int
+    files: int | None
+    devices: tuple[str, ...] | None = None
+    namespaces: tuple[int, int] | None = None
+    environ: dict[str, str] | None = None
+    """A worker's environment as it started (what ``/proc/PID/environ`` shows does not change as it runs)."""
+    pod: tuple[Pod | None] | None = None
+    """A worker's pod, where it runs in one (a pod's processes stay in its cgroups)."""
+
+
+class Kept:
+    """What a long-running scanner (the exporter) keeps of each process between scans, by pid: what does not
+    change while it lives (its namespaces; a worker's environment and pod), and its device files with the count
+    of open files they were read at.
+    A process seen before, whose entry is the same and whose count of open files did not change, costs one
+    ``stat`` of its entry and one of its ``fd`` folder a scan; its files are read again once the count changes
+    (a process that opens a GPU opens several files), or every scan where the kernel shows no count (before
+    Linux 6.2). A process that may be a worker has its namespaces read again each scan."""
+
+    def __init__(self) -> None:
+        self.processes: dict[int, _Held] = {}
+
+    def forget_all_but(self, pids: Collection[int]) -> None:
+        """Forget the processes no longer listed (ended: their ids may name others later)."""
+        for pid in set(self.processes) - set(pids):
+            del self.processes[pid]
+
+
 class _Scan:
     """What one scan reads of the processes it looks at, each at most once: owners, stat (only of a process that
     might be a worker: 1,000 shells read none), GPU device files, NVML's list, and the machine (read when first
-    needed)."""
+    needed); with :class:`Kept`, what an earlier scan read and cannot have changed is not read again."""
 
-    def __init__(self, root: str | os.PathLike[str] | None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None, kept: Kept | None = None) -> None:
         self.root = root
+        self.kept = kept
         self.owners: dict[int, int] = {}
+        self._born: dict[int, int] = {}
         self._machine: list[Facts] = []
         self._stats: dict[int, procfs.Stat | None] = {}
         self._held: dict[int, tuple[str, ...] | ProcessError] = {}
@@ -245,10 +282,17 @@ class _Scan:
         for pid in pids:
             ScanTimeout.past(deadline, "listing the processes' owners")
             try:
-                self.owners[pid] = procfs.owner(pid)
+                self.owners[pid], self._born[pid] = procfs.seen(pid)
             except ProcessError:
                 continue
+        if self.kept is not None:
+            self.kept.forget_all_but(self._born)
         return self.owners
+
+    def _still(self, pid: int) -> _Held | None:
+        """What the kept scans say of ``pid``, where it is the same process as then."""
+        held = None if self.kept is None else self.kept.processes.get(pid)
+        return held if held is not None and held.born == self._born.get(pid) else None
 
     def stat_of(self, pid: int) -> procfs.Stat | None:
         if pid not in self._stats:
@@ -265,16 +309,58 @@ class _Scan:
         return self.owners[pid] if pid in self.owners else record.owner(pid)
 
     def devices_of(self, pid: int) -> tuple[str, ...]:
-        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again)."""
+        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again), or kept from an earlier
+        scan while its count of open files stays the same."""
         if pid not in self._held:
-            try:
-                self._held[pid] = _devices(pid, self._device)
-            except ProcessError as exc:
-                self._held[pid] = exc
+            self._held[pid] = self._devices_now(pid)
         found = self._held[pid]
         if isinstance(found, ProcessError):
             raise found
         return found
+
+    def _devices_now(self, pid: int) -> tuple[str, ...] | ProcessError:
+        files = None if self.kept is None or pid not in self._born else procfs.open_files(pid)
+        held = self._still(pid)
+        if held is not None and held.devices is not None and files is not None and files == held.files:
+            return held.devices
+        try:
+            found = _devices(pid, self._device)
+        except ProcessError as exc:
+            return exc
+        self._keep(pid, held, files=files, devices=found)
+        return found
+
+    def namespaces_of(self, pid: int) -> tuple[int, int]:
+        """Its mount and PID namespaces: kept from an earlier scan for a process that holds no GPU (one that may be
+        a worker, whose records they lead to, is read each scan)."""
+        held = self._still(pid)
+        if held is not None and held.namespaces is not None and not self.may_be_worker(pid):
+            return held.namespaces
+        found = namespaces(pid)
+        self._keep(pid, held, namespaces=found)
+        return found
+
+    def environ_of(self, pid: int) -> dict[str, str]:
+        """Its environment (AccessDenied, NoSuchProcess as :func:`numapin.facts.procfs.environ`), kept."""
+        held = self._still(pid)
+        if held is not None and held.environ is not None:
+            return held.environ
+        found = procfs.environ(pid)
+        self._keep(pid, held, environ=found)
+        return found
+
+    def pod_of(self, pid: int) -> Pod | None:
+        """The Kubernetes pod it runs in, from its cgroup path, kept."""
+        held = self._still(pid)
+        if held is not None and held.pod is not None:
+            return held.pod[0]
+        found = pod_of(pid)
+        self._keep(pid, held, pod=(found,))
+        return found
+
+    def _keep(self, pid: int, held: _Held | None, **changes: Any) -> None:
+        if self.kept is not None and pid in self._born:
+            self.kept.processes[pid] = replace(held or _Held(self._born[pid], None), **changes)
 
     def may_be_worker(self, pid: int) -> bool:
         """Whether what it holds makes it a GPU worker: only such a process of another namespace has its
@@ -295,6 +381,7 @@ def survey(
     deadline: float | None = None,
     pod_resources: str | None = SOCKET,
     every_gpu: bool = False,
+    kept: Kept | None = None,
 ) -> Survey:
     """Find every GPU worker of this host (or only ``pids``) and judge each; ``memory`` reads where its pages are,
     ``max_remote`` bounds the share of its own memory on other nodes (None: not judged); ``candidates`` lists the
@@ -302,16 +389,18 @@ def survey(
     is a :class:`NoSuchProcess`; a scan still running at ``deadline`` (``time.monotonic()``) a
     :class:`ScanTimeout`. Workers in Kubernetes pods are named by the kubelet's API at ``pod_resources`` (its
     socket; None: not asked). ``every_gpu``: list the host's GPUs (:attr:`Survey.gpus`, for the per-GPU series),
-    reading the machine even where no worker is found."""
+    reading the machine even where no worker is found. ``kept``: what a long-running scanner keeps between scans
+    (:class:`Kept`)."""
     chosen = _chosen(pids, procfs.pids())
     asked = pids is not None
     me = os.getpid()
-    scan = _Scan(root)
+    scan = _Scan(root, kept)
     owners = scan.read_owners(chosen, deadline)
     known = record.entries(set(owners.values()), scan.start_of, scan.owner_of)
     # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
     elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], scan.start_of, scan.owner_of,
-                                      may_be_worker=scan.may_be_worker, deadline=deadline)
+                                      may_be_worker=scan.may_be_worker, deadline=deadline,
+                                      namespaces_of=scan.namespaces_of)
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
     from ..pinning.declaration import present
 
@@ -323,8 +412,8 @@ def survey(
         if pid == me and not asked:
             continue
         try:
-            worker = _look(pid, scan.stat_of, scan.devices_of, known, scan.nvml, scan.machine, root, memory,
-                           max_remote, declarations, asked=asked, candidates=candidates, rehearsed=rehearsed)
+            worker = _look(pid, scan, known, root, memory, max_remote, declarations, asked=asked,
+                           candidates=candidates, rehearsed=rehearsed)
         except AccessDenied:
             seen = scan.stat_of(pid)
             unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
@@ -355,7 +444,6 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     """Each worker in a pod named from the kubelet's API (matched by its cpuset or its GPU) and given the ids of
     doctor's warnings and errors on the kubelet's decisions for it; and why none could be named, when the API
     could not be asked. The API is asked once a scan: one that does not answer is not waited for again."""
-    from ..base.frozen import replace
     from ..facts.cgroup import read_cgroup
     from ..facts.kubelet import read_kubelet
     from ..facts.podresources import PodResourcesUnavailable, gpu_key, listing, match
@@ -387,18 +475,16 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     return checked, unnamed
 
 
-def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Callable[[int], tuple[str, ...]],
-          known: Mapping[int, record.Record],
-          nvml: Mapping[int, set[str]], machine: Callable[[], Facts], root: str | os.PathLike[str] | None,
+def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str | os.PathLike[str] | None,
           memory: bool, max_remote: float | None, declarations: Container[str], *, asked: bool,
           candidates: bool, rehearsed: Container[int] = ()) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
     be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
     ``candidates``: its environment read even when nothing it holds makes it a worker; ``rehearsed``: the processes
     a rehearsal under ``root`` started (workers of the machine rehearsed)."""
-    entry = known.get(pid)
+    entry, nvml = known.get(pid), scan.nvml
     try:
-        devices: tuple[str, ...] | None = devices_of(pid)
+        devices: tuple[str, ...] | None = scan.devices_of(pid)
     except AccessDenied:
         devices = None  # another user's: only a record or NVML can say it is a worker
     except NoSuchProcess:
@@ -407,12 +493,12 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
         if devices is None:
             raise AccessDenied(pid, "its open files")
         return None  # what it holds says no, and its environment could make it a candidate at most: not read
-    stat = stat_of(pid)
+    stat = scan.stat_of(pid)
     try:
         if stat is None or stat.exited:
             raise NoSuchProcess(pid)
         name = stat.name  # the stat read once a scan holds the name (comm) too
-        env: dict[str, str] | None = procfs.environ(pid)
+        env: dict[str, str] | None = scan.environ_of(pid)
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
             raise  # nothing says it is a worker, and nothing more can be read
@@ -431,26 +517,33 @@ def _look(pid: int, stat_of: Callable[[int], procfs.Stat | None], devices_of: Ca
         if not asked:
             return None
         why = "asked for"
-    from ..cpuset import CpuSet
     from ..pinning.judge import judge
-    from .threads_report import crowd_words
 
-    using = {g.where for g in machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
+    using = {g.where for g in scan.machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
-        judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory,
-                       stat=stat, max_remote=max_remote, small_memory=False, declarations=declarations)
+        judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory, stat=stat,
+                       max_remote=max_remote, small_memory=False, declarations=declarations,
+                       owner=scan.owners.get(pid))
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
         return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc), candidate=held is None)
+    return _worker(judged, why, held is None, scan.pod_of(pid))
+
+
+def _worker(judged: Judgement, why: str, candidate: bool, pod: Pod | None) -> Worker:
+    """The worker a judgement found, as ``ps`` lists it."""
+    from ..cpuset import CpuSet
+    from .threads_report import crowd_words
+
     e = judged.expected
     recorded = None if e is None else e.record
     rank = None if e is None else e.placement.rank
-    return Worker(pid, judged.name, judged.verdict, why, judged.placed_by, rank,
+    return Worker(judged.pid, judged.name, judged.verdict, why, judged.placed_by, rank,
                   None if e is None else e.placement.gpu, None if e is None else e.placement.pci,
                   None if e is None else e.placement, len(judged.threads), len(judged.outside),
                   judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
-                  held is None, pod_of(pid), drift=() if recorded is None else recorded.drift,
+                  candidate, pod, drift=() if recorded is None else recorded.drift,
                   last_drift=None if recorded is None else recorded.last_drift,
                   host_memory=judged.host_memory(),
                   outside_cpus=(CpuSet.union([t.cpus for t in judged.outside if t.cpus is not None])

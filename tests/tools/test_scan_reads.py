@@ -1,0 +1,113 @@
+"""What one scan reads of each process: every ``/proc/PID`` file counted (files opened, folders listed, links read,
+entries stat'ed), ancestors' included; and a long-running scanner (the exporter) reading again only what can have
+changed. Counted in a child (an audit hook cannot be removed), over real processes: workers with a record and a
+launcher's rank under a shell that started them, and ordinary ones."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+
+from child import in_child
+from live import without_inputs
+from numapin.base.environment import RUNTIME_DIR
+from numapin.cpuset import CpuSet
+from numapin.pinning import record
+from numapin.placement.modes import Placement, PlacementMode
+
+_PROC = re.compile(r"/proc/([0-9]+)(?:/(.*))?\Z")
+
+
+def _counting() -> Counter[tuple[int, str]]:
+    """Count, from now on in this process, each read of a ``/proc/PID`` file by (pid, what): opened (``open``
+    and ``os.open`` raise an audit event), listed, a link read or an entry stat'ed (``os.readlink`` and
+    ``os.stat`` wrapped: they raise none)."""
+    counts: Counter[tuple[int, str]] = Counter()
+
+    def note(path: object, how: str) -> None:
+        if isinstance(path, str) and (found := _PROC.match(path)) is not None:
+            counts[(int(found.group(1)), f"{how} {found.group(2) or '.'}")] += 1
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if event in ("open", "os.listdir", "os.scandir") and args:
+            note(args[0], "read" if event == "open" else "list")
+
+    sys.addaudithook(hook)
+    readlink, stat = os.readlink, os.stat
+
+    def counted_readlink(path: str, *args: object, **kwargs: object) -> str:
+        note(path, "link")
+        return readlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    def counted_stat(path: str, *args: object, **kwargs: object) -> os.stat_result:
+        note(path, "stat")
+        return stat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    os.readlink, os.stat = counted_readlink, counted_stat  # type: ignore[assignment]
+    return counts
+
+
+def _processes(folder: str) -> tuple[list[subprocess.Popen[bytes]], list[int], list[int]]:
+    """Two workers (a record, LOCAL_RANK), each the child of a shell that waits for it, and two ordinary
+    processes: the shells, the workers' pids and the ordinary ones'."""
+    env = {**without_inputs(dict(os.environ)), RUNTIME_DIR: folder}
+    shells = [subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], env={**env, "LOCAL_RANK": "0"},
+                               stdout=subprocess.PIPE) for _ in range(2)]
+    workers = [int(shell.stdout.readline()) for shell in shells if shell.stdout is not None]
+    plain = [subprocess.Popen(["sleep", "60"], env=env) for _ in range(2)]
+    everything = CpuSet(os.sched_getaffinity(0))
+    placement = Placement(everything, CpuSet([0]), "the whole machine", PlacementMode.EXPLICIT)
+    for pid in workers:
+        start = record.start_time(pid)
+        assert start is not None
+        record.publish(record.Record(pid, start, "pin", everything, everything, placement))
+    return shells + plain, workers, [p.pid for p in plain]
+
+
+def _scans() -> dict[str, object]:
+    from numapin.tools.ps import Kept, survey
+
+    folder = tempfile.mkdtemp()
+    os.environ[RUNTIME_DIR] = folder
+    started, workers, plain = _processes(folder)
+    try:
+        counts = _counting()
+        kept = Kept()
+        first = survey(kept=kept)
+        once = Counter(counts)
+        counts.clear()
+        second = survey(kept=kept)
+        again = Counter(counts)
+    finally:
+        for process in started:
+            process.kill()
+    return {"first": sorted(w.pid for w in first.workers), "second": sorted(w.pid for w in second.workers),
+            "workers": workers, "plain": plain, "shells": [p.pid for p in started[:2]],
+            "once": dict(once), "again": dict(again)}
+
+
+def test_one_scan_reads_each_file_of_each_process_once_and_a_kept_scan_only_what_can_change() -> None:
+    got = in_child(_scans)
+    workers, plain, shells = got["workers"], got["plain"], got["shells"]
+    assert set(workers) <= set(got["first"]) and set(workers) <= set(got["second"]), got
+    once, again = got["once"], got["again"]
+    for counts in (once, again):
+        twice = {key: n for key, n in counts.items() if n > 1 and key[0] != os.getpid()}
+        assert twice == {}, f"read more than once in one scan: {twice}"
+    # Every kind of file was seen counted (the counter can fail): a worker's stat, environ, threads, open files.
+    mine = {what for (pid, what) in once if pid == workers[0]}
+    assert {"read stat", "read environ", "list task", "stat .", "read fd"} <= mine, mine
+    # The shells that started the workers are read too (who placed it), each file once: counted above.
+    assert any(pid in shells for pid, _ in once), once
+    # Kept: a worker's environment and pod (its cgroup) are not read again; its threads and stat are.
+    for pid in workers:
+        kept_again = {what for (p, what) in again if p == pid}
+        assert {"read environ", "read cgroup"} & kept_again == set() and {"read stat", "list task"} <= kept_again
+    # Kept: an ordinary process seen before costs a stat of its entry and of its fd folder, nothing else.
+    for pid in plain:
+        assert {what for (p, what) in once if p == pid} >= {"stat .", "read fd", "link ns/mnt"}, once
+        assert {what for (p, what) in again if p == pid} == {"stat .", "stat fd"}, again
