@@ -323,7 +323,7 @@ def test_a_pin_to_a_node_reads_no_core_or_cache_file(pair_root: Path) -> None:
 
 def test_the_grouping_is_read_once_when_asked(machine_root: Callable[[str], Path]) -> None:
     from numapin.facts.machine import cached
-    from numapin.placement.modes import resolve
+    from numapin.placement.modes import PlacementMode, resolve
 
     root = machine_root("dgx-h100")
     whole = read_topology(root, journal=[])  # a journal asks for everything at once
@@ -333,7 +333,7 @@ def test_the_grouping_is_read_once_when_asked(machine_root: Callable[[str], Path
         node = resolve(facts, {}, gpu=3)  # the default mode
         assert node.cpus == facts.topology.node(node.node or 0).cpus
         next_step()
-        exclusive = resolve(facts, {}, gpu=3, mode="exclusive")
+        exclusive = resolve(facts, {}, gpu=3, mode=PlacementMode.EXCLUSIVE)
         assert exclusive.cpus < node.cpus
         next_step()
         # The same reading's other views (another cgroup's) and copies ask nothing again.

@@ -83,8 +83,8 @@ def test_golden_spot_checks(roots: dict[str, Path]) -> None:
 def test_placement_properties(name: str, mode: str, roots: dict[str, Path]) -> None:
     facts = gather(roots[name], {})
     topo = facts.topology
-    table = [resolve(facts, {}, gpu=v.index, mode=mode) for v in facts.visible]
-    assert table == [resolve(facts, {}, gpu=v.index, mode=mode) for v in facts.visible], "deterministic"
+    table = [resolve(facts, {}, gpu=v.index, mode=PlacementMode(mode)) for v in facts.visible]
+    assert table == [resolve(facts, {}, gpu=v.index, mode=PlacementMode(mode)) for v in facts.visible], "deterministic"
     assert len(table) == len(facts.visible) > 0
     for p in table:
         assert p.cpus and p.cpus <= topo.allowed
@@ -202,8 +202,8 @@ def test_place_needs_a_gpu_or_cpus(machine_root: Callable[[str], Path]) -> None:
     assert isinstance(facts.visible[0], VisibleGpu)
     with pytest.raises(UsageError, match="a GPU and a mode"):  # "explicit" names cpus=, it is no policy
         place(facts.topology, facts.inventory, facts.visible[0], mode=PlacementMode.EXPLICIT)
-    with pytest.raises(UsageError, match="unknown mode"):
-        place(facts.topology, facts.inventory, facts.visible[0], mode="explicit-ish")
+    with pytest.raises(UsageError, match="unknown mode"):  # text is parsed at the edge (plan, pin, exec), once
+        plan(mode="explicit-ish", root=machine_root("laptop"), environ={})
 
 
 def test_every_mode_has_a_policy(machine_root: Callable[[str], Path]) -> None:

@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     # Everything that reads the machine happens inside machine_root(): a synthetic
     # machine's folder is removed before the program replaces this process.
     with machine_root(args) as root:
-        # Each option parsed once, here, by its declaration's parser (what argparse typed already is kept).
+        # Each option parsed once, here, by its declaration's parser (what argparse typed already is kept, and a
+        # default the table holds typed is a value, not text).
         request = ExecRequest(program=program, root=root, machine=args.machine or None, **{
-            name: option.parse(value) if isinstance(value, str) and option.kind in ("choice", "text") else value
+            name: option.parse(value) if type(value) is str and option.kind in ("choice", "text") else value
             for name, option in OPTIONS.items() if (value := getattr(args, name)) is not None})
         prepared = prepare_exec(request, os.environ)
         if args.dry_run:

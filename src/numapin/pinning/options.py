@@ -107,8 +107,9 @@ class Option:
     (``words`` its metavar) or ``switch`` (given or not)."""
     words: tuple[str, ...]
     parse: Callable[[str], Any]
-    default: str | None
-    """``exec``'s and the hook's default, as a user writes it (None: not given)."""
+    default: Any
+    """``exec``'s and the hook's default, typed (a choice prints as a user writes it; None: not given): never
+    parsed again."""
     pin_default: Any
     """:func:`numapin.pin`'s default, or :data:`NOT_PIN`."""
     help: str
@@ -123,7 +124,9 @@ class Option:
         """The value the hook's variable gives (its default where unset or blank), parsed; a UsageError names
         the variable."""
         assert self.variable is not None and self.default is not None
-        text = environ.get(self.variable, "").strip() or self.default
+        text = environ.get(self.variable, "").strip()
+        if not text:
+            return self.default
         try:
             return self.parse(text)
         except UsageError as exc:  # the same parser as the command's option, the variable named
@@ -140,7 +143,7 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
            "logical GPU index (under CUDA_VISIBLE_DEVICES, or ROCm's variables on an AMD host)"),
     Option("local_rank", "--local-rank", "text", ("auto", "N"), _text, "auto", NOT_PIN,
            "the launcher's local rank (default auto: read it from the environment)"),
-    Option("mode", "--mode", "choice", _modes(), parse_mode, "node", None, "placement mode",
+    Option("mode", "--mode", "choice", _modes(), parse_mode, PlacementMode.NODE, None, "placement mode",
            AUTOPIN_OPTIONS["mode"]),
     Option("cpus", "--cpus", "cpus", ("LIST",), _cpus, None, None, "explicit cpulist instead of a mode"),
     Option("nodes", "--nodes", "cpus", ("LIST",), _cpus, None, NOT_PIN,
@@ -148,19 +151,21 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
     Option("mems", "--mems", "cpus", ("LIST",), _cpus, None, NOT_PIN,
            "the memory policy's nodes instead of the placement's; alone (no --gpu, --cpus, --nodes): memory-only "
            "binding, the CPUs left as they are (as numactl -m)"),
-    Option("reserve", "--reserve", "count", ("K",), parse_count, "0", 0,
+    Option("reserve", "--reserve", "count", ("K",), parse_count, 0, 0,
            "keep K cores out of the mask (the fastest), exported as NUMAPIN_RESERVED for one hot thread",
            AUTOPIN_OPTIONS["reserve"]),
-    Option("cores", "--cores", "choice", tuple(c.value for c in Cores), parse_cores, "all", NOT_PIN,
+    Option("cores", "--cores", "choice", tuple(c.value for c in Cores), parse_cores, Cores.ALL, NOT_PIN,
            "fastest: only the fastest kind of core among the placement's, where the machine has CPU kinds "
            "(P-cores, priority cores; see numapin show); all: every one (default)", AUTOPIN_OPTIONS["cores"]),
-    Option("nics", "--nics", "choice", tuple(n.value for n in Nics), parse_nics, "none", NOT_PIN,
+    Option("nics", "--nics", "choice", tuple(n.value for n in Nics), parse_nics, Nics.NONE, NOT_PIN,
            "auto: export the GPU's nearest NIC as UCX_NET_DEVICES and NVSHMEM_HCA_LIST (never over a value "
            "already set; NCCL is left to choose its own); none: nothing (default)", AUTOPIN_OPTIONS["nics"]),
-    Option("memory", "--memory", "choice", tuple(m.value for m in MemoryMode), parse_memory_mode, "preferred",
-           "none", "memory policy for the GPU's node (default: preferred)", AUTOPIN_OPTIONS["memory"]),
-    Option("policy", "--policy", "choice", tuple(p.value for p in EXEC_POLICIES), parse_exec_policy, "respect",
-           "respect", "what to do with a mask someone else set (default: respect)", AUTOPIN_OPTIONS["policy"]),
+    Option("memory", "--memory", "choice", tuple(m.value for m in MemoryMode), parse_memory_mode,
+           MemoryMode.PREFERRED, "none", "memory policy for the GPU's node (default: preferred)",
+           AUTOPIN_OPTIONS["memory"]),
+    Option("policy", "--policy", "choice", tuple(p.value for p in EXEC_POLICIES), parse_exec_policy,
+           ExternalMaskPolicy.RESPECT, "respect", "what to do with a mask someone else set (default: respect)",
+           AUTOPIN_OPTIONS["policy"]),
     Option("threads", "--threads", "text", ("keep", "auto", "N"), parse_threads, "auto", NOT_PIN,
            "thread pools (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS) when unset: auto sizes them to "
            "the rank's share of the placement's CPUs (default; mode node: the node's CPUs over its GPUs), N to N, "
@@ -171,6 +176,5 @@ OPTIONS: dict[str, Option] = {o.name: o for o in (
 
 
 def default(name: str) -> Any:
-    """Option ``name``'s default for ``exec`` and the hook, parsed (None where it has none)."""
-    option = OPTIONS[name]
-    return None if option.default is None else option.parse(option.default)
+    """Option ``name``'s default for ``exec`` and the hook, typed (None where it has none)."""
+    return OPTIONS[name].default

@@ -36,7 +36,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-__all__ = ["Constraint", "Current", "constraint", "current", "pin", "pin_thread", "refresh"]
+__all__ = ["Constraint", "Current", "Options", "constraint", "current", "pin", "pin_decided", "pin_thread", "refresh"]
 
 
 def refresh() -> None:
@@ -193,8 +193,6 @@ def pin(
     of the environment return a result saying nothing was pinned (after one
     warning), or raise the error when ``strict`` (its own class, with the result attached).
     """
-    env = os.environ if environ is None else environ
-    chosen_policy = parse_policy(policy)
     period = None
     if keep is not False and keep is not None:
         from .keeper import DEFAULT_PERIOD, parse_period
@@ -209,20 +207,32 @@ def pin(
         if given:
             raise UsageError(f"pin(placement=...) is the decision already made: leave out {', '.join(given)}",
                              value=given)
-    elif cpus is None and mode is not None:
-        parse_mode(mode)
-    memory_mode = _memory.parse_memory_mode(memory)
+    # Each value parsed here, once: below, only typed values.
+    chosen_mode = parse_mode(mode) if cpus is None and mode is not None else PlacementMode.NODE
+    options = Options(parse_policy(policy), all_threads, strict, _memory.parse_memory_mode(memory), migrate,
+                       os.environ if environ is None else environ, threadpools)
+    return pin_decided(options, gpu=gpu, cpus=cpus, mode=chosen_mode, reserve=reserve, placement=placement,
+                       root=root, kernel=kernel, period=period)
+
+
+def pin_decided(options: Options, *, gpu: int | None = None, cpus: CpuSpec | None = None,
+                mode: PlacementMode = PlacementMode.NODE, reserve: int = 0, placement: Placement | None = None,
+                root: str | os.PathLike[str] | None = None, kernel: ThreadKernel | None = None,
+                period: float | None = None, facts: Facts | None = None) -> PinResult:
+    """:func:`pin` with every value parsed already (``options``: the policy, the memory mode...): the path of a
+    request decided by :func:`numapin.pinning.request.prepare`, which hands the machine's facts it decided with."""
+    env, chosen_policy, strict = options.environ, options.policy, options.strict
     if chosen_policy is ExternalMaskPolicy.OFF:
         return PinResult(PinAction.OFF, policy=chosen_policy)
     ops = kernel or LinuxThreads()
     pins = state()
     with pins.lock:
         try:
-            facts = cached_facts(root, env)
+            facts = facts or cached_facts(root, env)
             for note in facts.notes:  # CUDA_VISIBLE_DEVICES cut short, NVML disagreeing...: said once a process
                 pins.warn_once(note)
             if placement is None:
-                placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode or PlacementMode.NODE, reserve=reserve)
+                placement = resolve(facts, env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve)
                 if gpu is None and cpus is None and len(facts.visible) > 1 and local_rank(env) is None:
                     names = ", ".join(LOCAL_RANK_VARIABLES[:3])
                     pins.warn_once(f"no launcher variable gives this process a local rank ({names}...): GPU 0 of "
@@ -243,8 +253,7 @@ def pin(
             raise
         except (EnvironmentProblem, OSError) as exc:
             return _fail(strict, str(exc), PinResult(PinAction.NOTHING, policy=chosen_policy, message=str(exc)), exc)
-        result = _apply(pins, ops, facts, placement, _Options(chosen_policy, all_threads, strict, memory_mode,
-                                                              migrate, env, threadpools))
+        result = _apply(pins, ops, facts, placement, options)
         if period is not None and result.mask is not None:
             from .keeper import keep as keep_placement
 
@@ -253,7 +262,9 @@ def pin(
 
 
 @frozen
-class _Options:
+class Options:
+    """A pin's options, parsed: how it meets another's mask, every thread or numapin's, strict, its memory."""
+
     policy: ExternalMaskPolicy
     all_threads: bool
     strict: bool
@@ -263,7 +274,7 @@ class _Options:
     threadpools: bool = False
 
 
-def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement, options: _Options) -> PinResult:
+def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement, options: Options) -> PinResult:
     """Carry out :func:`decide`'s answer over every thread, then memory; record what was applied."""
     policy, strict = options.policy, options.strict
     baseline = facts.topology.allowed
@@ -304,7 +315,7 @@ def _apply(pins: PinState, ops: ThreadKernel, facts: Facts, placement: Placement
 
 
 def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: CpuSet, previous: CpuSet,
-               placement: Placement, decision: Decision, options: _Options, facts: Facts) -> PinResult:
+               placement: Placement, decision: Decision, options: Options, facts: Facts) -> PinResult:
     """The walk, memory and thread pools for a decided pin; the record written last."""
     policy, strict = options.policy, options.strict
     wanted, ownership = decision.target, decision.ownership
@@ -358,7 +369,7 @@ def _carry_out(pins: PinState, ops: ThreadKernel, walk: Walk, me: int, mine: Cpu
     return result
 
 
-def _place_memory(placement: Placement, options: _Options, facts: Facts) -> MemoryResult | None:
+def _place_memory(placement: Placement, options: Options, facts: Facts) -> MemoryResult | None:
     """The memory part of a pin, where one is asked (a policy, or pages moved); None where none is."""
     if options.memory is MemoryMode.NONE and not options.migrate:
         return None
@@ -394,7 +405,7 @@ def _say(pins: PinState, result: PinResult, memory: str | None, unsure: str | No
         log.debug("%s", result.said)
 
 
-def _publish(pins: PinState, result: PinResult, options: _Options) -> None:
+def _publish(pins: PinState, result: PinResult, options: Options) -> None:
     """Write the pin to the process's record, for numapin's tools outside this process (when it differs)."""
     placement = result.placement
     start = pins.start

@@ -13,19 +13,19 @@ import os
 
 from ..base.environment import APPLIED, NIC_VARIABLES, RESERVED, THREAD_POOLS
 from ..base.errors import EnvironmentProblem, UsageError
-from ..base.frozen import frozen, replace
+from ..base.frozen import field, frozen, replace
 from ..base.logger import log
 from ..base.pinners import PINNERS, sets
 from ..base.text import plural
 from ..cpuset import CpuSet
 from ..facts.machine import Facts, rehearsal
 from ..facts.machine import cached as cached_facts
-from ..placement.modes import Cores, Placement, PlacementMode, parse_mode, rank_share, resolve
+from ..placement.modes import Cores, Placement, PlacementMode, rank_share, resolve
 from ..placement.ranks import LocalRank, requested_rank
 from .decision import ExternalMaskPolicy
 from .memory import MemoryMode, MemoryNodes, place_memory
-from .options import OPTIONS, Nics, default, parse_nics, parse_threads
-from .process import pin
+from .options import OPTIONS, Nics, default, parse_threads
+from .process import Options, pin_decided
 from .results import PinResult
 from .state import acting
 
@@ -107,6 +107,8 @@ class PreparedExec:
     (:data:`numapin.base.pinners.PINNERS`: ROCr's helpers on an AMD GPU, NCCL's names on NVIDIA's)."""
     kept_crowd: tuple[tuple[str, str], ...] = ()
     """Those the caller set, which numapin leaves as they are."""
+    facts: Facts | None = field(default=None, compare=False)
+    """The machine's facts the decision was made with: the pin uses them, never asks again."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -188,7 +190,7 @@ def _exec_rank(request: ExecRequest, environ: Mapping[str, str]) -> LocalRank | 
 def _network(facts: Facts, placement: Placement, nics: Nics, environ: Mapping[str, str], notes: list[str]
              ) -> tuple[RankNic | None, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
     """With ``auto``: the GPU's NIC, the variables to set for it, and those the caller set (kept)."""
-    if parse_nics(nics) is Nics.NONE or placement.pci is None:
+    if nics is Nics.NONE or placement.pci is None:
         return None, (), ()
     from ..facts.network import assign  # only with --nics auto: the start-up hook's pins never import it
 
@@ -248,8 +250,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     """Pin this process as decided; return the pin's result and the environment with numapin's marker."""
     env = dict(os.environ if environ is None else environ)
     request = prepared.request
+    facts = prepared.facts or cached_facts(request.root, env)
     if request.memory_only and request.mems is not None:  # the CPUs stay as they are
-        facts = cached_facts(request.root, env)
         placed = place_memory(request.mems, request.memory, False, strict=request.strict,
                               limits=MemoryNodes.of(facts.topology))
         if placed.warning:
@@ -265,7 +267,6 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
         log.info("set %s: the runtime's and libraries' threads inherit the placement, or are named",
                  " ".join(f"{k}={v}" for k, v in prepared.crowd))
     p = prepared.placement
-    facts = cached_facts(request.root, env)
     # The live root is this host: only a machine read from elsewhere costs the start-up hook a read of /sys. A
     # rehearsal (--machine dgx-h100 on a laptop): the kernel here has none of that machine's CPUs to pin to;
     # respecting "someone else's" mask, or stepping down, would only hide that.
@@ -281,8 +282,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
     # The process's record says who pinned: numapin exec, or the start-up hook (the same request, no program).
     with acting("exec" if request.program else "autopin", prepared.pools):
-        result = pin(placement=whole, policy=request.policy, strict=request.strict, memory=request.memory,
-                     root=request.root, environ=env)
+        result = pin_decided(Options(request.policy, False, request.strict, request.memory, False, env),
+                             placement=whole, root=request.root, facts=facts)
     if result.mask is not None and result.on_target:
         env[APPLIED] = str(result.mask)
     if p.reserved:
@@ -326,8 +327,6 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
     """Decide what the request will do; raises on bad input, changes nothing. ``executable``: the program's
     file, found by the caller (``numapin exec``: :func:`numapin.tools.exec.which`)."""
     parse_threads(request.threads)
-    if request.cpus is None:
-        parse_mode(request.mode)
     rank = _exec_rank(request, environ)
     # The facts pin() will use: read once, for the decision and the pin.
     facts = cached_facts(request.root, environ)
@@ -342,7 +341,7 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
         if ignored:
             raise UsageError(f"--mems alone leaves the CPUs as they are: {' and '.join(ignored)} would do nothing; "
                              "give --gpu, --cpus or --nodes too", value=request.mems)
-        return PreparedExec(request, executable, None, None, tuple(facts.notes))
+        return PreparedExec(request, executable, None, None, tuple(facts.notes), facts=facts)
     if request.nodes is not None:
         request = replace(request, cpus=_node_cpus(facts, request.nodes))
     notes = list(facts.notes)
@@ -358,7 +357,7 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
             raise
         # Deciding changes nothing and says nothing: apply_exec() warns when it
         # really runs the program unpinned, a dry run prints the reason once.
-        return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc))
+        return PreparedExec(request, executable, None, rank, tuple(notes), unpinned=str(exc), facts=facts)
     if memory_nodes is not None:
         placement = replace(placement, mems=memory_nodes)
     # Pools sized to the rank's share of CPUs it shares with the other ranks of the job (mode node: the node's
@@ -373,4 +372,4 @@ def prepare(request: ExecRequest, environ: Mapping[str, str], executable: str = 
     crowd, kept_crowd = sets(facts.vendor_at(placement.pci), dict(environ))
     return PreparedExec(request, executable, placement, rank, tuple(notes), pools=pools, kept_pools=kept,
                         nic=nic, network=network, kept_network=kept_network, crowd=tuple(crowd),
-                        kept_crowd=tuple(kept_crowd))
+                        kept_crowd=tuple(kept_crowd), facts=facts)

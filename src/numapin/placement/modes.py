@@ -267,11 +267,11 @@ def place(
     inventory: Inventory,
     gpu: VisibleGpu | None,
     *,
-    mode: str | PlacementMode = PlacementMode.NODE,
+    mode: PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
     cpus: CpuSpec | None = None,
     rank: int | None = None,
-    cores: str | Cores = Cores.ALL,
+    cores: Cores = Cores.ALL,
     kinds: CpuKinds | None = None,
 ) -> Placement:
     """The placement for one visible GPU (or for explicit ``cpus``).
@@ -279,10 +279,9 @@ def place(
     ``kinds`` (the machine's CPU kinds) orders the cores ``reserve`` takes and
     is what ``cores="fastest"`` keeps; without it every core is alike.
     """
-    fastest_only = parse_choice(Cores, cores, "cores") is Cores.FASTEST
     if cpus is not None:
-        return _explicit(topology, gpu, cpus, rank, reserve, Cores(cores), kinds)
-    chosen_mode = parse_choice(PlacementMode, mode, "mode")
+        return _explicit(topology, gpu, cpus, rank, reserve, cores, kinds)
+    chosen_mode = mode
     if gpu is None or chosen_mode is PlacementMode.EXPLICIT:
         raise UsageError("a placement needs a GPU and a mode, or explicit cpus", value=mode)
     physical = gpu.gpu
@@ -293,7 +292,7 @@ def place(
         )
     chosen, how = _by_mode(chosen_mode, topology, inventory, physical, domain, where)
     reason = f"GPU {gpu.index} ({physical.where}) on {where}{how}"
-    if fastest_only:
+    if cores is Cores.FASTEST:
         fastest = _fastest(chosen, kinds)
         if fastest != chosen:
             chosen = fastest
@@ -308,7 +307,7 @@ def place(
         node=physical.node,
         rank=rank,
         reserved=_reserve(topology, chosen, reserve, kinds),
-        cores=Cores(cores),
+        cores=cores,
         partition=physical.partition,
     )
 
@@ -383,9 +382,9 @@ def resolve(
     gpu: int | None = None,
     cpus: CpuSpec | None = None,
     rank: LocalRank | None = None,
-    mode: str | PlacementMode = PlacementMode.NODE,
+    mode: PlacementMode = PlacementMode.NODE,
     reserve: int = 0,
-    cores: str | Cores = Cores.ALL,
+    cores: Cores = Cores.ALL,
 ) -> Placement:
     """The placement for this request: the one answer to "which GPU, which CPUs".
 
@@ -394,16 +393,16 @@ def resolve(
     of ``rank``, itself read from the launcher's variables in ``environ`` when
     None (rank 0 when none is set), through ``NUMAPIN_RANK_MAP``. Raises
     :class:`UsageError` for the caller's mistakes and :class:`EnvironmentProblem`
-    when the machine offers nothing (no GPU visible, no allowed CPU near it).
+    when the machine offers nothing (no GPU visible, no allowed CPU near it). ``mode`` and ``cores`` are parsed
+    already (:func:`parse_mode`, at the edge that took them as text).
     """
     # The CPU kinds are read only when asked about: most pins never need them.
     _check_reserve(reserve)
-    kinds = facts.kinds() if reserve or parse_choice(Cores, cores, "cores") is Cores.FASTEST else None
+    kinds = facts.kinds() if reserve or cores is Cores.FASTEST else None
     if cpus is not None:
         named = facts.gpu(gpu) if gpu is not None else None
         return place(facts.topology, facts.inventory, named, cpus=cpus, reserve=reserve,
                      rank=None if rank is None else rank.rank, cores=cores, kinds=kinds)
-    parse_mode(mode)
     if gpu is None:
         if rank is None:
             rank = local_rank(environ)

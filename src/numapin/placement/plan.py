@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 
+from ..base.choices import parse_choice
 from ..base.environment import RANK_MAP
 from ..base.errors import UsageError
 from ..cpuset import CpuSpec
 from ..facts.machine import cached
-from .modes import Cores, Placement, PlacementMode, resolve
+from .modes import Cores, Placement, PlacementMode, parse_mode, resolve
 from .ranks import LocalRank
 
 TYPE_CHECKING = False
@@ -35,7 +36,13 @@ def plan(
     fastest kind of CPU among them (``pin(placement=plan(..., cores="fastest"))``).
     """
     env = os.environ if environ is None else environ
-    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=mode, reserve=reserve, cores=cores)
+    chosen_mode, chosen_cores = _parsed(mode, cores, cpus)
+    return resolve(cached(root, env), env, gpu=gpu, cpus=cpus, mode=chosen_mode, reserve=reserve, cores=chosen_cores)
+
+
+def _parsed(mode: str | PlacementMode, cores: str | Cores, cpus: CpuSpec | None) -> tuple[PlacementMode, Cores]:
+    """The mode (asked of a GPU's placement only: explicit CPUs have none) and the kind of cores, parsed once."""
+    return (parse_mode(mode) if cpus is None else PlacementMode.NODE), parse_choice(Cores, cores, "cores")
 
 
 def plan_ranks(
@@ -53,6 +60,7 @@ def plan_ranks(
     ``ranks`` of them (default: one per visible GPU, or per entry of ``NUMAPIN_RANK_MAP``), rank r driving GPU r
     or entry r of the map. A GPU listed twice is a UsageError: two ranks would be given one placement."""
     env = os.environ if environ is None else environ
+    mode, cores = _parsed(mode, cores, cpus)
     facts = cached(root, env)
     if gpus is not None and ranks is not None:
         raise UsageError("--gpus and --ranks both say which ranks to plan: give one", value=ranks)
