@@ -205,3 +205,15 @@ def test_the_environment_page_names_every_variable() -> None:
         names |= {value} if isinstance(value, str) else set(value.values() if isinstance(value, dict) else value)
     page = (REPO / "docs" / "environment.md").read_text()
     assert sorted(n for n in names if f"`{n}`" not in page) == []
+
+
+def test_the_library_page_states_a_core_and_the_rest_and_together_they_are_every_public_name() -> None:
+    import numapin
+
+    text = (REPO / "docs" / "library.md").read_text()
+    core = text[text.index("**The core**"):text.index("**The advanced surface**")]
+    rest = text[text.index("**The advanced surface**"):text.index("Everything else lives")]
+    named = [set(re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)(?:\(|`)", part)) for part in (core, rest)]
+    assert named[0] >= {"pin", "pinned", "plan", "machine", "host_buffer", "CpuSet", "UsageError"}, named[0]
+    assert not named[0] & named[1] and named[0] | named[1] == set(numapin.__all__), (named, numapin.__all__)
+    assert f"({len(numapin.__all__)} of them, a core of {len(named[0])}" in text.replace("\n", " ")
