@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         import json
 
         print(json.dumps({"workers": [w.as_dict() for w in found.workers], "misplaced": len(found.misplaced),
-                          "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names},
+                          "tally": found.tally(), "unseen": found.unseen, "pod_names_unread": found.pod_names_said},
                          indent=2))
     else:
         print("\n".join(_table(found, args.wide)))
@@ -128,8 +128,8 @@ def _footnotes(found: Survey, wide: bool, rehearsal: str | None) -> list[str]:
     if found.workers and wide:
         lines.append("gpu: the GPU's index in each process's own view (its CUDA_VISIBLE_DEVICES, or ROCm's "
                      "variables); pci: the GPU itself")
-    if found.pod_names and found.pod_names.startswith("stale: "):
-        lines.append(f"pod: names from {found.pod_names.removeprefix('stale: ')}")
+    if found.pod_names_stale is not None:
+        lines.append(f"pod: names from {found.pod_names_stale}")
     elif found.pod_names:
         lines.append(f"pod: named by UID and container id only: {found.pod_names}")
     if rehearsal:  # said, so that the listing is not taken for this host's own verdicts

@@ -76,7 +76,7 @@ class Machine:
             # MIG entries of CUDA_VISIBLE_DEVICES can only be traced to their parent GPU through NVML.
             module = nvml if nvml not in (None, False, True) else None
             if nvml in (None, True) and "MIG-" in environ.get(CUDA_VISIBLE_DEVICES, "").upper() \
-                    and Host(self.topology.root).is_live:
+                    and self.topology.live:
                 module = load_nvml()
             resolution = resolve_visible(inventory, environ, nvml=module)
             found = Facts(self.topology, inventory, resolution.visible,
@@ -227,7 +227,7 @@ def rehearsal(topology: Topology, environ: Mapping[str, str], *, typed: str | No
     """Why a machine (its ``topology``) is a rehearsal here, in the words of what the user gave (``typed``: the
     option, ``--machine NAME``; else ``NUMAPIN_FSROOT`` from ``environ``): its CPUs are not this host's, so it is
     planned and judged, never pinned. None for this host (the live root, or ``pair``: its CPUs are this host's)."""
-    if Host(topology.root).is_live:
+    if topology.live:
         return None
     here = this_host_cpus()
     if topology.online <= here:

@@ -67,6 +67,9 @@ class Topology:
     _grouping: Later[Grouping]
     _warnings: tuple[str, ...] = ()
     """What could not be read of the CPUs, nodes and cgroup (the grouping's own come with it)."""
+    live: bool = False
+    """Read from this host's own ``/`` (no folder stands in for it): the one answer to "this host, or a
+    machine read from elsewhere?", worked out once, when read."""
 
     # -- the grouping, read on first use ----------------------------------
 
@@ -294,8 +297,8 @@ def _node_memory(r: SysfsReader, folder: str) -> int | None:
     return None
 
 
-def _process_mask(host: Host, r: SysfsReader) -> CpuSet | None:
-    if host.is_live:
+def _process_mask(live: bool, r: SysfsReader) -> CpuSet | None:
+    if live:
         return CpuSet(os.sched_getaffinity(0))
     for line in (r.text("proc/self/status") or "").splitlines():
         if line.startswith("Cpus_allowed_list:"):
@@ -339,6 +342,7 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
     if homeless:
         r.warn(f"CPUs {homeless} belong to no NUMA node")
     cgroup = read_cgroup(host, r.warn)
+    live = host.is_live
     allowed, allowed_mems = allowed_in(cgroup, online, CpuSet(n.id for n in nodes if n.has_memory), r.warn)
     topology = Topology(
         root=host.root,
@@ -349,9 +353,10 @@ def read_topology(root: str | os.PathLike[str] | None = None, *, journal: list[s
         cgroup=cgroup,
         allowed=allowed,
         allowed_mems=allowed_mems,
-        process=_process_mask(host, r),
+        process=_process_mask(live, r),
         _grouping=Later(lambda: read_grouping(SysfsReader(host), online)),
         _warnings=tuple(r.warnings),
+        live=live,
     )
     if journal is not None:
         topology._grouping.get()  # now, while the journal is kept: a capture holds every file a question reads

@@ -29,7 +29,6 @@ from ..base.frozen import frozen, replace
 from ..base.text import counted, format_size
 from ..cpuset import CpuSet
 from ..facts import procfs
-from ..facts.host import Host
 from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
@@ -388,7 +387,7 @@ def judge(
             environ, unreadable = {}, True
     if facts is None:
         facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
-    live = Host(facts.topology.root).is_live  # this host: no other CPUs or nodes to leave out (nothing read)
+    live = facts.topology.live  # this host: no other CPUs or nodes to leave out
     # A process a rehearsal started under the machine read (not this host): judged by what was decided for it there.
     rehearsed = None if live else rehearsal_of(str(facts.topology.root), pid, stat.start)
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,

@@ -144,8 +144,15 @@ class Survey:
     """Each of :attr:`gpus` with its UUID, where the machine gives one (the per-GPU series carry it as DCGM's
     exporter does)."""
     pod_names: str | None = None
-    """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one; or,
-    beginning ``stale:``, that they are the kubelet's last answer, which did not come now."""
+    """Why the names of the workers' pods could not be read (the kubelet's API), where a worker runs in one."""
+    pod_names_stale: str | None = None
+    """Where the names are the kubelet's last answer, which did not come now: what that answer was."""
+
+    @property
+    def pod_names_said(self) -> str | None:
+        """:attr:`pod_names` or :attr:`pod_names_stale` as ``ps --json`` says them (``pod_names_unread``: a stale
+        answer begins ``stale:``)."""
+        return f"stale: {self.pod_names_stale}" if self.pod_names_stale is not None else self.pod_names
 
     @property
     def counted(self) -> tuple[Worker, ...]:
@@ -420,13 +427,13 @@ def survey(
             continue
         if worker is not None and (asked or candidates or not worker.candidate):
             found.append(worker)
-    unnamed = None
+    unnamed: tuple[str | None, str | None] = (None, None)
     if any(w.pod is not None for w in found):
         found, unnamed = _in_pods(found, root, pod_resources, scan.machine)
     every = scan.machine().inventory.gpus if every_gpu and not asked else ()
     gpus = tuple(g.pci for g in every if g.pci)
     uuids = tuple((g.pci, g.uuid) for g in every if g.pci and g.uuid)
-    return Survey(tuple(found), unseen, gpus, uuids, unnamed)
+    return Survey(tuple(found), unseen, gpus, uuids, *unnamed)
 
 
 def _rehearsed(root: str | os.PathLike[str] | None) -> set[int]:
@@ -440,7 +447,7 @@ def _rehearsed(root: str | os.PathLike[str] | None) -> set[int]:
 
 
 def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket: str | None,
-             machine: Callable[[], Facts]) -> tuple[list[Worker], str | None]:
+             machine: Callable[[], Facts]) -> tuple[list[Worker], tuple[str | None, str | None]]:
     """Each worker in a pod named from the kubelet's API (matched by its cpuset or its GPU) and given the ids of
     doctor's warnings and errors on the kubelet's decisions for it; and why none could be named, when the API
     could not be asked. The API is asked once a scan: one that does not answer is not waited for again."""
@@ -449,11 +456,11 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     from ..facts.podresources import PodResourcesUnavailable, gpu_key, listing, match
     from .doctor import pod_findings
 
-    containers, unnamed = None, None
+    containers, unnamed, stale = None, None, None
     if socket is not None:
         try:
             listed = listing(socket)
-            containers, unnamed = listed.containers, None if listed.stale is None else f"stale: {listed.stale}"
+            containers, stale = listed.containers, listed.stale
         except PodResourcesUnavailable as exc:
             unnamed = str(exc)
     live = Host.at("/")  # a process's cgroup is always the live one's
@@ -472,7 +479,7 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
                                  pod=pod, containers=containers, kubelet=kubelet)
             w = replace(w, pod=pod, kubelet=tuple(f.id for f in found if f.severity in ("warning", "error")))
         checked.append(w)
-    return checked, unnamed
+    return checked, (unnamed, stale)
 
 
 def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str | os.PathLike[str] | None,

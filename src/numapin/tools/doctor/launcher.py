@@ -15,7 +15,6 @@ from ...base.environment import (
 )
 from ...base.text import decimal, plural
 from ...cpuset import CpuSet, hex_word
-from ...facts.host import Host
 from ...facts.machine import Facts
 from ...facts.topology import Topology, read_topology
 from ...pinning.decision import MaskOwner, classify
@@ -146,7 +145,7 @@ def launcher_findings(case: Case) -> list[Finding]:
         own = [m for m in (exec_marker(env), None if entry is None else entry.mask) if m is not None]
         # A live mask is someone else's only against the live machine's baseline: a 2-CPU host read as a
         # DGX (--machine) is not "constrained" to its two CPUs.
-        live = facts.topology.allowed if Host(facts.topology.root).is_live else read_topology("/").allowed
+        live = facts.topology.allowed if facts.topology.live else read_topology("/").allowed
         if classify(mask, live, own) is MaskOwner.EXTERNAL and not target <= mask:
             found.append(Finding(
                 "external-mask", "error" if not mask & target else "warning",
