@@ -304,7 +304,7 @@ def test_show_promises_no_rank_cpus_and_pictures_are_named_for_their_format() ->
 def test_ps_as_root_does_not_advise_running_as_root(tmp_path: Path) -> None:
     import os
 
-    from numapin.pinning.judge import judge
+    from numapin.observe.judge import judge
 
     judged = None
     for pid in (1, 2):  # a process this one may not read the environment of, where there is one

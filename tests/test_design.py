@@ -23,7 +23,8 @@ LAYERS: list[str] = [
     "facts",  # what the machine is, read once per root
     "kernel",  # the only code that changes the kernel's state
     "placement",  # pure: facts + request -> Placement
-    "pinning",  # the stateful part: decide, walk, record
+    "pinning",  # the stateful part: this process's pins, records and buffers
+    "observe",  # looking at another process: the one judge and its verdict, nothing changed
     "tools",  # what the command line runs
     "compat",  # other projects' contracts
     "face",  # the start-up file's entry, the command line, the package's public names

@@ -48,7 +48,7 @@ def test_a_scan_that_finds_no_worker_loads_neither_the_judge_nor_the_machine(tmp
     loaded = set(json.loads(done.stdout))
     assert "numapin.tools.ps" in loaded
     if json.loads(done.stderr) == 0:  # (a host running a real GPU worker beside the tests judges it)
-        for absent in ("numapin.pinning.judge", "numapin.facts.machine", "numapin.facts.topology",
+        for absent in ("numapin.observe.judge", "numapin.facts.machine", "numapin.facts.topology",
                        "numapin.placement.modes"):
             assert absent not in loaded, absent
 

@@ -134,7 +134,7 @@ def test_a_common_thread_name_is_a_librarys_only_where_its_signs_are(tmp_path: P
 
 
 def test_rocrs_unnamed_helpers_are_known_by_their_mask_of_every_cpu() -> None:
-    from numapin.pinning.judge import _pinner
+    from numapin.observe.judge import _pinner
 
     everywhere = CpuSet(range(os.cpu_count() or 1)) | CpuSet(live.BASELINE)
     assert _pinner(None, everywhere, False, {}, "amd") == "rocr"
@@ -235,7 +235,7 @@ def test_a_proxy_on_its_nics_node_is_judged_by_its_row_not_misplaced(tmp_path: P
     # one there: outside the placement, where the table says it belongs; known only where UCCL is in the process.
     from numapin.facts import synthetic
     from numapin.facts.machine import cached
-    from numapin.pinning.judge import on_nic_node
+    from numapin.observe.judge import on_nic_node
 
     facts = cached(synthetic.write("dgx-h100", tmp_path / "dgx"), {})
     gpu = facts.inventory.gpus[0]

@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 KERNEL_FACING = ("tests/pinning/test_pin.py", "tests/kernel/test_affinity.py", "tests/pinning/test_memory.py",
                  "tests/tools/test_exec.py", "tests/tools/test_threads_report.py", "tests/test_readme.py",
                  "tests/contract/test_visible_from_outside.py", "tests/tools/test_numactl.py",
-                 "tests/pinning/test_judge.py", "tests/pinning/test_keeper.py", "tests/pinning/test_keeper_cgroup.py",
+                 "tests/observe/test_judge.py", "tests/pinning/test_keeper.py", "tests/pinning/test_keeper_cgroup.py",
                  "tests/contract/test_amd_hosts.py", "tests/contract/test_container_gpus.py")
 #: The shapes whose boot also runs those files (the slow part under emulation).
 SUITE_SHAPES = ("two-node", "grace")

@@ -22,10 +22,10 @@ from numapin.facts import synthetic as machines
 from numapin.facts.machine import gather
 from numapin.facts.thp import read_thp, setting
 from numapin.kernel.residency import Residency
+from numapin.observe.judge import Judgement
+from numapin.observe.verdict import Verdict
 from numapin.pinning.declaration import Declared, unbalanced
 from numapin.pinning.host_buffer import nics_near
-from numapin.pinning.judge import Judgement
-from numapin.pinning.verdict import Verdict
 
 NODE = min(n.id for n in live.TOPOLOGY.nodes if n.cpus & CpuSet(live.BASELINE))
 NUMAPIN = [sys.executable, "-m", "numapin"]
@@ -91,7 +91,7 @@ def test_a_spread_that_lost_its_balance_says_which_node() -> None:
 
 def _judged(buffers: tuple[Declared, ...], in_ranges: dict[int, dict[int, int]], own: dict[int, int]) -> Judgement:
     """A judgement of a worker expected on node 0, from facts (the judge's own record of what it read)."""
-    from numapin.pinning.judge import Expected
+    from numapin.observe.judge import Expected
     from numapin.placement.modes import resolve
 
     facts = gather(machines.write("pair", Path(os.environ["NUMAPIN_TEST_TMP"]) / "pair"), {})

@@ -317,7 +317,7 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
 def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_closed_word(
         pair_root: Path, records: Path) -> None:
     from numapin.facts.machine import cached
-    from numapin.pinning.verdict import PLACED_BY
+    from numapin.observe.verdict import PLACED_BY
 
     gpus = [v.gpu.pci for v in cached(str(pair_root), {}).visible]
     env = live.without_inputs(dict(os.environ)) | {RUNTIME_DIR: str(records), "NUMAPIN_FSROOT": str(pair_root)}

@@ -111,3 +111,32 @@ def test_one_scan_reads_each_file_of_each_process_once_and_a_kept_scan_only_what
     for pid in plain:
         assert {what for (p, what) in once if p == pid} >= {"stat .", "read fd", "link ns/mnt"}, once
         assert {what for (p, what) in again if p == pid} == {"stat .", "stat fd"}, again
+
+
+def _a_reused_id() -> dict[str, object]:
+    from numapin.facts import procfs
+    from numapin.observe.view import Kept, ProcessView
+
+    process = subprocess.Popen(["sleep", "60"], env={**without_inputs(dict(os.environ)), "MARK": "first"})
+    try:
+        owner, born = procfs.seen(process.pid)
+        kept = Kept()
+        first = ProcessView(process.pid, owner, born, kept)
+        seen = first.environ().get("MARK")
+        counts = _counting()
+        again = first.environ().get("MARK")  # the same view: not read again
+        same = ProcessView(process.pid, owner, born, kept).environ().get("MARK")  # the next scan: kept
+        quiet = dict(counts)
+        # Another process under the same id is made at another time: nothing kept of the first is taken for it.
+        other = ProcessView(process.pid, owner, born + 1, kept)
+        other.environ()
+        return {"seen": [seen, again, same], "quiet": quiet, "after": dict(counts), "pid": process.pid}
+    finally:
+        process.kill()
+
+
+def test_a_view_reads_a_file_once_and_never_takes_what_was_kept_of_another_process_under_its_id() -> None:
+    got = in_child(_a_reused_id)
+    assert got["seen"] == ["first", "first", "first"], got
+    assert got["quiet"] == {}, got  # asked twice more, read no more
+    assert got["after"] == {(got["pid"], "read environ"): 1}, got

@@ -267,7 +267,7 @@ def add_cores(parser: argparse.ArgumentParser) -> None:
 
 
 def add_remote_bound(parser: argparse.ArgumentParser) -> None:
-    from ..pinning.verdict import REMOTE_BOUND
+    from ..observe.verdict import REMOTE_BOUND
 
     parser.add_argument("--max-remote-memory", type=percent_arg, metavar="PCT", default=100 * REMOTE_BOUND,
                         help="the largest share of a worker's own memory (heap, stacks, shared memory it made; not "

@@ -77,7 +77,7 @@ def _table(found: Survey, wide: bool) -> list[str]:
     """The workers as a table: every column with ``wide``, else within 100 columns (an ``expected`` column for a
     rehearsal, ``drift`` and ``pod`` only where a worker has one)."""
     from ..base.text import table
-    from ..pinning.verdict import Verdict, placed_by_label
+    from ..observe.verdict import Verdict, placed_by_label
 
     if wide:
         header = ["pid", "name", "rank", "gpu", "pci", "placed by", "expected", "threads", "outside", "remote",
@@ -112,7 +112,7 @@ def _footnotes(found: Survey, wide: bool, rehearsal: str | None) -> list[str]:
     """The lines under the table: each worker's notes, memory elsewhere, kubelet findings and (``wide``) other
     pinners; what the columns mean; where pod names came from; a rehearsal; the tally; who was not looked into."""
     from ..base.text import counted
-    from ..pinning.verdict import Verdict
+    from ..observe.verdict import Verdict
 
     lines = []
     for w in found.workers:

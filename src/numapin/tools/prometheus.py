@@ -14,7 +14,7 @@ is the empty string, which Prometheus treats as absent.
 from __future__ import annotations
 
 from ..base.text import printable
-from ..pinning.verdict import placed_by_label
+from ..observe.verdict import placed_by_label
 from .ps import Survey, Verdict, Worker
 
 __all__ = ["METRICS", "TEXTFILE", "dcgm_bus_id", "exposition", "write_textfile"]

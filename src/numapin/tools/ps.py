@@ -7,7 +7,7 @@ launcher's local rank, or ``CUDA_VISIBLE_DEVICES``, in its environment: every
 shell, ``sleep`` and ``tmux`` of a Slurm step or a container carries them) is a
 *candidate*: listed with ``--all`` (or when asked for by PID), judged, never
 counted as a worker nor as misplaced. Each is judged by the one judge
-(:func:`numapin.pinning.judge.judge`), as ``threads`` and ``doctor --pid`` judge it.
+(:func:`numapin.observe.judge.judge`), as ``threads`` and ``doctor --pid`` judge it.
 """
 
 from __future__ import annotations
@@ -20,22 +20,22 @@ from ..base.errors import AccessDenied, NoSuchProcess, NumapinError, ProcessErro
 from ..base.frozen import frozen, replace
 from ..facts import procfs
 from ..facts.host import Host
-from ..facts.pod import Pod, pod_of
+from ..facts.pod import Pod
 from ..facts.podresources import SOCKET
+from ..observe.verdict import REMOTE_BOUND, Verdict, verdict_words
+from ..observe.view import Kept, ProcessView
 from ..pinning import record
-from ..pinning.folders import namespaces
-from ..pinning.verdict import REMOTE_BOUND, Verdict, verdict_words
 
 # The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
 # shells, a login node) reads each process's open files and nothing of the machine.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Container, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
     from typing import Any
 
     from ..cpuset import CpuSet
     from ..facts.machine import Facts
-    from ..pinning.judge import Judgement
+    from ..observe.judge import Judgement
     from ..placement.modes import Placement
 
 __all__ = ["Kept", "ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
@@ -179,12 +179,6 @@ class Survey:
 # -- finding them -----------------------------------------------------------------------
 
 
-def _devices(pid: int, device: re.Pattern[str]) -> tuple[str, ...]:
-    """The GPU device files it has open (``/dev/nvidia0``, ``/dev/kfd``...: ``device``, :func:`_device`'s);
-    AccessDenied for another user's."""
-    return tuple(sorted({"/" + m.group(1) for m in map(device.search, procfs.fd_targets(pid)) if m}))
-
-
 def _nvml_processes(root: str | os.PathLike[str] | None, machine: Callable[[], Facts]) -> dict[int, set[str]]:
     """Process id → the PCI addresses of the GPUs NVML says it runs on (empty without NVML, or off this host)."""
     if not Host.at(root).is_live:
@@ -228,52 +222,17 @@ def _chosen(pids: Iterable[int] | None, listed: list[int]) -> list[int]:
     return chosen
 
 
-@frozen
-class _Held:
-    """What a process held when last looked at: when its ``/proc`` entry was made (which names it while it lives),
-    how many files it had open, its GPU device files among them, and its namespaces."""
-
-    born: int
-    files: int | None
-    devices: tuple[str, ...] | None = None
-    namespaces: tuple[int, int] | None = None
-    environ: dict[str, str] | None = None
-    """A worker's environment as it started (what ``/proc/PID/environ`` shows does not change as it runs)."""
-    pod: tuple[Pod | None] | None = None
-    """A worker's pod, where it runs in one (a pod's processes stay in its cgroups)."""
-
-
-class Kept:
-    """What a long-running scanner (the exporter) keeps of each process between scans, by pid: what does not
-    change while it lives (its namespaces; a worker's environment and pod), and its device files with the count
-    of open files they were read at.
-    A process seen before, whose entry is the same and whose count of open files did not change, costs one
-    ``stat`` of its entry and one of its ``fd`` folder a scan; its files are read again once the count changes
-    (a process that opens a GPU opens several files), or every scan where the kernel shows no count (before
-    Linux 6.2). A process that may be a worker has its namespaces read again each scan."""
-
-    def __init__(self) -> None:
-        self.processes: dict[int, _Held] = {}
-
-    def forget_all_but(self, pids: Collection[int]) -> None:
-        """Forget the processes no longer listed (ended: their ids may name others later)."""
-        for pid in set(self.processes) - set(pids):
-            del self.processes[pid]
-
-
 class _Scan:
-    """What one scan reads of the processes it looks at, each at most once: owners, stat (only of a process that
-    might be a worker: 1,000 shells read none), GPU device files, NVML's list, and the machine (read when first
-    needed); with :class:`Kept`, what an earlier scan read and cannot have changed is not read again."""
+    """One scan: a view of each process it looks at (:class:`numapin.observe.view.ProcessView`, each file read
+    once), NVML's list, and the machine (read when first needed); with :class:`Kept`, what an earlier scan read
+    and cannot have changed is not read again."""
 
     def __init__(self, root: str | os.PathLike[str] | None, kept: Kept | None = None) -> None:
         self.root = root
         self.kept = kept
         self.owners: dict[int, int] = {}
-        self._born: dict[int, int] = {}
+        self.views: dict[int, ProcessView] = {}
         self._machine: list[Facts] = []
-        self._stats: dict[int, procfs.Stat | None] = {}
-        self._held: dict[int, tuple[str, ...] | ProcessError] = {}
         self._device = _device()  # once a scan, not once a process
         self.nvml = _nvml_processes(root, self.machine)
 
@@ -286,88 +245,40 @@ class _Scan:
         return self._machine[0]
 
     def read_owners(self, pids: list[int], deadline: float | None) -> dict[int, int]:
+        """Each process's entry (its owner, and when it was made): the view of it."""
         for pid in pids:
             ScanTimeout.past(deadline, "listing the processes' owners")
             try:
-                self.owners[pid], self._born[pid] = procfs.seen(pid)
+                owner, born = procfs.seen(pid)
             except ProcessError:
                 continue
+            self.owners[pid] = owner
+            self.views[pid] = ProcessView(pid, owner, born, self.kept)
         if self.kept is not None:
-            self.kept.forget_all_but(self._born)
+            self.kept.forget_all_but(self.views)
         return self.owners
 
-    def _still(self, pid: int) -> _Held | None:
-        """What the kept scans say of ``pid``, where it is the same process as then."""
-        held = None if self.kept is None else self.kept.processes.get(pid)
-        return held if held is not None and held.born == self._born.get(pid) else None
+    def view(self, pid: int) -> ProcessView:
+        """The view of ``pid``: the scan's, or one of its own for a process the listing did not show."""
+        if pid not in self.views:
+            self.views[pid] = ProcessView(pid)
+        return self.views[pid]
 
     def stat_of(self, pid: int) -> procfs.Stat | None:
-        if pid not in self._stats:
-            try:
-                self._stats[pid] = procfs.stat(pid)
-            except ProcessError:
-                self._stats[pid] = None
-        return self._stats[pid]
+        return self.view(pid).stat()
 
     def start_of(self, pid: int) -> int | None:
-        return None if (seen := self.stat_of(pid)) is None else seen.start
+        return self.view(pid).start
 
     def owner_of(self, pid: int) -> int | None:
         return self.owners[pid] if pid in self.owners else record.owner(pid)
 
     def devices_of(self, pid: int) -> tuple[str, ...]:
-        """Its GPU device files, read once a scan (:func:`_devices`'s errors raised again), or kept from an earlier
-        scan while its count of open files stays the same."""
-        if pid not in self._held:
-            self._held[pid] = self._devices_now(pid)
-        found = self._held[pid]
-        if isinstance(found, ProcessError):
-            raise found
-        return found
-
-    def _devices_now(self, pid: int) -> tuple[str, ...] | ProcessError:
-        files = None if self.kept is None or pid not in self._born else procfs.open_files(pid)
-        held = self._still(pid)
-        if held is not None and held.devices is not None and files is not None and files == held.files:
-            return held.devices
-        try:
-            found = _devices(pid, self._device)
-        except ProcessError as exc:
-            return exc
-        self._keep(pid, held, files=files, devices=found)
-        return found
+        """Its GPU device files (ProcessError where they cannot be read)."""
+        return self.view(pid).devices(self._device)
 
     def namespaces_of(self, pid: int) -> tuple[int, int]:
-        """Its mount and PID namespaces: kept from an earlier scan for a process that holds no GPU (one that may be
-        a worker, whose records they lead to, is read each scan)."""
-        held = self._still(pid)
-        if held is not None and held.namespaces is not None and not self.may_be_worker(pid):
-            return held.namespaces
-        found = namespaces(pid)
-        self._keep(pid, held, namespaces=found)
-        return found
-
-    def environ_of(self, pid: int) -> dict[str, str]:
-        """Its environment (AccessDenied, NoSuchProcess as :func:`numapin.facts.procfs.environ`), kept."""
-        held = self._still(pid)
-        if held is not None and held.environ is not None:
-            return held.environ
-        found = procfs.environ(pid)
-        self._keep(pid, held, environ=found)
-        return found
-
-    def pod_of(self, pid: int) -> Pod | None:
-        """The Kubernetes pod it runs in, from its cgroup path, kept."""
-        held = self._still(pid)
-        if held is not None and held.pod is not None:
-            return held.pod[0]
-        found = pod_of(pid)
-        self._keep(pid, held, pod=(found,))
-        return found
-
-    def _keep(self, pid: int, held: _Held | None, **changes: Any) -> None:
-        if self.kept is not None and pid in self._born:
-            self.kept.processes[pid] = replace(held or _Held(self._born[pid], None), **changes)
+        return self.view(pid).namespaces(may_be_worker=self.may_be_worker(pid))
 
     def may_be_worker(self, pid: int) -> bool:
         """Whether what it holds makes it a GPU worker: only such a process of another namespace has its
@@ -505,7 +416,7 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
         if stat is None or stat.exited:
             raise NoSuchProcess(pid)
         name = stat.name  # the stat read once a scan holds the name (comm) too
-        env: dict[str, str] | None = scan.environ_of(pid)
+        env: dict[str, str] | None = scan.view(pid).environ()
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
             raise  # nothing says it is a worker, and nothing more can be read
@@ -524,7 +435,7 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
         if not asked:
             return None
         why = "asked for"
-    from ..pinning.judge import judge
+    from ..observe.judge import judge
 
     using = {g.where for g in scan.machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
@@ -535,7 +446,7 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
         return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc), candidate=held is None)
-    return _worker(judged, why, held is None, scan.pod_of(pid))
+    return _worker(judged, why, held is None, scan.view(pid).pod())
 
 
 def _worker(judged: Judgement, why: str, candidate: bool, pod: Pod | None) -> Worker:

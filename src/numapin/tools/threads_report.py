@@ -9,7 +9,7 @@ from ..base.errors import UsageError
 from ..base.frozen import frozen
 from ..base.text import counted, format_size, plural, table
 from ..cpuset import CpuSet
-from ..pinning.judge import REMOTE_BOUND, Judgement, ThreadState, Verdict, judge
+from ..observe.judge import REMOTE_BOUND, Judgement, ThreadState, Verdict, judge
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ __all__ = ["ThreadsReport", "crowd_words", "threads_report"]
 
 @frozen
 class ThreadsReport:
-    """Every thread of a process against where it should be (:func:`numapin.pinning.judge.judge`)."""
+    """Every thread of a process against where it should be (:func:`numapin.observe.judge.judge`)."""
 
     judgement: Judgement
 

@@ -437,7 +437,7 @@ def _sampler() -> Callable[[int], tuple[int | None, float | None]]:
     The process numapin exec started is the judged one (its record names the placement)."""
 
     def sample(pid: int) -> tuple[int | None, float | None]:
-        from ...pinning.judge import judge
+        from ...observe.judge import judge
 
         judged = judge(pid)
         if judged.expected is None:

@@ -57,7 +57,7 @@ def diagnose(
     process says (a pin made inside the process is there too), else its
     launcher's local rank. The mode is ``mode``, else the record's, else
     ``node``. With ``pid``, the placement and the verdict are the one judge's
-    (:func:`numapin.pinning.judge.judge`), as ``threads`` and ``ps`` give them.
+    (:func:`numapin.observe.judge.judge`), as ``threads`` and ``ps`` give them.
     What was used is the diagnosis's ``basis``, an assumption said as one. A process in a Kubernetes pod is
     checked against the kubelet's files and its pod-resources API at ``pod_resources`` (None: not asked).
     ``buffer``: bytes of a host buffer to be made for the GPU (``hugepages`` ``"2M"``/``"1G"``/``"thp"``, ``lock``),

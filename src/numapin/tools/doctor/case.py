@@ -15,8 +15,8 @@ from ...base.frozen import frozen
 from ...facts import procfs
 from ...facts.host import Host
 from ...facts.machine import Facts, cached, seen_by
+from ...observe.judge import Expected, Judgement, expected, judge
 from ...pinning import record
-from ...pinning.judge import Expected, Judgement, expected, judge
 from ...placement.modes import Placement, PlacementMode, resolve
 from ...placement.ranks import LocalRank, gpu_for_rank, requested_rank
 from .finding import Finding

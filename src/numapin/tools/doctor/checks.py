@@ -6,7 +6,7 @@ in the table, and its tests.
 from __future__ import annotations
 
 from ...base.text import counted
-from ...pinning.judge import Verdict
+from ...observe.judge import Verdict
 from .case import Case
 from .finding import Finding
 from .launcher import crowd_findings, launcher_findings, startup_file, thread_pool_findings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ...base.frozen import frozen
 from ...base.text import counted, plural, printable
-from ...pinning.judge import Verdict
+from ...observe.judge import Verdict
 from ...placement.modes import Placement
 
 TYPE_CHECKING = False

@@ -2,7 +2,7 @@
 judged by.
 
 Apart so that ``numapin ps`` can look through a host of ordinary processes, and find no worker among
-them, without importing the judge (:mod:`numapin.pinning.judge`) and the machine, records and
+them, without importing the judge (:mod:`numapin.observe.judge`) and the machine, records and
 placements it reads.
 """
 
@@ -45,7 +45,7 @@ def verdict_words(verdict: Verdict, misplaced_by: tuple[str, ...]) -> str:
     return f"{verdict} ({', '.join(misplaced_by)})" if verdict is Verdict.MISPLACED and misplaced_by else str(verdict)
 
 
-#: Who placed a process, as a closed set: the judge's words (:func:`numapin.pinning.judge.placed_by`) name a
+#: Who placed a process, as a closed set: the judge's words (:func:`numapin.observe.judge.placed_by`) name a
 #: parent's pid, which on a series would make a new one at every restart; ``ps``'s narrow table says these too.
 PLACED_BY = ("exec", "autopin", "pin", "lease", "compat", "moved", "inherited", "nobody", "other")
 

@@ -32,13 +32,13 @@ from ..facts import procfs
 from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
 from ..kernel.residency import Residency, residency
+from ..pinning import record as records
+from ..pinning.declaration import Declaration, Declared, declared, unbalanced
+from ..pinning.record import Record
+from ..pinning.rehearsed import of as rehearsal_of
+from ..pinning.state import exec_marker, state
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
-from . import record as records
-from .declaration import Declaration, Declared, declared, unbalanced
-from .record import Record
-from .rehearsed import of as rehearsal_of
-from .state import exec_marker, state
 from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
 
 TYPE_CHECKING = False

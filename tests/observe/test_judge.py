@@ -219,7 +219,7 @@ def test_a_thread_that_ends_during_the_scan_leaves_the_worker_judged(pair_root: 
     """One thread ending between the listing of a worker's threads and their reading made the whole worker
     vanish from ps, a misplaced worker read as none misplaced."""
     from numapin.facts import procfs
-    from numapin.pinning.judge import judge
+    from numapin.observe.judge import judge
     from numapin.tools.ps import survey
 
     child = subprocess.Popen([sys.executable, "-c", CHURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
