@@ -35,6 +35,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from host_buffer import paired  # the same alternated pairs, from the sibling benchmark
+
 import numapin
 from numapin.cpuset import CpuSet
 from numapin.facts.topology import read_topology
@@ -152,18 +154,6 @@ def spread(size: int, nodes: list[tuple[int, CpuSet]], threads: int, fills: list
         if fills is not None:
             fills.append(buf.fill_seconds)
     return took
-
-
-def paired(a: Callable[[], float], b: Callable[[], float], pairs: int) -> tuple[float, float, float]:
-    """Median of a/b over alternated pairs, with the medians of each."""
-    ratios, first, second = [], [], []
-    a(), b()  # warm: imports, the first mapping of its size
-    for _ in range(pairs):
-        x, y = a(), b()
-        first.append(x)
-        second.append(y)
-        ratios.append(x / y)
-    return statistics.median(ratios), statistics.median(first), statistics.median(second)
 
 
 def main(argv: list[str]) -> int:

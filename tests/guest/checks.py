@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/: live.py
@@ -692,6 +693,25 @@ def host_buffer_spread_under_seccomp_still_holds() -> str:
     return f"{pages}: {said[:120]}"
 
 
+def _seen_from_outside(script: str) -> tuple[str, dict[str, Any], str, dict[str, Any], dict[str, Any]]:
+    """A worker started from ``script`` (which prints ``ready ADDRESS`` once it holds what it holds) as numapin's
+    tools see it: the address it printed, ``threads --json`` and its text, its ``ps --json`` row, ``doctor --pid
+    --json``; the worker ended after."""
+    worker = subprocess.Popen([sys.executable, "-c", script.format(here=str(HERE))], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert worker.stdout is not None
+        ready, address = worker.stdout.readline().split()
+        assert ready == "ready"
+        return (address, json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout),
+                numapin_cli("threads", str(worker.pid)).stdout,
+                json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0],
+                json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout))
+    finally:
+        worker.kill()
+        worker.wait()
+
+
 _SPREAD_WORKER = """
 import sys, time
 sys.path.insert(0, {here!r})
@@ -707,19 +727,7 @@ time.sleep(300)
 def a_worker_holding_a_spread_is_not_told_it_lies_elsewhere() -> str:
     """A worker placed on node 0 holding a spread over 0-1: threads, ps and doctor --pid judge the spread by its
     own nodes (verdict ok, nothing said elsewhere, no buffer-elsewhere finding), its pages verified on both."""
-    worker = subprocess.Popen([sys.executable, "-c", _SPREAD_WORKER.format(here=str(HERE))],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert worker.stdout is not None
-        ready, address = worker.stdout.readline().split()
-        assert ready == "ready"
-        threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
-        text = numapin_cli("threads", str(worker.pid)).stdout
-        listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
-        doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
-    finally:
-        worker.kill()
-        worker.wait()
+    address, threads, text, listed, doctor = _seen_from_outside(_SPREAD_WORKER)
     buffers = threads["host_memory"]["buffers"]
     assert f"host buffer at {int(address):#x}: 96.0 MiB spread over node(s) 0-1" in text, text
     assert [(b["address"], b["node"], b.get("spread"), b["on_its_node"], b["unbalanced"]) for b in buffers] == \
@@ -793,18 +801,7 @@ def shared_memory_off_the_gpus_node_is_reported_from_outside() -> str:
     (host_memory.by_kind.shmem["1"]), ps --json and doctor --pid say it lies off its GPU's node. The host buffer
     it holds for node 1 is listed under host_memory.buffers, verified on node 1 from numa_maps, and named as off
     its GPU's node."""
-    worker = subprocess.Popen([sys.executable, "-c", _SHARED_ELSEWHERE.format(here=str(HERE))],
-                              stdout=subprocess.PIPE, text=True)
-    try:
-        assert worker.stdout is not None
-        ready, address = worker.stdout.readline().split()
-        assert ready == "ready"
-        threads = json.loads(numapin_cli("threads", str(worker.pid), "--json").stdout)
-        listed = json.loads(numapin_cli("ps", str(worker.pid), "--json").stdout)["workers"][0]
-        doctor = json.loads(numapin_cli("doctor", "--pid", str(worker.pid), "--json").stdout)
-    finally:
-        worker.kill()
-        worker.wait()
+    address, threads, _, listed, doctor = _seen_from_outside(_SHARED_ELSEWHERE)
     shmem = threads["host_memory"]["by_kind"]["shmem"]
     assert shmem.get("1", 0) >= 64 << 20, threads["host_memory"]
     assert "off its GPU's node(s) 0" in (listed["host_memory"]["shared_elsewhere"] or ""), listed["host_memory"]
