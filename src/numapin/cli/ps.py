@@ -118,9 +118,10 @@ def _footnotes(found: Survey, wide: bool, rehearsal: str | None) -> list[str]:
     for w in found.workers:
         if w.note and w.verdict is not Verdict.REHEARSAL:  # the rehearsal's line below says it once for all
             lines.append(f"note: {w.pid}: {w.note}")
-        memory = w.host_memory or {}
+        memory = w.host_memory
         lines += [f"memory: {w.pid}: {words} (numapin doctor --pid {w.pid})"
-                  for words in [memory.get("shared_elsewhere"), *memory.get("buffers_elsewhere", ())] if words]
+                  for words in ([] if memory is None else [memory.shared_elsewhere, *memory.buffers_elsewhere])
+                  if words]
         if w.kubelet:
             lines.append(f"kubelet: {w.pid}: {', '.join(w.kubelet)} (numapin doctor --pid {w.pid} says why and the "
                          "fix)")
@@ -171,9 +172,9 @@ def _live_pictures(args: argparse.Namespace, root: str | None, found: Survey) ->
         if w.expected is None:
             continue  # nothing says where it should be: the table says so, the picture has no place for it
         mine: dict[int, int] = {}
-        for nodes in (w.host_memory or {}).get("by_kind", {}).values():
+        for nodes in ({} if w.host_memory is None else w.host_memory.by_kind).values():
             for node, size in nodes.items():
-                mine[int(node)] = mine.get(int(node), 0) + size
+                mine[node] = mine.get(node, 0) + size
         live.append(picture.LiveWorker(w.pid, w.name, w.expected, w.verdict_words, w.threads, w.outside,
                                        w.outside_cpus or CpuSet(), tuple(sorted(mine.items()))))
     from ..base.text import counted

@@ -49,11 +49,6 @@ class Residency:
     """Bytes per node of the mappings that begin inside each range asked for, by the range's first address (a
     declared host buffer, verified)."""
 
-    def host_memory(self) -> dict[str, dict[str, dict[str, int]]]:
-        """``{"by_kind": {kind: {node: bytes}}}``, as the tools print it (nodes as strings, for JSON)."""
-        return {"by_kind": {kind: {str(n): b for n, b in sorted(self.by_kind.get(kind, {}).items())}
-                            for kind in KINDS}}
-
     @property
     def total(self) -> int:
         return sum(self.bytes.values())

@@ -31,7 +31,7 @@ from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
 from ..kernel.affinity import LinuxThreads
-from ..kernel.residency import Residency, residency
+from ..kernel.residency import KINDS, Residency, residency
 from ..pinning import record as records
 from ..pinning.declaration import Declaration, Declared, declared, unbalanced
 from ..pinning.record import Record
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Container, Mapping
     from typing import Any
 
-__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "Judgement", "ThreadState", "Verdict", "expected", "judge",
-           "placed_by", "verdict_words"]
+__all__ = ["JUDGED_MEMORY", "REMOTE_BOUND", "Expected", "HostMemory", "Judgement", "ThreadState", "Verdict",
+           "VerifiedBuffer", "expected", "judge", "placed_by", "verdict_words"]
 
 
 @frozen
@@ -95,6 +95,46 @@ class ThreadState:
         return {"tid": self.tid, "name": self.name, "cpus": None if self.cpus is None else str(self.cpus),
                 "last_cpu": self.last_cpu, "inside": self.inside, "numapin": self.numapin, "narrowed": self.narrowed,
                 "pinner": None if self.pinner is None else pinners.PINNERS[self.pinner].library}
+
+
+@frozen
+class VerifiedBuffer:
+    """A declared host buffer, verified: where its pages are (bytes by node, from ``numa_maps``), whether most lie
+    on the node(s) it was made for, and, for a spread, each node that lost its balance in words."""
+
+    declared: Declared
+    on_nodes: dict[int, int]
+    on_its_node: bool
+    unbalanced: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.declared.as_dict(), "on_nodes": {str(n): b for n, b in self.on_nodes.items()},
+                "on_its_node": self.on_its_node} | ({"unbalanced": list(self.unbalanced)} if self.declared.spread
+                                                   else {})
+
+
+@frozen
+class HostMemory:
+    """A process's host memory as the judge found it: bytes per node by kind of mapping, its declared buffers
+    verified, and what lies away from its GPU in words. Node ids are ints here; :meth:`as_dict` writes them as
+    JSON keys."""
+
+    by_kind: dict[str, dict[int, int]]
+    buffers: tuple[VerifiedBuffer, ...] = ()
+    shared_elsewhere: str | None = None
+    buffers_elsewhere: tuple[str, ...] = ()
+
+    @property
+    def elsewhere(self) -> bool:
+        """Whether anything of it lies away from its GPU's node(s) (shared memory, or a buffer)."""
+        return bool(self.shared_elsewhere or self.buffers_elsewhere)
+
+    def as_dict(self) -> dict[str, Any]:
+        """As ``threads --json`` and ``ps --json`` give it (``host_memory``)."""
+        return {"by_kind": {kind: {str(n): b for n, b in sorted(self.by_kind.get(kind, {}).items())}
+                            for kind in KINDS},
+                "buffers": [b.as_dict() for b in self.buffers], "shared_elsewhere": self.shared_elsewhere,
+                "buffers_elsewhere": list(self.buffers_elsewhere)}
 
 
 @frozen
@@ -163,33 +203,34 @@ class Judgement:
                 f"{self.expected.mems}: likely pinned buffers (cudaHostAlloc makes shared memory) made before its "
                 "placement or by a thread elsewhere")
 
-    def verified_buffers(self) -> list[dict[str, Any]]:
-        """Each declared buffer with where its pages are (``on_nodes``, from ``numa_maps``) and whether most of them
-        lie on the node(s) it was made for (``on_its_node``)."""
+    def verified_buffers(self) -> tuple[VerifiedBuffer, ...]:
+        """Each declared buffer with where its pages are (from ``numa_maps``) and whether most of them lie on the
+        node(s) it was made for."""
         found = []
         for buffer in self.buffers:
             on = {} if self.memory is None else self.memory.in_ranges.get(buffer.address, {})
             there = sum(b for n, b in on.items() if n in buffer.nodes)
-            found.append({**buffer.as_dict(), "on_nodes": {str(n): b for n, b in sorted(on.items()) if b},
-                          "on_its_node": 2 * there > sum(on.values())}
-                         | ({"unbalanced": unbalanced(on, buffer.nodes)} if buffer.spread else {}))
-        return found
+            found.append(VerifiedBuffer(buffer, {n: b for n, b in sorted(on.items()) if b},
+                                        2 * there > sum(on.values()),
+                                        tuple(unbalanced(on, buffer.nodes)) if buffer.spread else ()))
+        return tuple(found)
 
     def buffer_words(self) -> list[str]:
         """The declared buffers lying mostly off the node(s) they were made for, or made for other nodes than the
         process's GPU's, in words (what it likely is, what fixes it)."""
         said = []
-        for buffer, seen in zip(self.buffers, self.verified_buffers(), strict=True):
+        for seen in self.verified_buffers():
+            buffer = seen.declared
             what = f"host buffer at {buffer.address:#x} ({format_size(buffer.nbytes)}, made for node(s) {buffer.nodes})"
-            on = CpuSet(int(n) for n in seen["on_nodes"])
+            on = CpuSet(seen.on_nodes)
             if not on:
                 said.append(f"{what}: none of its pages is resident (closed or swapped out since it was declared)")
-            elif not seen["on_its_node"]:
+            elif not seen.on_its_node:
                 said.append(f"{what} lies mostly on node(s) {on - buffer.nodes}: its node(s) ran out of free memory "
                             "(numapin buffer --node N sizes what fits)")
             elif buffer.spread:
                 # Spread on purpose: judged by its own nodes, never "elsewhere" for what was asked; only its balance.
-                said.extend(f"{what}: {words}" for words in seen["unbalanced"])
+                said.extend(f"{what}: {words}" for words in seen.unbalanced)
                 if self.expected is not None and not buffer.nodes & self.expected.mems:
                     said.append(f"{what} is spread off its GPU's node(s) {self.expected.mems}")
             elif self.expected is not None and not buffer.nodes <= self.expected.mems:
@@ -201,14 +242,13 @@ class Judgement:
                         f"one (a declaration lists the first {len(self.buffers)}): not verified")
         return said
 
-    def host_memory(self) -> dict[str, Any] | None:
+    def host_memory(self) -> HostMemory | None:
         """Its resident memory per node by kind, its declared buffers verified, and what lies away from its GPU in
-        words (:meth:`shared_words`, :meth:`buffer_words`), as the tools print them (``host_memory`` of ``threads
-        --json`` and ``ps --json``); None where its memory was not read."""
+        words (:meth:`shared_words`, :meth:`buffer_words`); None where its memory was not read."""
         if self.memory is None:
             return None
-        return {**self.memory.host_memory(), "buffers": self.verified_buffers(),
-                "shared_elsewhere": self.shared_words(), "buffers_elsewhere": self.buffer_words()}
+        return HostMemory(self.memory.by_kind, self.verified_buffers(), self.shared_words(),
+                          tuple(self.buffer_words()))
 
     def remote_share(self) -> float | None:
         """The share (0..1) of the process's own memory outside the expected nodes; None when unread. A buffer

@@ -105,11 +105,10 @@ def exposition(found: Survey) -> str:
         for cause, count in w.drift:
             add("numapin_worker_drift_total", w, count, cause=cause)
         if w.host_memory is not None:
-            for kind, nodes in w.host_memory["by_kind"].items():
+            for kind, nodes in w.host_memory.as_dict()["by_kind"].items():
                 for node, size in nodes.items():
                     add("numapin_worker_host_memory_bytes", w, size, kind=kind, node=node)
-            away = bool(w.host_memory["shared_elsewhere"] or w.host_memory["buffers_elsewhere"])
-            add("numapin_worker_host_memory_elsewhere", w, int(away))
+            add("numapin_worker_host_memory_elsewhere", w, int(w.host_memory.elsewhere))
     uuids = dict(found.uuids)
     for pci in sorted({*found.gpus, *(w.pci for w in found.counted if w.pci)}):
         # Keyed by the GPU alone (as DCGM's exporter keys its series): stable across the workers' restarts; and

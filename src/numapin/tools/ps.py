@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from ..cpuset import CpuSet
     from ..facts.machine import Facts
-    from ..observe.judge import Judgement
+    from ..observe.judge import HostMemory, Judgement
     from ..placement.modes import Placement
 
 __all__ = ["Kept", "ScanTimeout", "Survey", "Verdict", "Worker", "survey"]
@@ -88,9 +88,9 @@ class Worker:
     drift: tuple[tuple[str, int], ...] = ()
     """What its keeper saw move its placement: each cause and its count, the last seen at the end (its record's)."""
     last_drift: str | None = None
-    host_memory: dict[str, Any] | None = None
-    """Its resident memory per node by kind (``by_kind``), its declared buffers, and what lies off its GPU's node
-    in words (``shared_elsewhere``, ``buffers_elsewhere``); None where its memory was not read."""
+    host_memory: HostMemory | None = None
+    """Its resident memory per node by kind, its declared buffers verified, and what lies off its GPU's node in
+    words; None where its memory was not read."""
     outside_cpus: CpuSet | None = None
     """The CPUs its threads outside the placement may run on (their masks, less the placement's CPUs); None where
     none is outside, or it was not judged."""
@@ -112,7 +112,8 @@ class Worker:
             "mems": None if self.expected is None else str(self.expected.mems),
             "threads": self.threads, "outside": self.outside, "remote_share": self.remote, "note": self.note,
             "pod": None if self.pod is None else self.pod.as_dict(), "kubelet": list(self.kubelet),
-            "drift": dict(self.drift), "last_drift": self.last_drift, "host_memory": self.host_memory,
+            "drift": dict(self.drift), "last_drift": self.last_drift,
+            "host_memory": None if self.host_memory is None else self.host_memory.as_dict(),
             "crowd": list(self.crowd),
         }
 
@@ -456,14 +457,14 @@ def _worker(judged: Judgement, why: str, candidate: bool, pod: Pod | None) -> Wo
 
     e = judged.expected
     recorded = None if e is None else e.record
-    rank = None if e is None else e.placement.rank
-    return Worker(judged.pid, judged.name, judged.verdict, why, judged.placed_by, rank,
-                  None if e is None else e.placement.gpu, None if e is None else e.placement.pci,
-                  None if e is None else e.placement, len(judged.threads), len(judged.outside),
-                  judged.remote_share(), judged.note, None if e is None else e.target, judged.misplaced_by,
-                  candidate, pod, drift=() if recorded is None else recorded.drift,
-                  last_drift=None if recorded is None else recorded.last_drift,
-                  host_memory=judged.host_memory(),
-                  outside_cpus=(CpuSet.union([t.cpus for t in judged.outside if t.cpus is not None])
-                                - (e.target if e is not None else CpuSet())) or None,
-                  crowd=tuple(crowd_words(judged)))
+    placement = None if e is None else e.placement
+    outside = CpuSet.union([t.cpus for t in judged.outside if t.cpus is not None])
+    return Worker(
+        pid=judged.pid, name=judged.name, verdict=judged.verdict, why=why, placed_by=judged.placed_by,
+        rank=None if placement is None else placement.rank, gpu=None if placement is None else placement.gpu,
+        pci=None if placement is None else placement.pci, expected=placement, threads=len(judged.threads),
+        outside=len(judged.outside), remote=judged.remote_share(), note=judged.note,
+        target=None if e is None else e.target, misplaced_by=judged.misplaced_by, candidate=candidate, pod=pod,
+        drift=() if recorded is None else recorded.drift, last_drift=None if recorded is None else recorded.last_drift,
+        host_memory=judged.host_memory(), outside_cpus=(outside - (e.target if e is not None else CpuSet())) or None,
+        crowd=tuple(crowd_words(judged)))

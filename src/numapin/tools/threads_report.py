@@ -70,10 +70,11 @@ class ThreadsReport:
             summary += (f"\nshared memory: {shared}; make them once it is placed, or inside "
                         "numapin.allocating_for(gpu=N), or use numapin.host_buffer")
         for seen in j.verified_buffers():
-            on = ", ".join(f"node {n} {format_size(b)}" for n, b in seen["on_nodes"].items()) or "nothing resident"
-            made = "spread over" if seen.get("spread") else "made for"
-            summary += (f"\nhost buffer at {seen['address']:#x}: {format_size(seen['nbytes'])} {made} node(s) "
-                        f"{seen['node']}, {format_size(seen['page_size'])} pages; resident: {on}")
+            b = seen.declared
+            on = ", ".join(f"node {n} {format_size(size)}" for n, size in seen.on_nodes.items()) or "nothing resident"
+            made = "spread over" if b.spread else "made for"
+            summary += (f"\nhost buffer at {b.address:#x}: {format_size(b.nbytes)} {made} node(s) {b.nodes}, "
+                        f"{format_size(b.page_size)} pages; resident: {on}")
         for words in j.buffer_words():
             summary += f"\nhost buffer: {words}"
         kept = None if j.expected is None else j.expected.record
@@ -117,7 +118,7 @@ class ThreadsReport:
                 "bytes": {str(k): v for k, v in sorted(memory.bytes.items())},
                 "own_bytes": {str(k): v for k, v in sorted(memory.own_bytes.items())},
                 "remote_share": j.remote_share(), "bound": j.max_remote},
-            "host_memory": j.host_memory(),
+            "host_memory": None if (host := j.host_memory()) is None else host.as_dict(),
         }
 
     def check(self) -> int:
