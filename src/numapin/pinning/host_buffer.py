@@ -322,13 +322,14 @@ def nics_near(facts: Facts, nodes: CpuSet) -> tuple[str, ...]:
     except OSError:
         return ()
     topology = facts.topology
+    holding = {nic.node for nic in nics if nic.node is not None}
+    ids = {x.id for x in topology.nodes}
     near: set[int] = set()
     for n in nodes:
-        if any(nic.node == n for nic in nics):
+        if n in holding:
             near.add(n)
             continue
-        holding = {nic.node for nic in nics if nic.node is not None}
-        distances = {m: topology.distance(n, m) for m in holding} if n in {x.id for x in topology.nodes} else {}
+        distances = {m: topology.distance(n, m) for m in holding} if n in ids else {}
         known = {m: d for m, d in distances.items() if d is not None}
         if known:
             least = min(known.values())

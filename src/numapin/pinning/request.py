@@ -282,7 +282,8 @@ def bind(prepared: PreparedExec, environ: Mapping[str, str] | None = None) -> tu
     whole = replace(p, cpus=p.workers, reserved=CpuSet()) if p.reserved else p
     # The process's record says who pinned: numapin exec, or the start-up hook (the same request, no program).
     with acting("exec" if request.program else "autopin", prepared.pools):
-        result = pin_decided(Options(request.policy, False, request.strict, request.memory, False, env),
+        result = pin_decided(Options(policy=request.policy, all_threads=False, strict=request.strict,
+                                     memory=request.memory, migrate=False, environ=env),
                              placement=whole, root=request.root, facts=facts)
     if result.mask is not None and result.on_target:
         env[APPLIED] = str(result.mask)

@@ -231,7 +231,6 @@ class _Scan:
     def __init__(self, root: str | os.PathLike[str] | None, kept: Kept | None = None) -> None:
         self.root = root
         self.kept = kept
-        self.owners: dict[int, int] = {}
         self.views: dict[int, ProcessView] = {}
         self._machine: list[Facts] = []
         self._device = _device()  # once a scan, not once a process
@@ -245,19 +244,18 @@ class _Scan:
             self._machine.append(cached(self.root, {}))
         return self._machine[0]
 
-    def read_owners(self, pids: list[int], deadline: float | None) -> dict[int, int]:
-        """Each process's entry (its owner, and when it was made): the view of it."""
+    def read_owners(self, pids: list[int], deadline: float | None) -> set[int]:
+        """Each process's entry (its owner, and when it was made): the view of it; the owners met."""
         for pid in pids:
             ScanTimeout.past(deadline, "listing the processes' owners")
             try:
                 owner, born = procfs.seen(pid)
             except ProcessError:
                 continue
-            self.owners[pid] = owner
             self.views[pid] = ProcessView(pid, owner, born, self.kept)
         if self.kept is not None:
             self.kept.forget_all_but(self.views)
-        return self.owners
+        return {v.owner for v in self.views.values() if v.owner is not None}
 
     def view(self, pid: int) -> ProcessView:
         """The view of ``pid``: the scan's, or one of its own for a process the listing did not show."""
@@ -272,7 +270,8 @@ class _Scan:
         return self.view(pid).start
 
     def owner_of(self, pid: int) -> int | None:
-        return self.owners[pid] if pid in self.owners else record.owner(pid)
+        seen = self.views.get(pid)
+        return seen.owner if seen is not None and seen.owner is not None else record.owner(pid)
 
     def devices_of(self, pid: int) -> tuple[str, ...]:
         """Its GPU device files (ProcessError where they cannot be read)."""
@@ -315,7 +314,7 @@ def survey(
     me = os.getpid()
     scan = _Scan(root, kept)
     owners = scan.read_owners(chosen, deadline)
-    known = record.entries(set(owners.values()), scan.start_of, scan.owner_of)
+    known = record.entries(owners, scan.start_of, scan.owner_of)
     # A container's workers keep their records in its own root, under their ids there: read through /proc/PID/root.
     elsewhere, unseen = record.across([pid for pid in chosen if pid not in known], scan.start_of, scan.owner_of,
                                       may_be_worker=scan.may_be_worker, deadline=deadline,
@@ -323,7 +322,7 @@ def survey(
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
     from ..pinning.declaration import present
 
-    declarations = present(set(owners.values()))  # the host buffers declared here, listed once a scan
+    declarations = present(owners)  # the host buffers declared here, listed once a scan
     rehearsed = _rehearsed(root)
     found: list[Worker] = []
     for pid in chosen:
@@ -442,7 +441,7 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
     try:
         judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory, stat=stat,
                        max_remote=max_remote, small_memory=False, declarations=declarations,
-                       owner=scan.owners.get(pid))
+                       owner=scan.view(pid).owner)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
