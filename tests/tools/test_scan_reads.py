@@ -140,3 +140,42 @@ def test_a_view_reads_a_file_once_and_never_takes_what_was_kept_of_another_proce
     assert got["seen"] == ["first", "first", "first"], got
     assert got["quiet"] == {}, got  # asked twice more, read no more
     assert got["after"] == {(got["pid"], "read environ"): 1}, got
+
+
+def _judged_through_views() -> dict[str, object]:
+    from numapin.observe.judge import judge
+    from numapin.observe.view import ProcessView
+    from numapin.tools.doctor import diagnose
+
+    folder = tempfile.mkdtemp()
+    os.environ[RUNTIME_DIR] = folder
+    started, workers, _ = _processes(folder)
+    try:
+        pid = workers[0]
+        counts = _counting()
+        view = ProcessView(pid)
+        first = judge(view)
+        once = {what: n for (p, what), n in counts.items() if p == pid}
+        counts.clear()
+        again = judge(view)
+        twice = {what: n for (p, what), n in counts.items() if p == pid}
+        counts.clear()
+        diagnose(pid=pid)
+        doctor = {what: n for (p, what), n in counts.items() if p == pid}
+    finally:
+        for process in started:
+            process.kill()
+    return {"verdicts": [str(first.verdict), str(again.verdict)], "once": once, "twice": twice, "doctor": doctor}
+
+
+def test_the_judge_reads_a_process_only_through_its_view_each_file_once() -> None:
+    """The judge is a function of the view and the machine: judging a view again reads nothing of the process,
+    and ``doctor --pid`` (its gathering, the judge and every check) reads each of its files once."""
+    got = in_child(_judged_through_views)
+    assert got["verdicts"] == ["ok", "ok"], got
+    once, twice, doctor = got["once"], got["twice"], got["doctor"]
+    assert {"read stat", "read environ", "list task"} <= set(once), once  # the counter counts (it can fail)
+    assert all(n == 1 for n in once.values()), once
+    assert twice == {}, f"judging the same view again read {twice}"
+    assert {"read stat", "read environ", "list task"} <= set(doctor), doctor
+    assert {what: n for what, n in doctor.items() if n > 1} == {}, doctor

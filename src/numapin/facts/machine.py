@@ -127,12 +127,10 @@ class Facts:
         return self._machine().network()
 
 
-def seen_by(facts: Facts, pid: int, environ: Mapping[str, str]) -> Facts:
-    """``facts`` as process ``pid`` sees the machine: where its root is not this one's (a container's), its GPU
-    indices count the GPUs it was given, not every one sysfs shows (:func:`numapin.facts.inventory.in_view`)."""
-    from .procfs import foreign_root  # asked only of another process
-
-    seen_from = foreign_root(pid) if pid != os.getpid() else None
+def seen_by(facts: Facts, seen_from: str | None, environ: Mapping[str, str]) -> Facts:
+    """``facts`` as a process sees the machine: where its root is not this one's (a container's: ``seen_from``,
+    the path its files are seen through, :func:`numapin.facts.procfs.foreign_root`), its GPU indices count the
+    GPUs it was given, not every one sysfs shows (:func:`numapin.facts.inventory.in_view`)."""
     if seen_from is None or facts.machine is None:
         return facts
     return facts.machine.view(environ, seen_from=seen_from)

@@ -18,6 +18,10 @@ from ..base.errors import AccessDenied, NoSuchProcess
 from ..base.frozen import frozen
 from ..base.text import decimal
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
 __all__ = ["Stat", "alive", "cgroup_paths", "cgroups", "comm", "environ", "fd_targets", "foreign_root", "inner_pid",
            "inner_uid", "locked_memory_limit", "namespace", "numa_maps", "open_files", "own_memory", "owner", "pids",
            "seccomp_mode", "seen", "stat", "status", "tasks"]
@@ -287,10 +291,11 @@ def namespace(pid: int | str, kind: str) -> int:
     return inode
 
 
-def inner_pid(pid: int) -> int:
+def inner_pid(pid: int, seen: Mapping[str, str] | None = None) -> int:
     """The process's id in its own PID namespace: the last of its ``NSpid`` (the kernel lists it from the
-    reader's namespace inward); ``pid`` itself where the kernel shows no list."""
-    ids = status(pid).get("NSpid", "").split()
+    reader's namespace inward); ``pid`` itself where the kernel shows no list. ``seen``: its status, where the
+    caller read it."""
+    ids = (status(pid) if seen is None else seen).get("NSpid", "").split()
     return int(ids[-1]) if ids and ids[-1].isascii() and ids[-1].isdigit() else pid
 
 

@@ -28,18 +28,15 @@ from ..base.errors import AccessDenied, NumapinError, ProcessError
 from ..base.frozen import frozen, replace
 from ..base.text import counted, format_size
 from ..cpuset import CpuSet
-from ..facts import procfs
 from ..facts.machine import Facts, cached, seen_by, this_host_cpus, this_host_nodes
-from ..kernel.affinity import LinuxThreads
-from ..kernel.residency import KINDS, Residency, residency
-from ..pinning import record as records
-from ..pinning.declaration import Declaration, Declared, declared, unbalanced
+from ..kernel.residency import KINDS, Residency
+from ..pinning.declaration import Declaration, Declared, unbalanced
 from ..pinning.record import Record
-from ..pinning.rehearsed import of as rehearsal_of
 from ..pinning.state import exec_marker, state
 from ..placement.modes import Placement, PlacementMode, resolve
 from ..placement.ranks import LocalRank, local_rank
 from .verdict import JUDGED_MEMORY, REMOTE_BOUND, SHARED_NOTED, Verdict, verdict_words
+from .view import ProcessView
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -326,31 +323,24 @@ def expected(
     return None, "no record, no local rank, and not one GPU of its own: nothing says which GPU it drives"
 
 
-def placed_by(pid: int, record: Record | None, environ: Mapping[str, str], mask: CpuSet | None,
-              known: Mapping[int, Record], baseline: CpuSet, parent: int | None = None) -> str:
-    """Who put the process where it runs (its main thread's mask is the process's); ``parent``, its parent's
-    pid when already read."""
+def placed_by(process: ProcessView, record: Record | None, environ: Mapping[str, str], mask: CpuSet | None,
+              baseline: CpuSet) -> str:
+    """Who put the process where it runs (its main thread's mask is the process's): its ancestors' views are of
+    the same scan, so a scan of many workers under one launcher reads the launcher once."""
     if record is not None:
         return record.how if mask == record.mask else f"{record.how}, since moved by someone else"
     marker = exec_marker(environ)
     if marker is not None and mask == marker:
         return "exec"
-    parent, depth = parent if parent is not None else _parent(pid), 0
-    while parent and depth < 8:  # a data loader, a compile worker: forked by a worker numapin placed
-        above = known.get(parent) if parent in known else records.lookup(parent)
+    parent, depth = process.parent(), 0
+    while parent is not None and depth < 8:  # a data loader, a compile worker: forked by a worker numapin placed
+        above = parent.record()
         if above is not None and mask == above.mask:
-            return f"inherited from {parent} ({above.how})"
-        parent, depth = _parent(parent), depth + 1
+            return f"inherited from {parent.pid} ({above.how})"
+        parent, depth = parent.parent(), depth + 1
     if mask is None or mask == baseline:
         return "nobody"
     return "someone else"
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return procfs.stat(pid).ppid
-    except ProcessError:
-        return None
 
 
 def _pinner(name: str | None, mask: CpuSet | None, inside: bool | None, environ: Mapping[str, str],
@@ -379,7 +369,7 @@ def on_nic_node(mask: CpuSet, environ: Mapping[str, str], facts: Facts, pci: str
 
 
 def judge(
-    pid: int,
+    process: ProcessView | int,
     *,
     root: str | os.PathLike[str] | None = None,
     gpu: int | None = None,
@@ -389,47 +379,43 @@ def judge(
     reserve: int = 0,
     environ: Mapping[str, str] | None = None,
     devices: Collection[str] = (),
-    known: Mapping[int, Record] | None = None,
     memory: bool = True,
     max_remote: float | None = REMOTE_BOUND,
-    stat: procfs.Stat | None = None,
     small_memory: bool = True,
     facts: Facts | None = None,
     declarations: Container[str] | None = None,
-    owner: int | None = None,
 ) -> Judgement:
-    """Judge process ``pid``: where it should be (see the module's list), where each thread is, the verdict.
+    """Judge a process, by its view or its pid: where it should be (see the module's list), where each thread is,
+    the verdict. Everything of the process is read through its :class:`~numapin.observe.view.ProcessView` (a
+    scan's, where the caller has one: ``ps``), each file once: its record, its ancestors' (to say a child inherited
+    its pin), its threads, memory and declarations.
 
     ``gpu`` is an index in the process's own view; ``rank`` a local rank, its GPU in that view; ``mode`` and
-    ``reserve`` as for ``numapin exec``. ``environ`` is read unless
-    given; ``known`` are the records of the host's processes when the caller
-    read them all (``ps``), else the process's own record is looked up (and its
-    parent's, to say a child inherited its pin).
-    ``max_remote`` (0..1, default :data:`REMOTE_BOUND`; None: memory not judged) bounds the share of its own
-    memory outside the expected nodes. ``stat``: its ``/proc/PID/stat``, when the caller read it.
-    ``small_memory`` False leaves unread where the memory of a process too small to be judged by it lies
-    (``ps``, judging every worker of the host, has no use for it; ``threads`` shows it).
-    ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`), when the caller has
-    it; else read (cached) under ``root`` and cut to the GPUs the process's root holds. ``declarations``: the
-    host-buffer declarations in this namespace's folders (:func:`numapin.pinning.declaration.present`), where
-    the caller listed them for many processes; ``owner``: its user, where the caller read it.
+    ``reserve`` as for ``numapin exec``. ``environ``: the environment to judge it by, where the caller has it
+    (else its view's). ``max_remote`` (0..1, default :data:`REMOTE_BOUND`; None: memory not judged) bounds the share
+    of its own memory outside the expected nodes. ``small_memory`` False leaves unread where the memory of a
+    process too small to be judged by it lies (``ps``, judging every worker of the host, has no use for it;
+    ``threads`` shows it). ``facts``: the machine as the process sees it (:func:`numapin.facts.machine.seen_by`),
+    when the caller has it; else read (cached) under ``root`` and cut to the GPUs the process's root holds.
+    ``declarations``: the host-buffer declarations in this namespace's folders
+    (:func:`numapin.pinning.declaration.present`), where the caller listed them for many processes.
     Raises :class:`NoSuchProcess` for a process that is gone or exited,
     :class:`UsageError` for a question that cannot be answered.
     """
-    if stat is None or stat.exited:
-        stat = procfs.alive(pid)
-    found = known.get(pid) if known is not None else records.lookup(pid)
+    view = process if isinstance(process, ProcessView) else ProcessView(process)
+    pid, stat = view.pid, view.alive()
+    found = view.record()
     unreadable = False
     if environ is None:
         try:
-            environ = os.environ if pid == os.getpid() else procfs.environ(pid)
+            environ = os.environ if pid == os.getpid() else view.environ()
         except AccessDenied:
             environ, unreadable = {}, True
     if facts is None:
-        facts = seen_by(cached(root, environ), pid, environ)  # a container's process: the GPUs it was given
+        facts = seen_by(cached(root, environ), view.foreign_root(), environ)  # a container's: the GPUs it was given
     live = facts.topology.live  # this host: no other CPUs or nodes to leave out
     # A process a rehearsal started under the machine read (not this host): judged by what was decided for it there.
-    rehearsed = None if live else rehearsal_of(str(facts.topology.root), pid, stat.start)
+    rehearsed = None if live else view.rehearsal(str(facts.topology.root))
     want, note = expected(facts, environ, record=found, gpu=gpu, cpus=cpus, mode=mode, rank=rank, reserve=reserve,
                           devices=devices)
     if rehearsed is not None and gpu is None and cpus is None and mode is None and rank is None and not reserve:
@@ -439,17 +425,17 @@ def judge(
     marker = exec_marker(environ)
     own = state().thread_masks() if pid == os.getpid() else set()
     own |= {m for m in (marker, None if found is None else found.mask) if m is not None}
-    threads = _threads(pid, stat, want, own, environ, facts)
+    threads = _threads(view, want, own, environ, facts)
     crowd = tuple((key, tuple(pinners.unheeded(key, dict(environ))))
                   for key in dict.fromkeys(t.pinner for t in threads if t.pinner is not None))
-    pages, size, hidden, declaration = _memory(pid, stat, declarations, small_memory or max_remote is None, owner) \
+    pages, size, hidden, declaration = _memory(view, declarations, small_memory or max_remote is None) \
         if memory else (None, None, False, Declaration())
     buffers, unlisted = declaration.buffers, (declaration.more, declaration.more_bytes)
     main = next((t.cpus for t in threads if t.tid == pid), None)
     # An unplaced process runs on every CPU it may: of the machine judged by, those this host has (a rehearsal
     # machine's other CPUs exist nowhere, and no process was kept from them).
     baseline = facts.topology.allowed if live else facts.topology.allowed & this_host_cpus()
-    who = placed_by(pid, found, environ, main, known or {}, baseline, stat.ppid)
+    who = placed_by(view, found, environ, main, baseline)
     if want is None:
         verdict = Verdict.UNREADABLE if unreadable else Verdict.UNKNOWN
         if unreadable:
@@ -471,19 +457,14 @@ def judge(
     return judged
 
 
-def _threads(pid: int, stat: procfs.Stat, want: Expected | None, own: set[CpuSet], environ: Mapping[str, str],
+def _threads(view: ProcessView, want: Expected | None, own: set[CpuSet], environ: Mapping[str, str],
              facts: Facts) -> list[ThreadState]:
-    """Each thread of ``pid`` as it is: its mask against the target, whether numapin set it, the library whose
+    """Each thread of the process as it is: its mask against the target, whether numapin set it, the library whose
     thread it is (and where that library's row says it belongs)."""
-    ops = LinuxThreads(pid)
     vendor = None if want is None else facts.vendor_at(want.placement.pci)
     threads = []
-    for tid in sorted(procfs.tasks(pid)):
-        try:
-            mask = ops.get_affinity(tid)
-        except OSError:
-            continue  # ended since the listing: no longer one of its threads, and no reason to doubt the rest
-        seen = stat if tid == pid else ops.stat(tid)  # its name and last CPU (the main thread's: read above)
+    for task in view.tasks():
+        tid, mask, seen = task.tid, task.cpus, task.stat
         name = None if seen is None else seen.name
         inside = None if want is None or mask is None else mask <= want.target
         narrowed = bool(inside) and want is not None and mask != want.target
@@ -496,18 +477,18 @@ def _threads(pid: int, stat: procfs.Stat, want: Expected | None, own: set[CpuSet
     return threads
 
 
-def _memory(pid: int, stat: procfs.Stat, declarations: Container[str] | None, sized_by_numa_maps: bool,
-            owner: int | None) -> tuple[Residency | None, int | None, bool, Declaration]:
-    """Where ``pid``'s pages lie (None: not read), its own memory's size where status told it instead, whether its
-    numa_maps was another user's to read, and the host buffers it declared."""
-    declaration = declared(pid, stat.start, declarations, owner)
+def _memory(view: ProcessView, declarations: Container[str] | None,
+            sized_by_numa_maps: bool) -> tuple[Residency | None, int | None, bool, Declaration]:
+    """Where the process's pages lie (None: not read), its own memory's size where status told it instead, whether
+    its numa_maps was another user's to read, and the host buffers it declared."""
+    declaration = view.declaration(declarations)
     pages, size = None, None
     try:
         # Too small a process is not judged by its memory: status says so at a fraction of numa_maps's cost,
         # which walks every page of every mapping (and any user may read status). Declared buffers are read.
-        size = None if sized_by_numa_maps or declaration.buffers else procfs.own_memory(pid)
+        size = None if sized_by_numa_maps or declaration.buffers else view.own_memory()
         if size is None or size >= JUDGED_MEMORY:
-            pages = residency(pid, [(b.address, b.nbytes) for b in declaration.buffers])
+            pages = view.residency([(b.address, b.nbytes) for b in declaration.buffers])
     except AccessDenied:
         return None, size, True, declaration  # another user's process: its numa_maps is for its owner or root
     except ProcessError:

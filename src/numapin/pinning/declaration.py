@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Container, Iterable, Mapping
     from typing import Any
 
+    from .folders import Seen
+
 __all__ = ["LISTED_AT_MOST", "Declaration", "Declared", "declare", "declared", "present", "unbalanced"]
 
 
@@ -130,14 +132,14 @@ def present(uids: Iterable[int]) -> frozenset[str]:
 
 
 def declared(pid: int, start: int | None = None, listed: Container[str] | None = None,
-             uid: int | None = None) -> Declaration:
+             uid: int | None = None, seen: Seen | None = None) -> Declaration:
     """The host buffers live process ``pid`` declared, believed as its record is (its owner's or root's file, in
     its owner's folders, of its namespace, naming it), looked for where :func:`numapin.pinning.folders.places`
     says. Nothing where none is declared or none can be believed. ``start``: its start time, where the caller
     read it; ``listed``: what :func:`present` found in this namespace's folders, where the caller listed them;
-    ``uid``: its owner, where the caller read it."""
+    ``uid``: its owner, where the caller read it; ``seen``: what the caller reads of it (its view)."""
     start, uid = start if start is not None else start_time(pid), uid if uid is not None else owner(pid)
-    looked = None if start is None or uid is None else places(pid, start, uid)
+    looked = None if start is None or uid is None else places(pid, start, uid, seen)
     if looked is None or start is None or uid is None:
         return Declaration()
     inner, ns, where = looked

@@ -17,6 +17,15 @@ from ..facts import procfs
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
+    from typing import Protocol
+
+    class Seen(Protocol):
+        """What a caller reads of a process once for every question (a scan's view,
+        :class:`numapin.observe.view.ProcessView`): its namespaces, environment and status."""
+
+        def namespaces(self, *, may_be_worker: bool) -> tuple[int, int]: ...
+        def environ(self) -> dict[str, str]: ...
+        def status(self) -> dict[str, str]: ...
 
 __all__ = ["DECLARATION", "Where", "declaration_name", "file_name", "folders", "folders_of", "inside", "namespace",
            "namespaces", "owner", "places", "reading_folders", "root_of", "start_time"]
@@ -141,20 +150,24 @@ def namespaces(pid: int | str) -> tuple[int, int]:
     return procfs.namespace(pid, "mnt"), procfs.namespace(pid, "pid")
 
 
-def places(pid: int, start: int, uid: int) -> tuple[int, int, list[tuple[str, int | None]]] | None:
+def places(pid: int, start: int, uid: int,
+           seen: Seen | None = None) -> tuple[int, int, list[tuple[str, int | None]]] | None:
     """Where the files of live process ``pid`` (started at ``start``, of user ``uid``) may lie: its id and PID
     namespace as its files name them, and each folder with the process through whose root it is reached (None:
     this namespace's own). A process of another mount or PID namespace (a container's) is looked for in its own
-    root, under its own id there; None where it may not be looked into."""
+    root, under its own id there; None where it may not be looked into. ``seen``: what the caller reads of the
+    process (its view), which these readings are taken from."""
     if pid != os.getpid():
         try:
-            theirs = namespaces(pid)
+            theirs = namespaces(pid) if seen is None else seen.namespaces(may_be_worker=True)
             elsewhere = theirs != namespaces("self")
         except ProcessError:
             elsewhere = False  # not ours to look into: only this namespace's folders, as for any process
         if elsewhere:
             try:
-                inner, inner_uid, env = procfs.inner_pid(pid), procfs.inner_uid(pid, uid), procfs.environ(pid)
+                inner = procfs.inner_pid(pid, None if seen is None else seen.status())
+                inner_uid = procfs.inner_uid(pid, uid)
+                env = procfs.environ(pid) if seen is None else seen.environ()
             except ProcessError:
                 return None
             if inner_uid is None:

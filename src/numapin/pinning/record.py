@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 
     from ..placement.modes import Placement
     from .decision import ExternalMaskPolicy
+    from .folders import Seen
     from .memory import MemoryMode
 
 # Where records lie, and whose process each names, is :mod:`numapin.pinning.folders`'s; the names a reader of
@@ -338,18 +339,21 @@ def _read(folder: Folder, name: str, uid: int | None, named: tuple[int, int, int
 CAP = 1 << 16
 
 
-def lookup(pid: int) -> Record | None:
+def lookup(pid: int, start: int | None = None, uid: int | None = None, seen: Seen | None = None) -> Record | None:
     """The record of the live process ``pid``, or None (none written, none to believe, or left by a process
-    now gone)."""
-    found = locate(pid)
+    now gone). ``start``, ``uid``: its start time and owner, where the caller read them; ``seen``: what the caller
+    reads of it (its view, :func:`numapin.pinning.folders.places`)."""
+    found = locate(pid, start, uid, seen)
     return None if found is None else found[0]
 
 
-def locate(pid: int) -> tuple[Record, Where] | None:
+def locate(pid: int, start: int | None = None, uid: int | None = None,
+           seen: Seen | None = None) -> tuple[Record, Where] | None:
     """The record of the live process ``pid`` and where it lies (where a keeper writes it again), looked for in
-    the folders :func:`numapin.pinning.folders.places` names."""
-    start, uid = start_time(pid), owner(pid)
-    looked = None if start is None or uid is None else places(pid, start, uid)
+    the folders :func:`numapin.pinning.folders.places` names (``start``, ``uid``, ``seen`` as for :func:`lookup`)."""
+    start = start if start is not None else start_time(pid)
+    uid = uid if uid is not None else owner(pid)
+    looked = None if start is None or uid is None else places(pid, start, uid, seen)
     if looked is None or start is None or uid is None:
         return None
     inner, ns, where = looked

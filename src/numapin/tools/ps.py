@@ -23,14 +23,14 @@ from ..facts.host import Host
 from ..facts.pod import Pod
 from ..facts.podresources import SOCKET
 from ..observe.verdict import REMOTE_BOUND, Verdict, verdict_words
-from ..observe.view import Kept, ProcessView
+from ..observe.view import Kept, ProcessView, Views
 from ..pinning import record
 
 # The machine and the judge are imported when a worker is found: a scan of a host without one (a thousand
 # shells, a login node) reads each process's open files and nothing of the machine.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable
     from typing import Any
 
     from ..cpuset import CpuSet
@@ -230,8 +230,7 @@ class _Scan:
 
     def __init__(self, root: str | os.PathLike[str] | None, kept: Kept | None = None) -> None:
         self.root = root
-        self.kept = kept
-        self.views: dict[int, ProcessView] = {}
+        self.views = Views(kept)
         self._machine: list[Facts] = []
         self._device = _device()  # once a scan, not once a process
         self.nvml = _nvml_processes(root, self.machine)
@@ -252,16 +251,14 @@ class _Scan:
                 owner, born = procfs.seen(pid)
             except ProcessError:
                 continue
-            self.views[pid] = ProcessView(pid, owner, born, self.kept)
-        if self.kept is not None:
-            self.kept.forget_all_but(self.views)
-        return {v.owner for v in self.views.values() if v.owner is not None}
+            self.views.seen(pid, owner, born)
+        if self.views.kept is not None:
+            self.views.kept.forget_all_but(self.views.by_pid)
+        return {v.owner for v in self.views.by_pid.values() if v.owner is not None}
 
     def view(self, pid: int) -> ProcessView:
-        """The view of ``pid``: the scan's, or one of its own for a process the listing did not show."""
-        if pid not in self.views:
-            self.views[pid] = ProcessView(pid)
-        return self.views[pid]
+        """The view of ``pid``: the scan's, or a new one for a process the listing did not show."""
+        return self.views.of(pid)
 
     def stat_of(self, pid: int) -> procfs.Stat | None:
         return self.view(pid).stat()
@@ -270,7 +267,7 @@ class _Scan:
         return self.view(pid).start
 
     def owner_of(self, pid: int) -> int | None:
-        seen = self.views.get(pid)
+        seen = self.views.by_pid.get(pid)
         return seen.owner if seen is not None and seen.owner is not None else record.owner(pid)
 
     def devices_of(self, pid: int) -> tuple[str, ...]:
@@ -320,6 +317,7 @@ def survey(
                                       may_be_worker=scan.may_be_worker, deadline=deadline,
                                       namespaces_of=scan.namespaces_of)
     known.update({pid: entry for pid, (entry, _) in elsewhere.items()})
+    scan.views.records, scan.views.looked = known, set(chosen)  # a judge's ancestors asked: looked up no more
     from ..pinning.declaration import present
 
     declarations = present(owners)  # the host buffers declared here, listed once a scan
@@ -330,8 +328,8 @@ def survey(
         if pid == me and not asked:
             continue
         try:
-            worker = _look(pid, scan, known, root, memory, max_remote, declarations, asked=asked,
-                           candidates=candidates, rehearsed=rehearsed)
+            worker = _look(pid, scan, root, memory, max_remote, declarations, asked=asked, candidates=candidates,
+                           rehearsed=rehearsed)
         except AccessDenied:
             seen = scan.stat_of(pid)
             unseen += seen is not None and not seen.kernel_thread  # a kernel thread is nobody's worker
@@ -393,14 +391,15 @@ def _in_pods(workers: list[Worker], root: str | os.PathLike[str] | None, socket:
     return checked, (unnamed, stale)
 
 
-def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str | os.PathLike[str] | None,
-          memory: bool, max_remote: float | None, declarations: Container[str], *, asked: bool,
-          candidates: bool, rehearsed: Container[int] = ()) -> Worker | None:
+def _look(pid: int, scan: _Scan, root: str | os.PathLike[str] | None, memory: bool, max_remote: float | None,
+          declarations: Container[str], *, asked: bool, candidates: bool,
+          rehearsed: Container[int] = ()) -> Worker | None:
     """The worker ``pid`` is, or None when it is none (or gone); AccessDenied when another user's process could
     be one and nothing this user may read says. ``asked``: a PID asked for, judged whatever it is;
     ``candidates``: its environment read even when nothing it holds makes it a worker; ``rehearsed``: the processes
     a rehearsal under ``root`` started (workers of the machine rehearsed)."""
-    entry, nvml = known.get(pid), scan.nvml
+    view, nvml = scan.view(pid), scan.nvml
+    entry = view.record()
     try:
         devices: tuple[str, ...] | None = scan.devices_of(pid)
     except AccessDenied:
@@ -416,7 +415,7 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
         if stat is None or stat.exited:
             raise NoSuchProcess(pid)
         name = stat.name  # the stat read once a scan holds the name (comm) too
-        env: dict[str, str] | None = scan.view(pid).environ()
+        env: dict[str, str] | None = view.environ()
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
             raise  # nothing says it is a worker, and nothing more can be read
@@ -439,14 +438,13 @@ def _look(pid: int, scan: _Scan, known: Mapping[int, record.Record], root: str |
 
     using = {g.where for g in scan.machine().inventory.gpus if set(g.devices) & set(devices)} | nvml.get(pid, set())
     try:
-        judged = judge(pid, root=root, environ=env, devices=using, known=known, memory=memory, stat=stat,
-                       max_remote=max_remote, small_memory=False, declarations=declarations,
-                       owner=scan.view(pid).owner)
+        judged = judge(view, root=root, environ=env, devices=using, memory=memory, max_remote=max_remote,
+                       small_memory=False, declarations=declarations)
     except NoSuchProcess:
         return Worker(pid, name, Verdict.UNKNOWN, why, note="no such process") if asked else None
     except NumapinError as exc:  # its environment says something numapin cannot take (a bad NUMAPIN_* value)
         return Worker(pid, name, Verdict.UNKNOWN, why, note=str(exc), candidate=held is None)
-    return _worker(judged, why, held is None, scan.view(pid).pod())
+    return _worker(judged, why, held is None, view.pod())
 
 
 def _worker(judged: Judgement, why: str, candidate: bool, pod: Pod | None) -> Worker:

@@ -12,10 +12,10 @@ import os
 from ...base.environment import ACCELERATOR, RANK_MAP
 from ...base.errors import EnvironmentProblem, ProcessError, UsageError
 from ...base.frozen import frozen
-from ...facts import procfs
 from ...facts.host import Host
 from ...facts.machine import Facts, cached, seen_by
 from ...observe.judge import Expected, Judgement, expected, judge
+from ...observe.view import ProcessView
 from ...pinning import record
 from ...placement.modes import Placement, PlacementMode, resolve
 from ...placement.ranks import LocalRank, gpu_for_rank, requested_rank
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ...facts.dra import DraDevice
-    from ...facts.procfs import Stat
 
 __all__ = ["Asked", "Case", "gather", "mode_of"]
 
@@ -84,28 +83,30 @@ def gather(environ: Mapping[str, str] | None, asked: Asked) -> Case:
     """Read what the checks need, once: the process, its record, the machine as it sees it, and the placement
     judged (``--pid``: the one judge's) or assumed (an environment about to start a worker)."""
     pid = asked.pid
-    stat = None if pid is None else procfs.alive(pid)
-    if pid is not None and environ is None:
-        environ = procfs.environ(pid)
+    view = None if pid is None else ProcessView(pid)  # what the judge reads of it too: each file once
+    if view is not None:
+        view.alive()
+        if environ is None:
+            environ = view.environ()
     # The record of the process judged: PID's, or this process's when its own environment is checked
     # (an environment handed in is another process's to be, which numapin has not placed).
-    found = record.lookup(pid) if pid is not None else record.lookup(os.getpid()) if environ is None else None
+    found = view.record() if view is not None else record.lookup(os.getpid()) if environ is None else None
     env = dict(os.environ if environ is None else environ)
     if found is not None:
         for name, value in found.pools:  # set inside the process: its environ at start does not show them
             env.setdefault(name, value)
     facts = cached(asked.root, env)  # the facts the judge reads too: the machine read once
-    if pid is not None:
-        facts = seen_by(facts, pid, env)  # a container's process: the GPUs it was given, as the judge sees them
+    if view is not None:
+        facts = seen_by(facts, view.foreign_root(), env)  # a container's process: the GPUs it was given
     early: list[Finding] = []
     chosen, gpu = _rank(env, facts, asked, early)
-    judged, want, why = _expected(facts, env, asked, gpu, chosen, found, stat)
+    judged, want, why = _expected(facts, env, asked, gpu, chosen, found, view)
     if want is None:
         early.append(_no_placement(facts, why))
     elif want.placement.rank is not None and chosen is None:
         chosen = LocalRank(want.placement.rank, "its record" if want.record is not None else "its placement")
     process = pid if pid is not None else os.getpid() if environ is None else None
-    status = None if pid is None else _status(pid)  # PID's mask and thread count, read once
+    status = None if view is None else _status(view)  # PID's mask and thread count, read once
     return Case(asked, facts, Host(facts.topology.root), env, process, found, chosen, judged, want, status,
                 tuple(early))
 
@@ -129,14 +130,14 @@ def _rank(env: Mapping[str, str], facts: Facts, asked: Asked, early: list[Findin
 
 
 def _expected(facts: Facts, env: Mapping[str, str], asked: Asked, gpu: int | None, chosen: LocalRank | None,
-              found: record.Record | None, stat: Stat | None) -> tuple[Judgement | None, Expected | None,
-                                                                      str | None]:
+              found: record.Record | None, view: ProcessView | None) -> tuple[Judgement | None, Expected | None,
+                                                                               str | None]:
     """The process judged (``--pid``), and where it should be, or why that cannot be said."""
     judged = None
     try:
-        if asked.pid is not None:
-            judged = judge(asked.pid, root=asked.root, gpu=gpu, mode=asked.mode, reserve=asked.reserve, environ=env,
-                           known={} if found is None else {asked.pid: found}, stat=stat, facts=facts)
+        if view is not None:
+            judged = judge(view, root=asked.root, gpu=gpu, mode=asked.mode, reserve=asked.reserve, environ=env,
+                           facts=facts)
             want, why = judged.expected, judged.note
         else:
             want, why = expected(facts, env, record=found, gpu=gpu, mode=asked.mode, reserve=asked.reserve)
@@ -177,9 +178,9 @@ def _assumption(gpu: int | None, rank: LocalRank | None, facts: Facts) -> str:
     return "its one visible GPU (no record of numapin's, no launcher variable)"
 
 
-def _status(pid: int) -> dict[str, str]:
+def _status(view: ProcessView) -> dict[str, str]:
     try:
-        return procfs.status(pid)
+        return view.status()
     except ProcessError:
         return {}
 
