@@ -107,6 +107,10 @@ class ProcessView:
     def start(self) -> int | None:
         return None if (seen := self.stat()) is None else seen.start
 
+    def ours(self) -> tuple[int, int]:
+        """This process's mount and PID namespaces, read once a scan (what this view's are compared with)."""
+        return self._views.ours() if self._views is not None else namespaces("self")
+
     def user(self) -> int | None:
         """Its owner: the scan's reading of its entry, else read now (None where it is gone)."""
         if self.owner is None:
@@ -287,11 +291,18 @@ class Views:
     def __init__(self, kept: Kept | None = None) -> None:
         self.kept = kept
         self.by_pid: dict[int, ProcessView] = {}
+        self._ours: tuple[int, int] | None = None
         self.records: Mapping[int, Record] = {}
         """The records the scan found, by pid."""
         self.looked: Container[int] = ()
         """The processes whose records the scan looked for (those of :attr:`records`, and those without one); a
         view of any other looks its process's record up itself."""
+
+    def ours(self) -> tuple[int, int]:
+        """This process's mount and PID namespaces, read once a scan."""
+        if self._ours is None:
+            self._ours = namespaces("self")
+        return self._ours
 
     def seen(self, pid: int, owner: int, born: int) -> ProcessView:
         """The view of ``pid``, whose entry the scan read (its owner, when the entry was made)."""

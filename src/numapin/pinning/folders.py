@@ -21,9 +21,11 @@ if TYPE_CHECKING:
 
     class Seen(Protocol):
         """What a caller reads of a process once for every question (a scan's view,
-        :class:`numapin.observe.view.ProcessView`): its namespaces, environment and status."""
+        :class:`numapin.observe.view.ProcessView`): its namespaces, environment and status, and this process's
+        namespaces (``ours``: read once a scan)."""
 
         def namespaces(self, *, may_be_worker: bool) -> tuple[int, int]: ...
+        def ours(self) -> tuple[int, int]: ...
         def environ(self) -> dict[str, str]: ...
         def status(self) -> dict[str, str]: ...
 
@@ -157,10 +159,12 @@ def places(pid: int, start: int, uid: int,
     this namespace's own). A process of another mount or PID namespace (a container's) is looked for in its own
     root, under its own id there; None where it may not be looked into. ``seen``: what the caller reads of the
     process (its view), which these readings are taken from."""
+    mine = None
     if pid != os.getpid():
         try:
+            mine = namespaces("self") if seen is None else seen.ours()
             theirs = namespaces(pid) if seen is None else seen.namespaces(may_be_worker=True)
-            elsewhere = theirs != namespaces("self")
+            elsewhere = theirs != mine
         except ProcessError:
             elsewhere = False  # not ours to look into: only this namespace's folders, as for any process
         if elsewhere:
@@ -173,4 +177,4 @@ def places(pid: int, start: int, uid: int,
             if inner_uid is None:
                 return None
             return inner, theirs[1], [(path, pid) for path in folders_of(inner_uid, env, own=True)]
-    return pid, namespace(), [(path, None) for path in reading_folders({uid})]
+    return pid, namespace() if mine is None else mine[1], [(path, None) for path in reading_folders({uid})]
