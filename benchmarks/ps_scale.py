@@ -14,6 +14,11 @@ by pair), with the bound each must keep:
 
 Both sides of the first two start a process and read every process of the host; procps also reads every thread.
 The exporter starts none: it keeps between scans what a process cannot have changed.
+
+Beside the ordinary processes' row, the floor: a Python interpreter (``-c``, its own imports only) that reads of
+each process what any scan must to find the GPU workers among them (its entry, the targets of its open files, its
+two namespace links: a worker is known by the GPU it holds, a container's by the record in its own root), and
+prints nothing; numapin's ratio to it is what numapin's own work costs above that floor.
 Run as root or as any user: python benchmarks/ps_scale.py [PROCESSES] [PAIRS]
 """
 
@@ -63,6 +68,36 @@ def scraped(exporter: Exporter, baseline: list[str], env: dict[str, str]) -> tup
     return statistics.median(a / b for a, b in pairs), statistics.median(a for a, _ in pairs)
 
 
+#: The least a Python scan must read of each process to find its GPU workers (see the module's text).
+FLOOR = """
+import os
+for name in os.listdir("/proc"):
+    if not name.isdigit():
+        continue
+    base = "/proc/" + name
+    try:
+        os.stat(base)
+        folder = os.open(base + "/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        continue
+    try:
+        for fd in os.listdir(folder):
+            try:
+                os.readlink(fd, dir_fd=folder)
+            except OSError:
+                pass
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+    for kind in ("mnt", "pid"):
+        try:
+            os.readlink(base + "/ns/" + kind)
+        except OSError:
+            pass
+"""
+
+
 def spawn(count: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen(["sleep", "3600"], env=env) for _ in range(count)]
 
@@ -103,6 +138,9 @@ def main() -> None:
                 seconds = statistics.median(wall([*numapin, "ps", "--json"], env) for _ in range(3))
                 if bound == 1.5:
                     scrape_ratio, scrape_seconds = scraped(Exporter(), baseline, env)
+                    floor = [sys.executable, "-c", FLOOR]
+                    floor_ratio = paired(floor, baseline, env)
+                    above_floor = paired([*numapin, "ps", "--json"], floor, env)
             finally:
                 for child in children:
                     child.kill()
@@ -112,6 +150,9 @@ def main() -> None:
             print(f"  {name:42} numapin ps --json / ps -e -L: {ratio:5.2f}x  ({seconds:.3f} s, "
                   f"{counted} listed; bound {bound}x: {within})")
             if bound == 1.5:
+                print(f"  {name:42} the floor / ps -e -L:          {floor_ratio:5.2f}x  (a Python scan reading only "
+                      "what finding workers needs)")
+                print(f"  {name:42} numapin ps --json / the floor: {above_floor:5.2f}x")
                 within = "within" if scrape_ratio <= 0.5 else "OVER"
                 print(f"  {name:42} exporter scrape / ps -e -L:   {scrape_ratio:5.2f}x  ({scrape_seconds:.3f} s; "
                       f"bound 0.5x: {within})")

@@ -143,7 +143,9 @@ class ProcessView:
         if held is not None and held.devices is not None and files is not None and files == held.files:
             return held.devices
         try:
-            found = tuple(sorted({"/" + m.group(1) for m in map(device.search, procfs.fd_targets(self.pid)) if m}))
+            # Only a target naming a dev/ folder is matched: a thousand shells' pipes and sockets are passed over.
+            found = tuple(sorted({"/" + m.group(1) for m in map(device.search, (t for t in procfs.fd_targets(self.pid)
+                                                                                   if "dev/" in t)) if m}))
         except ProcessError as exc:
             return exc
         self._keep(files=files, devices=found)
