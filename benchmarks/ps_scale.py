@@ -15,10 +15,13 @@ by pair), with the bound each must keep:
 Both sides of the first two start a process and read every process of the host; procps also reads every thread.
 The exporter starts none: it keeps between scans what a process cannot have changed.
 
-Beside the ordinary processes' row, the floor: a Python interpreter (``-c``, its own imports only) that reads of
-each process what any scan must to find the GPU workers among them (its entry, the targets of its open files, its
-two namespace links: a worker is known by the GPU it holds, a container's by the record in its own root), and
-prints nothing; numapin's ratio to it is what numapin's own work costs above that floor.
+Beside each row, its floor: a Python interpreter (``-c``, its own imports only) that reads of each process what any
+scan must to find the GPU workers among them (its entry, the targets of its open files, its two namespace links: a
+worker is known by the GPU it holds, a container's by the record in its own root) and, of each worker, what judging
+it needs (its record, stat, environment, status, cgroup, each thread's mask and stat), and prints the workers;
+numapin's ratio to it is what numapin's own work costs above that floor. For the ordinary processes, the floor is
+printed again with ``argparse`` and ``json`` imported first: what any command line in Python that prints JSON
+starts with.
 Run as root or as any user: python benchmarks/ps_scale.py [PROCESSES] [PAIRS]
 """
 
@@ -98,6 +101,36 @@ for name in os.listdir("/proc"):
 """
 
 
+#: The least a Python scan must read of each worker to judge it, beside :data:`FLOOR`'s reads of every process: its
+#: record (the records folder listed, each file read and parsed), its stat, environment, status (its own memory),
+#: cgroup (its pod), and each thread's mask and stat; one line of JSON a worker printed.
+FLOOR_WORKERS = FLOOR + """
+import json
+folder = os.environ["NUMAPIN_RUNTIME_DIR"]
+records = {}
+for name in os.listdir(folder):
+    if name.endswith(".json"):
+        with open(os.path.join(folder, name), "rb") as file:
+            records[int(name.split("-")[0])] = json.loads(file.read())
+found = []
+for pid, record in records.items():
+    base = "/proc/" + str(pid)
+    try:
+        for part in ("stat", "environ", "status", "cgroup"):
+            with open(base + "/" + part, "rb") as file:
+                file.read()
+        masks = {}
+        for tid in os.listdir(base + "/task"):
+            with open(base + "/task/" + tid + "/stat", "rb") as file:
+                file.read()
+            masks[tid] = sorted(os.sched_getaffinity(int(tid)))
+    except OSError:
+        continue
+    found.append({"pid": pid, "how": record.get("how"), "threads": masks})
+print(json.dumps(found))
+"""
+
+
 def spawn(count: int, env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen(["sleep", "3600"], env=env) for _ in range(count)]
 
@@ -136,11 +169,13 @@ def main() -> None:
                 counted = listed.stdout.count('"pid"')
                 ratio = paired([*numapin, "ps", "--json"], baseline, env)
                 seconds = statistics.median(wall([*numapin, "ps", "--json"], env) for _ in range(3))
+                floor = [sys.executable, "-c", FLOOR if bound == 1.5 else FLOOR_WORKERS]
+                floor_ratio = paired(floor, baseline, env)
+                above_floor = paired([*numapin, "ps", "--json"], floor, env)
                 if bound == 1.5:
                     scrape_ratio, scrape_seconds = scraped(Exporter(), baseline, env)
-                    floor = [sys.executable, "-c", FLOOR]
-                    floor_ratio = paired(floor, baseline, env)
-                    above_floor = paired([*numapin, "ps", "--json"], floor, env)
+                    # The floor with what any command line of Python that writes JSON imports: its parser and json.
+                    cli_ratio = paired([sys.executable, "-c", "import argparse, json\n" + FLOOR], baseline, env)
             finally:
                 for child in children:
                     child.kill()
@@ -149,10 +184,11 @@ def main() -> None:
             within = "within" if ratio <= bound else "OVER"
             print(f"  {name:42} numapin ps --json / ps -e -L: {ratio:5.2f}x  ({seconds:.3f} s, "
                   f"{counted} listed; bound {bound}x: {within})")
+            print(f"  {name:42} the floor / ps -e -L:          {floor_ratio:5.2f}x  (a Python scan reading only "
+                  f"what {'finding' if bound == 1.5 else 'finding and judging'} workers needs)")
+            print(f"  {name:42} numapin ps --json / the floor: {above_floor:5.2f}x")
             if bound == 1.5:
-                print(f"  {name:42} the floor / ps -e -L:          {floor_ratio:5.2f}x  (a Python scan reading only "
-                      "what finding workers needs)")
-                print(f"  {name:42} numapin ps --json / the floor: {above_floor:5.2f}x")
+                print(f"  {name:42} ... with argparse and json:    {cli_ratio:5.2f}x  (what a command line adds to it)")
                 within = "within" if scrape_ratio <= 0.5 else "OVER"
                 print(f"  {name:42} exporter scrape / ps -e -L:   {scrape_ratio:5.2f}x  ({scrape_seconds:.3f} s; "
                       f"bound 0.5x: {within})")
