@@ -23,7 +23,9 @@ the machine's speed touches both alike), with the bound each must keep:
 
 The pair machine is this host's CPUs 0 and 1 as two nodes with a GPU each (``numapin machine pair``).
 Also printed: the start-up file inactive (no variable set), and its one line timed in process.
-Run: python benchmarks/startup.py [PAIRS]
+With ``--against CHECKOUT`` (another checkout of numapin: a worktree of the commit before a change), the three
+bounded cases are timed again side by side with that checkout's code, each its start over the other's.
+Run: python benchmarks/startup.py [PAIRS] [--against CHECKOUT]
 """
 
 from __future__ import annotations
@@ -46,7 +48,10 @@ from pathlib import Path
 from numapin.facts import synthetic as machines
 
 REPO = Path(__file__).resolve().parents[1]
-PAIRS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+_ARGS = sys.argv[1:]
+#: ``--against CHECKOUT``: another checkout of numapin (its root folder), whose start-up is timed beside this one's.
+AGAINST = Path(_ARGS[_ARGS.index("--against") + 1]).resolve() if "--against" in _ARGS else None
+PAIRS = next((int(a) for a in _ARGS if a.isdigit()), 20)
 
 
 def timed(command: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -130,16 +135,18 @@ sys.meta_path.insert(0, Bundle(__file__.rpartition("/")[0] + "/numapin.bundle"))
 """
 
 
-def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[types.CodeType, bool, str]] | None = None) -> str:
-    """A venv whose site-packages points at this numapin, with or without the start-up file; with ``bundle``,
-    its modules are served from one file (the layout floor)."""
+def venv(home: Path, *, startup: bool, bundle: dict[str, tuple[types.CodeType, bool, str]] | None = None,
+         src: Path | None = None) -> str:
+    """A venv whose site-packages points at this numapin (``src``: another checkout's ``src`` folder), with or
+    without the start-up file; with ``bundle``, its modules are served from one file (the layout floor)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(home)], check=True)
     site = next((home / "lib").glob("python3*/site-packages"))
     import numapin
 
-    (site / "_numapin_under_test.pth").write_text(str(Path(numapin.__file__).parents[1]) + "\n")
+    src = src or Path(numapin.__file__).parents[1]
+    (site / "_numapin_under_test.pth").write_text(f"{src}\n")
     if startup:
-        (site / "numapin-startup.pth").write_bytes((REPO / "src" / "numapin-startup.pth").read_bytes())
+        (site / "numapin-startup.pth").write_bytes((src / "numapin-startup.pth").read_bytes())
     if bundle is not None:
         (site / "numapin.bundle").write_bytes(marshal.dumps(bundle))
         (site / "_numapin_bundle.py").write_text(BUNDLE)
@@ -273,9 +280,34 @@ def main() -> None:
     finally:
         os.environ.update(saved)
     print(f"  the start-up line itself, inactive: {seconds / runs * 1e6:.1f} µs per interpreter start")
+    if AGAINST is not None:
+        side_by_side(AGAINST, env)
     machine_read_on_many_cpus()
     glance_on_many_functions()
     nvml_import(env)
+
+
+def side_by_side(other: Path, env: dict[str, str]) -> None:
+    """The three bounded cases, this checkout's start over ``other``'s (its code compiled as pip would), in
+    alternated pairs."""
+    import compileall
+
+    compileall.compile_dir(str(other / "src" / "numapin"), quiet=1)
+    with tempfile.TemporaryDirectory() as tmp:
+        pair = str(machines.write("pair", Path(tmp) / "pair"))
+        on_pair = {**env, "NUMAPIN_FSROOT": pair, "NUMAPIN_RUNTIME_DIR": str(Path(tmp) / "records")}
+        worker = {**on_pair, "NUMAPIN_AUTOPIN": "1", "LOCAL_RANK": "1", "NUMAPIN_MEMORY": "none"}
+        mine, theirs = (venv(Path(tmp) / name, startup=True, src=src)
+                        for name, src in (("mine", None), ("theirs", other / "src")))
+        print(f"side by side with {other}, {PAIRS} alternated pairs, this checkout's start over that one's")
+        for name, command, case_env in (
+                ("no worker, NUMAPIN_AUTOPIN=1 (pair machine)", lambda py: [py, "-c", "pass"],
+                 {**on_pair, "NUMAPIN_AUTOPIN": "1"}),
+                ("worker, NUMAPIN_AUTOPIN=1 LOCAL_RANK=1", lambda py: [py, "-c", "pass"], worker),
+                ("numapin exec --cpus 0 -- python -c pass",
+                 lambda py: [py, "-m", "numapin", "exec", "--cpus", "0", "--", py, "-c", "pass"], env)):
+            wall, cpu = paired((command(mine), case_env), (command(theirs), case_env))
+            print(f"  {name:66} {wall:5.2f}x wall  {cpu:5.2f}x cpu")
 
 
 def machine_read_on_many_cpus() -> None:

@@ -220,7 +220,7 @@ class ProcessView:
 
     def residency(self, ranges: Iterable[tuple[int, int]] = ()) -> Residency:
         """Where its pages lie, node by node (``ranges`` as :func:`numapin.kernel.residency.residency`): its
-        ``numa_maps``, read once (AccessDenied for another user's)."""
+        ``numa_maps``, read once, with the ranges of the first ask (AccessDenied for another user's)."""
         from ..kernel.residency import residency
 
         found: Residency = self._now_only("residency", lambda: residency(self.pid, ranges))
@@ -277,11 +277,11 @@ class ProcessView:
 
 @frozen
 class Task:
-    """One thread of a process as a view read it: its mask (None where it could not be read) and its ``stat``
-    (its name and last CPU; None where it ended meanwhile)."""
+    """One thread of a process as a view read it: its mask and its ``stat`` (its name and last CPU; None where it
+    ended between the two reads)."""
 
     tid: int
-    cpus: CpuSet | None
+    cpus: CpuSet
     stat: procfs.Stat | None
 
 
