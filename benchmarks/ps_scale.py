@@ -152,7 +152,14 @@ def main() -> None:
     script = Path(sys.executable).parent / "numapin"
     numapin = [str(script)] if script.exists() else [sys.executable, "-m", "numapin"]
     baseline = [procps, "-e", "-L", "-o", "pid,tid,psr"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMAPIN_")}
+    # Bytecode as an installed package has it (pip compiles it): no figure is a compiler's, even where the shell
+    # says not to write bytecode and an editable install's changed modules would be compiled at every start.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMAPIN_") and k != "PYTHONDONTWRITEBYTECODE"}
+    import compileall
+
+    from numapin import __file__ as package
+
+    compileall.compile_dir(str(Path(package).parent), quiet=1)
     with tempfile.TemporaryDirectory() as tmp:
         env[RUNTIME_DIR] = os.environ[RUNTIME_DIR] = tmp
         print(f"{PAIRS} alternated pairs each, median of the pair-by-pair ratios (wall)")
