@@ -285,9 +285,7 @@ def namespace(pid: int | str, kind: str) -> int:
         text = os.readlink(f"/proc/{pid}/ns/{kind}")
     except OSError as exc:
         raise _translated(exc, 0 if pid == "self" else int(pid), f"its {kind} namespace") from None
-    digits = text[text.find("[") + 1:-1] if text.endswith("]") else ""
-    # The kernel writes the inode in ASCII digits: checked so (a cheap test; ps asks it twice of every process).
-    inode = int(digits) if digits.isascii() and digits.isdigit() else None
+    inode = decimal(text[text.find("[") + 1:-1]) if text.endswith("]") else None
     if inode is None:  # never from a kernel with /proc/PID/ns; said rather than guessed
         raise OSError(errno.EINVAL, f"/proc/{pid}/ns/{kind} reads {text!r}, not KIND:[INODE]")
     return inode

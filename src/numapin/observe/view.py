@@ -15,7 +15,6 @@ import os
 
 from ..base.errors import NoSuchProcess, ProcessError
 from ..base.frozen import frozen, replace
-from ..cpuset import CpuSet
 from ..facts import procfs
 from ..facts.pod import Pod, pod_of
 from ..pinning.folders import namespaces
@@ -28,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Container, Iterable, Mapping
     from typing import Any
 
+    from ..cpuset import CpuSet
     from ..kernel.residency import Residency
     from ..pinning.declaration import Declaration
     from ..pinning.record import Record
@@ -185,17 +185,15 @@ class ProcessView:
         """Each of its threads now, with its mask and its ``stat`` (the main thread's is the process's); one that
         ended since the listing is left out. NoSuchProcess where the process is gone."""
         def read() -> tuple[Task, ...]:
-            found = []
+            from ..kernel.affinity import LinuxThreads
+
+            ops, found = LinuxThreads(self.pid), []
             for tid in sorted(procfs.tasks(self.pid)):
                 try:
-                    mask = CpuSet(os.sched_getaffinity(tid))
+                    mask = ops.get_affinity(tid)
                 except OSError:
                     continue  # ended since the listing: no longer one of its threads
-                try:
-                    seen = self.stat() if tid == self.pid else procfs.stat(self.pid, tid)
-                except ProcessError:
-                    seen = None
-                found.append(Task(tid, mask, seen))
+                found.append(Task(tid, mask, self.stat() if tid == self.pid else ops.stat(tid)))
             return tuple(found)
 
         tasks: tuple[Task, ...] = self._now_only("tasks", read)

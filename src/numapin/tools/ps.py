@@ -267,8 +267,7 @@ class _Scan:
         return self.view(pid).start
 
     def owner_of(self, pid: int) -> int | None:
-        seen = self.views.by_pid.get(pid)
-        return seen.owner if seen is not None and seen.owner is not None else record.owner(pid)
+        return self.view(pid).user()
 
     def devices_of(self, pid: int) -> tuple[str, ...]:
         """Its GPU device files (ProcessError where they cannot be read)."""
@@ -410,11 +409,8 @@ def _look(pid: int, scan: _Scan, root: str | os.PathLike[str] | None, memory: bo
         if devices is None:
             raise AccessDenied(pid, "its open files")
         return None  # what it holds says no, and its environment could make it a candidate at most: not read
-    stat = scan.stat_of(pid)
     try:
-        if stat is None or stat.exited:
-            raise NoSuchProcess(pid)
-        name = stat.name  # the stat read once a scan holds the name (comm) too
+        name = view.alive().name  # the stat read once a scan holds the name (comm) too
         env: dict[str, str] | None = view.environ()
     except AccessDenied:
         if entry is None and pid not in nvml and not asked:
