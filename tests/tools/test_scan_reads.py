@@ -146,6 +146,7 @@ def _judged_through_views() -> dict[str, object]:
     from numapin.observe.judge import judge
     from numapin.observe.view import ProcessView
     from numapin.tools.doctor import diagnose
+    from numapin.tools.threads_report import threads_report
 
     folder = tempfile.mkdtemp()
     os.environ[RUNTIME_DIR] = folder
@@ -162,20 +163,25 @@ def _judged_through_views() -> dict[str, object]:
         counts.clear()
         diagnose(pid=pid)
         doctor = {what: n for (p, what), n in counts.items() if p == pid}
+        counts.clear()
+        threads_report(pid)
+        threads = {what: n for (p, what), n in counts.items() if p == pid}
     finally:
         for process in started:
             process.kill()
-    return {"verdicts": [str(first.verdict), str(again.verdict)], "once": once, "twice": twice, "doctor": doctor}
+    return {"verdicts": [str(first.verdict), str(again.verdict)], "once": once, "twice": twice, "doctor": doctor,
+            "threads": threads}
 
 
 def test_the_judge_reads_a_process_only_through_its_view_each_file_once() -> None:
     """The judge is a function of the view and the machine: judging a view again reads nothing of the process,
-    and ``doctor --pid`` (its gathering, the judge and every check) reads each of its files once."""
+    and ``doctor --pid`` (its gathering, the judge and every check) and ``threads`` read each of its files once."""
     got = in_child(_judged_through_views)
     assert got["verdicts"] == ["ok", "ok"], got
-    once, twice, doctor = got["once"], got["twice"], got["doctor"]
+    once, twice = got["once"], got["twice"]
     assert {"read stat", "read environ", "list task"} <= set(once), once  # the counter counts (it can fail)
     assert all(n == 1 for n in once.values()), once
     assert twice == {}, f"judging the same view again read {twice}"
-    assert {"read stat", "read environ", "list task"} <= set(doctor), doctor
-    assert {what: n for what, n in doctor.items() if n > 1} == {}, doctor
+    for tool in (got["doctor"], got["threads"]):
+        assert {"read stat", "read environ", "list task"} <= set(tool), tool
+        assert {what: n for what, n in tool.items() if n > 1} == {}, tool
