@@ -26,6 +26,7 @@ import live
 from live import until
 from numapin.base.environment import RUNTIME_DIR
 from numapin.base.errors import UsageError
+from numapin.base.stop import Stop
 from numapin.tools.exporter import OWN_METRICS, Exporter, parse_listen
 from numapin.tools.ps import ScanTimeout, Survey, survey
 
@@ -283,7 +284,7 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(metrics_server, "REQUEST_SECONDS", 0.5)
     exporter = Exporter(scan=lambda deadline: Survey(()))
-    stopped = threading.Event()
+    stopped = Stop()
     urls: list[str] = []
     thread = threading.Thread(target=exporter.serve, args=("127.0.0.1:0", urls.append, stopped), daemon=True)
     thread.start()
@@ -309,6 +310,7 @@ def test_a_request_sent_slowly_is_cut_at_its_bound(monkeypatch: pytest.MonkeyPat
     finally:
         stopped.set()
         thread.join(timeout=30)
+        stopped.close()
 
 
 # -- the operator's series ------------------------------------------------------------------------
@@ -354,7 +356,7 @@ def test_per_gpu_series_count_each_gpus_workers_with_no_pid_and_placed_by_is_a_c
 
 
 def _serving(exporter: Exporter) -> Iterator[str]:
-    stopped = threading.Event()
+    stopped = Stop()
     urls: list[str] = []
     ready = threading.Event()
     thread = threading.Thread(target=exporter.serve, args=("127.0.0.1:0", lambda url: (urls.append(url),
@@ -366,6 +368,7 @@ def _serving(exporter: Exporter) -> Iterator[str]:
     finally:
         stopped.set()
         thread.join(30)
+        stopped.close()
 
 
 def _slow_scans(seconds: float) -> tuple[Exporter, list[float]]:

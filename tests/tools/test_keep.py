@@ -141,6 +141,7 @@ def test_numapin_keep_watches_a_process_it_did_not_start(env: dict[str, str]) ->
             assert event["response"] == "reported, left alone"
             keeper.send_signal(signal.SIGTERM)
             assert keeper.wait(20) == 0
+            assert "Traceback" not in keeper.communicate()[1], "ended cleanly"
         finally:
             keeper.kill()
             keeper.communicate()

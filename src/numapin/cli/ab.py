@@ -56,16 +56,13 @@ def run(args: argparse.Namespace) -> int:
         bar.update(done[0] / total, f"{done[0]}/{total} runs · {stage} · {run.variant}: {shown}")
 
     allowed = str(CpuSet(os.sched_getaffinity(0)))
-    import signal
-    import threading
+    from ..base.stop import Stop
 
     # ^C sets a flag the runs look at between steps: a run is never left half started (a KeyboardInterrupt
     # inside Popen would orphan it), and the one under way is stopped with everything it started.
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda signum, frame: stop.set())
-    runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
-                                   clear=lambda found: clear(found, variants, design, baseline), stop=stop)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with Stop.on("SIGINT") as stop:
+        runs, interrupted = experiment(command, variants, metric, design, allowed=allowed, progress=said,
+                                       clear=lambda found: clear(found, variants, design, baseline), stop=stop)
     bar.close()
     report = analyse(runs, command, variants, metric, design, baseline, interrupted=interrupted)
     from ..pinning import record

@@ -340,16 +340,6 @@ def picture_to_stdout(args: argparse.Namespace) -> bool:
     return "-" in (args.svg, args.html)
 
 
-def sigterm_as_interrupt() -> None:
-    """A service manager's SIGTERM ends a long-running command (exporter, keep) as ^C does: cleanly, exit 0."""
-    import signal
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 class Formatter(argparse.HelpFormatter):
     """argparse's formatter, told the terminal width up front.
 

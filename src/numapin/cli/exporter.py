@@ -5,24 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .common import Exit, add_pod_resources, add_remote_bound, add_root, machine_root, seconds_arg, sigterm_as_interrupt
+from .common import Exit, add_pod_resources, add_remote_bound, add_root, machine_root, seconds_arg
 
 HELP = "serve the host's GPU workers to Prometheus over HTTP, scanned at each scrape"
 
 
 def run(args: argparse.Namespace) -> int:
 
+    from ..base.stop import STOPPING, Stop
     from ..tools.exporter import Exporter
 
     with machine_root(args) as root:
         exporter = Exporter(root=root, max_remote=args.max_remote_memory / 100, timeout=args.scrape_timeout,
                             pod_resources=args.pod_resources or None)
-        sigterm_as_interrupt()
-        try:
+        with Stop.on(*STOPPING) as stop:
             exporter.serve(args.listen, lambda url: print(f"numapin exporter: serving {url}", file=sys.stderr,
-                                                          flush=True))
-        except KeyboardInterrupt:
-            return Exit.OK
+                                                          flush=True), stop)
     return Exit.OK
 
 

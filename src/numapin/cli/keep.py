@@ -6,13 +6,14 @@ import argparse
 import os
 import sys
 
-from .common import Exit, count_arg, seconds_arg, sigterm_as_interrupt
+from .common import Exit, count_arg, seconds_arg
 
 HELP = "keep processes' placements while they run: notice drift, put back what is numapin's"
 
 
 def run(args: argparse.Namespace) -> int:
 
+    from ..base.stop import STOPPING, Stop
     from ..base.text import counted
     from ..facts.machine import cached as cached_facts
     from ..pinning.keeper import DEFAULT_PERIOD
@@ -21,11 +22,9 @@ def run(args: argparse.Namespace) -> int:
     # The machine the processes were placed on ($NUMAPIN_FSROOT when a test or rehearsal set it): their cpusets
     # are always the live ones.
     facts = cached_facts(None, os.environ)
-    sigterm_as_interrupt()
-    try:
-        seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks, as_json=args.json)
-    except KeyboardInterrupt:
-        return Exit.OK
+    with Stop.on(*STOPPING) as stop:
+        seen = keep_processes(args.pids, facts, args.period or DEFAULT_PERIOD, looks=args.looks, as_json=args.json,
+                              stop=stop)
     if not args.json:
         print(f"numapin keep: {counted(seen, 'drift')} seen", file=sys.stderr)
     return Exit.OK

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import os
     from collections.abc import Callable, Mapping
 
+    from ..base.stop import Stop
     from .ps import Survey
 
 __all__ = ["OWN_METRICS", "Exporter", "parse_listen"]
@@ -145,7 +146,7 @@ class Exporter:
             flight.done.set()
 
     def serve(self, listen: str, ready: Callable[[str], None] | None = None,
-              stopped: threading.Event | None = None) -> None:
+              stopped: Stop | None = None) -> None:
         """Serve ``/metrics`` on ``listen`` (``ADDR:PORT``) until interrupted (or ``stopped`` is set); ``ready``
         hears the URL served. Any client may connect: :mod:`numapin.tools.metrics_server` bounds what each costs."""
         import socket

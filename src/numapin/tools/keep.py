@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO
 
+    from ..base.stop import Stop
     from ..facts.machine import Facts
     from ..pinning.keeper import Drift
     from ..pinning.record import Record
@@ -68,9 +69,9 @@ def keeper_of(pid: int, facts: Facts, record: Record | None = None) -> Keeper:
 
 
 def keep_processes(pids: Sequence[int], facts: Facts, period: float, *, looks: int | None = None,
-                   out: TextIO | None = None, as_json: bool = False) -> int:
-    """Keep each of ``pids`` until every one has ended (or ``looks`` looks were made); each drift is one line
-    of ``out``. The number of drifts seen."""
+                   out: TextIO | None = None, as_json: bool = False, stop: Stop | None = None) -> int:
+    """Keep each of ``pids`` until every one has ended (or ``looks`` looks were made, or ``stop`` is asked);
+    each drift is one line of ``out``. The number of drifts seen."""
     import json
     import time
 
@@ -87,7 +88,10 @@ def keep_processes(pids: Sequence[int], facts: Facts, period: float, *, looks: i
           flush=True)
     seen = made = 0
     while keepers and (looks is None or made < looks):
-        time.sleep(period)
+        if stop is None:
+            time.sleep(period)
+        elif stop.wait(period):
+            break
         made += 1
         for keeper in list(keepers):
             try:

@@ -37,6 +37,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from ..base.stop import Stop
+
 __all__ = ["ANSWER_SECONDS", "MAX_ANSWERING", "MAX_REQUEST", "MAX_WAITING", "PER_CLIENT", "QUEUE_SECONDS",
            "REQUEST_SECONDS", "Answer", "serve"]
 
@@ -61,6 +63,9 @@ _OUT_OF_FILES_PAUSE = 0.1
 #: answers under way: connections waiting never take the last of the process's descriptors.
 _RESERVED_FILES = 16 + MAX_ANSWERING
 
+#: What the selector holds for the stop's descriptor.
+_STOP = object()
+
 #: An answer: status code, content type, body; and whether to send its body (None for HEAD).
 Answer = tuple[int, str, bytes]
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 414: "URI Too Long",
@@ -83,19 +88,21 @@ class _Waiting:
 
 
 def serve(listener: socket.socket, answer: Callable[[str, Mapping[str, str]], Answer],
-          stopped: threading.Event | None = None) -> None:
+          stopped: Stop | None = None) -> None:
     """Accept and answer on ``listener`` until ``stopped`` is set (or forever); ``answer(path, headers)`` gives
-    a GET's answer (headers by lower-case name)."""
-    loop = _Loop(listener, answer)
+    a GET's answer (headers by lower-case name). The loop sleeps in ``select`` with the stop's descriptor among
+    its sockets: a stop asked ends it at once, and nothing wakes it otherwise."""
+    loop = _Loop(listener, answer, stopped)
     try:
         while stopped is None or not stopped.is_set():
-            loop.once(0.5 if stopped is not None else None)
+            loop.once()
     finally:
         loop.close()
 
 
 class _Loop:
-    def __init__(self, listener: socket.socket, answer: Callable[[str, Mapping[str, str]], Answer]) -> None:
+    def __init__(self, listener: socket.socket, answer: Callable[[str, Mapping[str, str]], Answer],
+                 stopped: Stop | None = None) -> None:
         listener.setblocking(False)
         self.listener = listener
         self.answer = answer
@@ -109,18 +116,21 @@ class _Loop:
         self.wake, self.woken = socket.socketpair()
         self.woken.setblocking(False)
         self.selector.register(self.woken, selectors.EVENT_READ, self.woken)
+        if stopped is not None:  # readable once asked: select() returns, and serve() looks at the flag
+            self.selector.register(stopped.fileno(), selectors.EVENT_READ, _STOP)
         self.most_waiting = min(MAX_WAITING, max(1, _free_files() - _RESERVED_FILES))
 
-    def once(self, longest: float | None) -> None:
+    def once(self) -> None:
+        """Wait for something to do (a connection, a request's bytes, an answer's end, a deadline, the stop) and
+        do it."""
         now = time.monotonic()
-        timeout = longest
         held = [*self.waiting.values(), *self.queue]
-        if held:
-            first = min(w.deadline for w in held)
-            timeout = max(0.0, first - now) if timeout is None else max(0.0, min(timeout, first - now))
+        timeout = max(0.0, min(w.deadline for w in held) - now) if held else None
         for key, _ in self.selector.select(timeout):
             if key.data is None:
                 self._accept()
+            elif key.data is _STOP:
+                return
             elif key.data is self.woken:
                 try:
                     self.woken.recv(4096)

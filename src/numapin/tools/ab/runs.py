@@ -18,7 +18,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from ...base.choices import Choice
@@ -31,6 +30,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from typing import Any
+
+    from ...base.stop import Stop
 
 __all__ = ["Better", "Design", "Metric", "MetricKind", "Run", "Status", "Variant", "experiment", "parse_metric",
            "parse_variant", "run_once"]
@@ -243,7 +244,7 @@ def _environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def run_once(argv: Sequence[str], environ: Mapping[str, str], metric: Metric, *, timeout: float | None,
              sample: Callable[[int], tuple[int | None, float | None]] | None = None,
-             stop: threading.Event | None = None) -> Run:
+             stop: Stop | None = None) -> Run:
     """Run ``argv`` once (its variant and round left blank for the caller). KeyboardInterrupt, or ``stop`` set
     (what ``numapin ab``'s ^C does: a flag, looked at between steps, so that no step is cut in half and no
     run is left behind half started), stops the run (its whole process group and session) and raises
@@ -310,7 +311,7 @@ class _Tail:
 def _collect(proc: subprocess.Popen[bytes], clock: float, timeout: float | None,
              sample: Callable[[int], tuple[int | None, float | None]] | None,
              samples: list[tuple[int | None, float | None]], out: _Tail, err: _Tail,
-             stop: threading.Event | None = None) -> bool:
+             stop: Stop | None = None) -> bool:
     """Read the run's output into ``out`` and ``err`` until it has exited and its pipes closed (or
     :data:`_AFTER_EXIT` after it exited); every second past the first, a sample of where it runs. False when
     ``timeout`` came first."""
@@ -393,7 +394,7 @@ def experiment(command: Sequence[str], variants: Sequence[Variant], metric: Metr
                measure: Callable[[Variant, int], Run] | None = None,
                clear: Callable[[list[Run]], bool] | None = None,
                progress: Callable[[Run], None] | None = None,
-               stop: threading.Event | None = None) -> tuple[list[Run], bool]:
+               stop: Stop | None = None) -> tuple[list[Run], bool]:
     """Every run of the design: warm-up rounds (discarded by the report), then rounds in random order, until
     ``design.rounds``, ``clear(runs)`` (with ``until_clear``) or ``design.max_time``. The runs, and whether
     ^C cut them short. ``measure`` stands in for the real runs (tests of the design); ``allowed`` is the
