@@ -238,6 +238,29 @@ def test_exec_with_a_synthetic_machine_runs_the_program_and_leaves_no_folder(tmp
     assert not _machine_folders(int(proc.stdout.split()[-1]))
 
 
+def test_a_sigterm_where_exceptions_are_dropped_still_ends_a_machine_command_and_removes_its_folder() -> None:
+    # A weakref callback prints and drops a handler's exception: an ending raised there would leave the command
+    # running on with its folder gone. The signal is sent from inside one.
+    import signal
+
+    code = """
+import gc, os, signal, weakref
+from numapin.cli.common import machine_folder
+with machine_folder() as folder:
+    print(folder, flush=True)
+    class Thing: pass
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: os.kill(os.getpid(), signal.SIGTERM))
+    del thing
+    gc.collect()
+    print("went on", flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    folder = proc.stdout.splitlines()[0]
+    assert (proc.returncode, proc.stdout) == (128 + signal.SIGTERM, folder + "\n"), proc
+    assert folder.startswith(tuple(str(p) for p in ("/dev/shm", tempfile.gettempdir()))) and not Path(folder).exists()
+
+
 def test_messages_say_their_prefix_once(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "exec", "--")
     assert code == 2 and err.startswith("numapin exec: no PROGRAM given") and err.count("exec:") == 1

@@ -55,7 +55,8 @@ def _ignored() -> dict[str, object]:
         during = signal.getsignal(signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
         asked = stop.wait(0.1)
-    return {"during": during == signal.SIG_IGN, "asked": asked, "after": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
+    after = signal.getsignal(signal.SIGINT)
+    return {"during": during == signal.SIG_IGN, "asked": asked, "after": after == signal.SIG_IGN}
 
 
 def test_an_ignored_signal_stays_ignored() -> None:

@@ -75,9 +75,13 @@ _ENDING_SIGNALS = ("SIGTERM", "SIGHUP")
 def machine_folder() -> Iterator[str]:
     """A temporary folder for a synthetic machine, removed however the command ends.
 
-    While it exists, an ending signal removes it and raises SystemExit (exit status 128 +
+    While it exists, an ending signal removes it and ends the process (exit status 128 +
     signal, as a shell reports a death by it): the handler removes the folder itself, so a
     signal that lands at any moment, even during the removal below, leaves nothing behind.
+    It ends the process with ``os._exit``, not ``SystemExit``: a handler's exception that lands
+    in a weakref callback or a ``__del__`` is printed and dropped, and the command would go on
+    reading a folder that is gone. (The commands that take ``--machine`` rehearse, or pin this
+    process just before it execs: nothing of theirs needs a ``finally`` once it is ending.)
     """
     import shutil
     import signal
@@ -88,7 +92,7 @@ def machine_folder() -> Iterator[str]:
     def end(number: int, _frame: object) -> None:
         for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
-        raise SystemExit(128 + number)
+        os._exit(128 + number)
 
     numbers = [getattr(signal, name) for name in _ENDING_SIGNALS]
     previous = {n: signal.getsignal(n) for n in numbers}
