@@ -27,8 +27,9 @@ STOPPING = ("SIGTERM", "SIGINT")
 
 
 class Stop:
-    """Set once, from a signal handler or any thread; :meth:`is_set`, :meth:`wait` and :meth:`fileno` for the
-    loop that stops. The same three questions as ``threading.Event``'s, so a loop takes either."""
+    """Set once, from a signal handler or any thread; :meth:`is_set` and :meth:`wait` for the loop that stops
+    (``threading.Event``'s two questions, so a loop that asks only those takes either), :meth:`fileno` for a
+    loop that sleeps in a ``select`` of its own."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
