@@ -20,6 +20,7 @@ import live
 from child import in_child
 from numapin.base.environment import AUTOPIN, AUTOPIN_OPTIONS, FSROOT
 from other_user import Other
+from reads import counting
 
 CPU = min(live.BASELINE)
 OTHER = max(live.BASELINE)
@@ -175,6 +176,30 @@ def test_the_hosts_keeper_keeps_a_containers_worker_in_its_own_record() -> None:
         assert [f.name.split("-")[0] for f in files] == [str(inner)], files  # its own name, its own id inside
         written = json.loads(files[0].read_text())
         assert written["pid"] == inner and written["drift"], written
+
+
+def _reads_of(pid: int) -> dict[str, dict[str, int]]:
+    from numapin.tools.doctor import diagnose
+    from numapin.tools.threads_report import threads_report
+
+    counts = counting()
+    diagnose(pid=pid)
+    doctor = {what: n for (p, what), n in counts.items() if p == pid}
+    counts.clear()
+    threads_report(pid)
+    return {"doctor": doctor, "threads": {what: n for (p, what), n in counts.items() if p == pid}}
+
+
+def test_the_host_reads_each_file_of_a_containers_worker_once() -> None:
+    # Its record and its declarations are each looked for in its own root, under its own id and user there: both
+    # from the one view of it, so its status, environment and user mapping are read once, not once per question.
+    with container(_pinning()) as box:
+        _, pid = _ready(box)
+        got = in_child(lambda: _reads_of(pid))
+    for tool in got.values():
+        assert {"read uid_map", "read status", "read environ", "list task"} <= set(tool), tool  # counted: can fail
+        # Its root is opened for each folder looked into, by design: each reached and checked at its moment of use.
+        assert {what: n for what, n in tool.items() if n > 1 and what != "read root"} == {}, tool
 
 
 def test_a_seccomp_filter_inside_keeps_the_cpus_and_the_host_doctor_names_it() -> None:

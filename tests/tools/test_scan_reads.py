@@ -6,9 +6,7 @@ launcher's rank under a shell that started them, and ordinary ones."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 
@@ -18,37 +16,7 @@ from numapin.base.environment import RUNTIME_DIR
 from numapin.cpuset import CpuSet
 from numapin.pinning import record
 from numapin.placement.modes import Placement, PlacementMode
-
-_PROC = re.compile(r"/proc/([0-9]+)(?:/(.*))?\Z")
-
-
-def _counting() -> Counter[tuple[int, str]]:
-    """Count, from now on in this process, each read of a ``/proc/PID`` file by (pid, what): opened (``open``
-    and ``os.open`` raise an audit event), listed, a link read or an entry stat'ed (``os.readlink`` and
-    ``os.stat`` wrapped: they raise none)."""
-    counts: Counter[tuple[int, str]] = Counter()
-
-    def note(path: object, how: str) -> None:
-        if isinstance(path, str) and (found := _PROC.match(path)) is not None:
-            counts[(int(found.group(1)), f"{how} {found.group(2) or '.'}")] += 1
-
-    def hook(event: str, args: tuple[object, ...]) -> None:
-        if event in ("open", "os.listdir", "os.scandir") and args:
-            note(args[0], "read" if event == "open" else "list")
-
-    sys.addaudithook(hook)
-    readlink, stat = os.readlink, os.stat
-
-    def counted_readlink(path: str, *args: object, **kwargs: object) -> str:
-        note(path, "link")
-        return readlink(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    def counted_stat(path: str, *args: object, **kwargs: object) -> os.stat_result:
-        note(path, "stat")
-        return stat(path, *args, **kwargs)  # type: ignore[arg-type]
-
-    os.readlink, os.stat = counted_readlink, counted_stat  # type: ignore[assignment]
-    return counts
+from reads import counting
 
 
 def _processes(folder: str) -> tuple[list[subprocess.Popen[bytes]], list[int], list[int]]:
@@ -75,7 +43,7 @@ def _scans() -> dict[str, object]:
     os.environ[RUNTIME_DIR] = folder
     started, workers, plain = _processes(folder)
     try:
-        counts = _counting()
+        counts = counting()
         kept = Kept()
         first = survey(kept=kept)
         once = Counter(counts)
@@ -123,7 +91,7 @@ def _a_reused_id() -> dict[str, object]:
         kept = Kept()
         first = ProcessView(process.pid, owner, born, kept)
         seen = first.environ().get("MARK")
-        counts = _counting()
+        counts = counting()
         again = first.environ().get("MARK")  # the same view: not read again
         same = ProcessView(process.pid, owner, born, kept).environ().get("MARK")  # the next scan: kept
         quiet = dict(counts)
@@ -153,7 +121,7 @@ def _judged_through_views() -> dict[str, object]:
     started, workers, _ = _processes(folder)
     try:
         pid = workers[0]
-        counts = _counting()
+        counts = counting()
         view = ProcessView(pid)
         first = judge(view)
         once = {what: n for (p, what), n in counts.items() if p == pid}

@@ -112,9 +112,10 @@ def stat(pid: int, tid: int | None = None) -> Stat:
         raise NoSuchProcess(pid, f"process {pid}: its stat cannot be read ({text[:80]!r})") from None
 
 
-def alive(pid: int) -> Stat:
-    """``stat(pid)``, and NoSuchProcess for a zombie too: what another tool reads of it is gone."""
-    found = stat(pid)
+def alive(pid: int, seen: Stat | None = None) -> Stat:
+    """``stat(pid)``, and NoSuchProcess for a zombie too: what another tool reads of it is gone. ``seen``: its
+    stat, where the caller read it."""
+    found = stat(pid) if seen is None else seen
     if found.exited:
         raise NoSuchProcess(pid, f"process {pid} has exited (a zombie its parent has not reaped yet)")
     return found

@@ -99,9 +99,7 @@ class ProcessView:
         seen = self.stat()
         if seen is None:
             raise NoSuchProcess(self.pid)
-        if seen.exited:
-            raise NoSuchProcess(self.pid, f"process {self.pid} has exited (a zombie its parent has not reaped yet)")
-        return seen
+        return procfs.alive(self.pid, seen)
 
     @property
     def start(self) -> int | None:
@@ -209,6 +207,12 @@ class ProcessView:
         (:func:`numapin.facts.procfs.foreign_root`; None for this process)."""
         found: tuple[str | None] = self._now_only(
             "foreign_root", lambda: (procfs.foreign_root(self.pid) if self.pid != os.getpid() else None,))
+        return found[0]
+
+    def inner_uid(self, uid: int) -> int | None:
+        """What the host's user ``uid`` is in its user namespace (:func:`numapin.facts.procfs.inner_uid`: its
+        ``uid_map``, read once)."""
+        found: tuple[int | None] = self._now_only(f"inner_uid {uid}", lambda: (procfs.inner_uid(self.pid, uid),))
         return found[0]
 
     def own_memory(self) -> int | None:

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 
     class Seen(Protocol):
         """What a caller reads of a process once for every question (a scan's view,
-        :class:`numapin.observe.view.ProcessView`): its namespaces, environment and status, and this process's
-        namespaces (``ours``: read once a scan)."""
+        :class:`numapin.observe.view.ProcessView`): its namespaces, environment, status and user mapping, and this
+        process's namespaces (``ours``: read once a scan)."""
 
         def namespaces(self, *, may_be_worker: bool) -> tuple[int, int]: ...
         def ours(self) -> tuple[int, int]: ...
         def environ(self) -> dict[str, str]: ...
         def status(self) -> dict[str, str]: ...
+        def inner_uid(self, uid: int) -> int | None: ...
 
 __all__ = ["DECLARATION", "Where", "declaration_name", "file_name", "folders", "folders_of", "inside", "namespace",
            "namespaces", "owner", "places", "reading_folders", "root_of", "start_time"]
@@ -170,7 +171,7 @@ def places(pid: int, start: int, uid: int,
         if elsewhere:
             try:
                 inner = procfs.inner_pid(pid, None if seen is None else seen.status())
-                inner_uid = procfs.inner_uid(pid, uid)
+                inner_uid = procfs.inner_uid(pid, uid) if seen is None else seen.inner_uid(uid)
                 env = procfs.environ(pid) if seen is None else seen.environ()
             except ProcessError:
                 return None
